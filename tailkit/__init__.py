@@ -1,0 +1,45 @@
+"""
+tailkit: measure LLM latency tails and keep agent workflows inside their deadline.
+
+Importing ``tailkit`` is cheap: the public names below load their module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from tailkit.errors import TailkitError
+    from tailkit.ingest import IngestReport, ScanOptions, ingest_paths
+    from tailkit.record import Buckets
+    from tailkit.store import Store
+
+__all__ = ["Buckets", "IngestReport", "ScanOptions", "Store", "TailkitError", "ingest_paths"]
+
+_WHERE = {
+    "Buckets": "tailkit.record",
+    "IngestReport": "tailkit.ingest",
+    "ScanOptions": "tailkit.ingest",
+    "Store": "tailkit.store",
+    "TailkitError": "tailkit.errors",
+    "ingest_paths": "tailkit.ingest",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("tailkit")
+    module = _WHERE.get(name)
+    if module is None:
+        msg = f"module 'tailkit' has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])

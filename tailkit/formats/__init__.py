@@ -1,0 +1,33 @@
+"""
+One module per log format: each turns a file into SQL over DuckDB's native readers that yields
+call-record columns (DESIGN.md §1). Formats never run SQL themselves; `tailkit.ingest` does.
+"""
+
+from tailkit.formats._detect import SUFFIXES as SUFFIXES
+from tailkit.formats._detect import Detected as Detected
+from tailkit.formats._detect import detect_format as detect_format
+from tailkit.formats._detect import read_head as read_head
+from tailkit.formats._detect import suffix_of as suffix_of
+from tailkit.formats._generic import Csv, JsonDocument, JsonLines, Parquet
+from tailkit.formats._generic import FileFormat as FileFormat
+from tailkit.formats._generic import Scan as Scan
+from tailkit.formats._generic import ScanOptions as ScanOptions
+from tailkit.formats._generic import check_options as check_options
+from tailkit.formats._llmperf import Llmperf
+
+
+FORMATS: dict[str, FileFormat] = {f.name: f for f in (JsonLines(), JsonDocument(), Csv(), Parquet(), Llmperf())}
+"""Format name → adapter with ``sniff_sql(path)`` and ``scan(path, sniffed, options)``."""
+
+__all__ = [
+    "FORMATS",
+    "SUFFIXES",
+    "Detected",
+    "FileFormat",
+    "Scan",
+    "ScanOptions",
+    "check_options",
+    "detect_format",
+    "read_head",
+    "suffix_of",
+]

@@ -1,0 +1,123 @@
+"""
+Tell a file's format from its name and its first bytes (never by parsing rows).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tailkit.errors import InputFileError
+
+
+HEAD_BYTES = 64 * 1024
+SUFFIXES: dict[str, str] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+"""File suffixes an ingest of a folder picks up (each also with ``.gz``, except Parquet)."""
+
+_LLMPERF_KEYS = ('"end_to_end_latency_s"', '"number_input_tokens"')
+_LLMPERF_SUMMARY_KEYS = ('"num_concurrent_requests"', '"results_ttft_s_quantiles_p50"')
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    """
+    The format of one file and why it was chosen.
+
+    Args:
+        format: A format name (``jsonl``, ``json``, ``csv``, ``parquet``, ``llmperf``) or
+            ``skip`` for a file that holds no calls (an llmperf summary).
+        why: One phrase for the user, e.g. ``"llmperf keys in a JSON array"``.
+    """
+
+    format: str
+    why: str
+
+
+def suffix_of(path: Path) -> str:
+    """
+    The format-bearing suffix of ``path``, ignoring a trailing ``.gz``.
+    """
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
+def read_head(path: Path) -> bytes:
+    """
+    The first bytes of a file, decompressed when it is gzip.
+
+    Raises:
+        InputFileError: The file is missing, empty, unreadable, or a broken gzip.
+    """
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except FileNotFoundError:
+        msg = f"{path}: no such file"
+        raise InputFileError(msg) from None
+    except OSError as exc:
+        msg = f"{path}: cannot read ({exc.strerror})"
+        raise InputFileError(msg) from None
+    if size == 0:
+        msg = f"{path}: empty file (0 bytes), nothing to ingest"
+        raise InputFileError(msg)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = gzip.GzipFile(fileobj=path.open("rb")).read(HEAD_BYTES)
+        except (OSError, EOFError, zlib.error) as exc:
+            msg = f"{path}: broken gzip file ({exc})"
+            raise InputFileError(msg) from None
+    return head
+
+
+def detect_format(path: Path, head: bytes) -> Detected:
+    """
+    Choose the format of a file from its suffix and first bytes.
+
+    Raises:
+        InputFileError: The file is empty, binary, or in no format tailkit reads.
+    """
+    if head[:4] == b"PAR1":
+        return Detected("parquet", "Parquet magic bytes")
+    if b"\x00" in head:
+        msg = f"{path}: binary file, not JSON, CSV or Parquet (use --format to force one)"
+        raise InputFileError(msg)
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if not text:
+        msg = f"{path}: empty file (only whitespace), nothing to ingest"
+        raise InputFileError(msg)
+    suffix = suffix_of(path)
+    if text[0] == "[":
+        if all(key in text for key in _LLMPERF_KEYS):
+            return Detected("llmperf", "llmperf keys in a JSON array")
+        return Detected("json", "a JSON array")
+    if text[0] == "{":
+        if all(key in text for key in _LLMPERF_SUMMARY_KEYS):
+            return Detected("skip", "an llmperf summary (read for model names)")
+        first = text.split("\n", 1)[0]
+        try:
+            json.loads(first)
+        except ValueError:
+            return Detected("json", "JSON objects spanning several lines")
+        return Detected("jsonl", "one JSON object per line")
+    if suffix in (".csv", ".tsv") or "," in text.split("\n", 1)[0]:
+        return Detected("csv", "comma-separated text" if suffix != ".tsv" else "tab-separated text")
+    msg = (
+        f"{path}: cannot tell the format (it starts with {text[:20]!r}); "
+        "pass --format jsonl|json|csv|parquet|llmperf"
+    )
+    raise InputFileError(msg)

@@ -1,0 +1,289 @@
+"""
+SQL that turns raw source columns into validated call-record columns.
+
+Every adapter describes where each call-record column comes from (`RawColumn`); `normalize_sql`
+wraps that in one SELECT that casts, converts units, and names the first problem of each row in
+``reason`` / ``detail``. Everything runs inside DuckDB; nothing loops over rows in Python.
+
+The order of the checks is the order a person would fix a row in: unreadable row, missing
+identity (model, provider), values that are not numbers or timestamps, values out of range,
+values that contradict each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES, Column
+
+
+NUMERIC_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+     "UBIGINT", "FLOAT", "DOUBLE", "REAL"}
+)  # fmt: skip
+
+_STATUS_SYNONYMS: Mapping[str, str] = {
+    "success": "ok", "succeeded": "ok", "completed": "ok", "200": "ok",
+    "failure": "error", "failed": "error", "fail": "error",
+    "timed_out": "timeout", "timedout": "timeout",
+    "canceled": "cancelled",
+    "rate_limit": "rate_limited", "ratelimited": "rate_limited", "429": "rate_limited",
+}  # fmt: skip
+
+
+def ident(name: str) -> str:
+    """
+    Quote an SQL identifier.
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(value: str) -> str:
+    """
+    Quote an SQL string literal.
+    """
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True, slots=True)
+class RawColumn:
+    """
+    Where one call-record column comes from: an SQL expression and its source type.
+
+    Args:
+        expr: SQL over the scan (a quoted column, a constant, or a computation).
+        sql_type: The DuckDB type of ``expr`` (``VARCHAR`` when parsed from text).
+        label: How to name the source in messages, e.g. ``column 'latency'``.
+    """
+
+    expr: str
+    sql_type: str
+    label: str
+
+
+def _is_numeric(sql_type: str) -> bool:
+    return sql_type.upper().split("(")[0] in NUMERIC_TYPES or sql_type.upper().startswith(
+        "DECIMAL"
+    )
+
+
+def _number(raw: RawColumn) -> str:
+    if _is_numeric(raw.sql_type):
+        return f"CAST({raw.expr} AS DOUBLE)"
+    return f"TRY_CAST({raw.expr} AS DOUBLE)"
+
+
+def _epoch(x: str) -> str:
+    # Epoch seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude:
+    # 1e11 s is the year 5138, 1e11 ms is 1973, so the ranges cannot be confused for real logs.
+    return (
+        f"CASE WHEN abs({x}) < 1e11 THEN to_timestamp({x}) "
+        f"WHEN abs({x}) < 1e14 THEN to_timestamp({x} / 1e3) "
+        f"WHEN abs({x}) < 1e17 THEN to_timestamp({x} / 1e6) "
+        f"ELSE to_timestamp({x} / 1e9) END"
+    )
+
+
+def _timestamp(raw: RawColumn) -> str:
+    kind = raw.sql_type.upper()
+    if kind.startswith("TIMESTAMP") or kind == "DATE":
+        return f"CAST({raw.expr} AS TIMESTAMPTZ)"
+    if _is_numeric(kind):
+        return _epoch(f"CAST({raw.expr} AS DOUBLE)")
+    text = f"CAST({raw.expr} AS VARCHAR)"
+    return f"coalesce({_epoch(f'TRY_CAST({text} AS DOUBLE)')}, TRY_CAST({text} AS TIMESTAMPTZ))"
+
+
+def _status(text: str) -> str:
+    whens = " ".join(f"WHEN {literal(k)} THEN {literal(v)}" for k, v in _STATUS_SYNONYMS.items())
+    known = ", ".join(literal(s) for s in STATUSES)
+    return (
+        f"CASE WHEN lower(trim({text})) IN ({known}) THEN lower(trim({text})) "
+        f"ELSE CASE lower(trim({text})) {whens} END END"
+    )
+
+
+def _shown(expr: str) -> str:
+    return f"'''' || left(CAST({expr} AS VARCHAR), 60) || ''''"
+
+
+@dataclass(frozen=True, slots=True)
+class _Check:
+    reason: str
+    condition: str
+    detail: str
+
+
+def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
+    name, v, r = col.name, f"v_{col.name}", f"r_{col.name}"
+    checks: list[_Check] = []
+    if col.kind in ("duration", "int"):
+        checks.append(
+            _Check(
+                "not_a_number",
+                f"{r} IS NOT NULL AND ({v} IS NULL OR NOT isfinite({v}))",
+                f"'{name} is not a finite number: ' || {_shown(r)} || ' (from {raw.label})'",
+            )
+        )
+        checks.append(
+            _Check("negative", f"{v} < 0", f"'{name} is negative: ' || {v}::VARCHAR")
+        )
+    if col.kind == "int":
+        checks.append(
+            _Check(
+                "not_an_integer",
+                f"{v} <> floor({v})",
+                f"'{name} is not a whole number: ' || {v}::VARCHAR",
+            )
+        )
+    if col.kind == "timestamp":
+        checks.append(
+            _Check(
+                "bad_timestamp",
+                f"{r} IS NOT NULL AND {v} IS NULL",
+                f"'{name} is not an ISO-8601 time or epoch number: ' || {_shown(r)}",
+            )
+        )
+    if col.kind == "bool":
+        checks.append(
+            _Check(
+                "not_a_boolean",
+                f"{r} IS NOT NULL AND {v} IS NULL",
+                f"'{name} is not true/false: ' || {_shown(r)}",
+            )
+        )
+    return checks
+
+
+def _value(col: Column, raw: RawColumn, duration_scale: float) -> tuple[str, str]:
+    """
+    The raw text expression and the typed value expression of one column.
+    """
+    if col.kind in ("duration", "int"):
+        scale = f" / {duration_scale!r}" if col.kind == "duration" and duration_scale != 1 else ""
+        return raw.expr, f"({_number(raw)}){scale}"
+    if col.kind == "timestamp":
+        return raw.expr, _timestamp(raw)
+    if col.kind == "bool":
+        if raw.sql_type.upper() == "BOOLEAN":
+            return raw.expr, raw.expr
+        return raw.expr, f"TRY_CAST(CAST({raw.expr} AS VARCHAR) AS BOOLEAN)"
+    text = f"NULLIF(trim(CAST({raw.expr} AS VARCHAR)), '')"
+    if col.name == "status":
+        return text, _status(text)
+    return text, text
+
+
+def normalize_sql(
+    scan: str,
+    raw: Mapping[str, RawColumn],
+    *,
+    extras: Sequence[tuple[str, str]] = (),
+    duration_scale: float = 1.0,
+    raw_text: str | None = None,
+    row_problem: tuple[str, str, str] | None = None,
+) -> str:
+    """
+    Build the SELECT that validates and types one scan.
+
+    Args:
+        scan: A FROM-clause item that yields the source rows in file order.
+        raw: Call-record column name → its source; columns not given are NULL.
+        extras: ``(key, expr)`` pairs kept in ``attrs`` as a JSON object.
+        duration_scale: Divide durations by this to get seconds (1000 for milliseconds).
+        raw_text: SQL for the row as read, kept with rejects (a JSON object of the raw values
+            when ``None``).
+        row_problem: ``(reason, condition, detail)`` for a row that could not be read at all.
+
+    Returns:
+        SQL with the stored columns (without provenance) plus ``reason``, ``detail`` and ``raw``.
+    """
+    inner: list[str] = []
+    checks: list[_Check] = []
+    if row_problem:
+        checks.append(_Check(*row_problem))
+    for name in ("model", "provider"):
+        checks.append(
+            _Check(
+                f"missing_{name}",
+                f"v_{name} IS NULL",
+                f"'{name} is missing (fill it with --map {name}=COLUMN or --set {name}=VALUE)'",
+            )
+        )
+    for col in SOURCE_COLUMNS:
+        source = raw.get(col.name)
+        if source is None:
+            inner.append(f"NULL::{col.sql_type} AS v_{col.name}, NULL AS r_{col.name}")
+            continue
+        r, v = _value(col, source, duration_scale)
+        inner.append(f"{r} AS r_{col.name}, {v} AS v_{col.name}")
+        checks.extend(_column_checks(col, source))
+    checks.extend(_cross_checks())
+    if raw_text is None:
+        pairs = ", ".join(f"{literal(k)}, r_{k}" for k in raw)
+        raw_text = f"json_object({pairs})::VARCHAR" if pairs else "NULL"
+    attrs = (
+        "json_object(" + ", ".join(f"{literal(k)}, {e}" for k, e in extras) + ")"
+        if extras
+        else "NULL::JSON"
+    )
+    reason = " ".join(f"WHEN {c.condition} THEN {literal(c.reason)}" for c in checks)
+    detail = " ".join(f"WHEN {c.condition} THEN {c.detail}" for c in checks)
+    out = ",\n  ".join(_stored(col) for col in SOURCE_COLUMNS)
+    return (
+        f"SELECT\n  {out},\n  {attrs} AS attrs,\n"
+        f"  CASE {reason} END AS reason,\n  CASE {detail} END AS detail,\n"
+        f"  CASE WHEN ({' OR '.join(f'({c.condition})' for c in checks)}) THEN {raw_text} END"
+        f" AS raw\nFROM (SELECT *, {', '.join(inner)} FROM {scan}) AS _src"
+    )
+
+
+def _cross_checks() -> list[_Check]:
+    roles = ", ".join(literal(r) for r in ROLES)
+    return [
+        _Check(
+            "bad_status",
+            "r_status IS NOT NULL AND v_status IS NULL",
+            f"'status ' || {_shown('r_status')} || ' is not one of {', '.join(STATUSES)}'",
+        ),
+        _Check(
+            "bad_role",
+            f"v_role IS NOT NULL AND lower(v_role) NOT IN ({roles})",
+            f"'role ' || {_shown('v_role')} || ' is not one of {', '.join(ROLES)}'",
+        ),
+        _Check(
+            "ttft_after_total",
+            "v_ttft_s > v_total_s",
+            "'ttft_s ' || v_ttft_s::VARCHAR || ' is larger than total_s ' || v_total_s::VARCHAR",
+        ),
+        _Check(
+            "ok_without_total",
+            "coalesce(v_status, 'ok') = 'ok' AND v_total_s IS NULL AND v_censored_at_s IS NULL "
+            "AND coalesce(v_http_status, 0) < 400",
+            "'total_s is empty but the call is not marked failed "
+            "(give its latency, or a status such as error or timeout)'",
+        ),
+    ]
+
+
+def _stored(col: Column) -> str:
+    v = f"v_{col.name}"
+    if col.name == "ttft_s":
+        # DESIGN.md §1: TTFT is NULL when unknown - never 0, never equal to the total.
+        return f"CASE WHEN {v} = 0 OR {v} = v_total_s THEN NULL ELSE {v} END AS ttft_s"
+    if col.name == "status":
+        return (
+            "coalesce(v_status, CASE WHEN v_http_status = 429 THEN 'rate_limited' "
+            "WHEN v_http_status >= 400 THEN 'error' "
+            "WHEN v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END) AS status"
+        )
+    if col.name == "role":
+        return "lower(v_role) AS role"
+    if col.name == "attempt":
+        return "coalesce(TRY_CAST(v_attempt AS INTEGER), 0) AS attempt"
+    if col.name == "abandoned":
+        return "coalesce(v_abandoned, false) AS abandoned"
+    if col.kind == "int":
+        return f"TRY_CAST({v} AS {col.sql_type}) AS {col.name}"
+    return f"{v} AS {col.name}"
