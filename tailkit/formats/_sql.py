@@ -121,18 +121,19 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     if col.kind in ("duration", "int"):
         checks.append(
             _Check(
-                "not_a_number",
+                f"{name}_not_a_number",
                 f"{r} IS NOT NULL AND ({v} IS NULL OR NOT isfinite({v}))",
-                f"'{name} is not a finite number: ' || {_shown(r)} || ' (from {raw.label})'",
+                f"'{name} is not a finite number: ' || {_shown(r)} || "
+                f"{literal(' (from ' + raw.label + ')')}",
             )
         )
         checks.append(
-            _Check("negative", f"{v} < 0", f"'{name} is negative: ' || {v}::VARCHAR")
+            _Check(f"{name}_negative", f"{v} < 0", f"'{name} is negative: ' || {v}::VARCHAR")
         )
     if col.kind == "int":
         checks.append(
             _Check(
-                "not_an_integer",
+                f"{name}_not_whole",
                 f"{v} <> floor({v})",
                 f"'{name} is not a whole number: ' || {v}::VARCHAR",
             )
@@ -140,7 +141,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     if col.kind == "timestamp":
         checks.append(
             _Check(
-                "bad_timestamp",
+                f"{name}_bad_timestamp",
                 f"{r} IS NOT NULL AND {v} IS NULL",
                 f"'{name} is not an ISO-8601 time or epoch number: ' || {_shown(r)}",
             )
@@ -148,7 +149,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     if col.kind == "bool":
         checks.append(
             _Check(
-                "not_a_boolean",
+                f"{name}_not_boolean",
                 f"{r} IS NOT NULL AND {v} IS NULL",
                 f"'{name} is not true/false: ' || {_shown(r)}",
             )

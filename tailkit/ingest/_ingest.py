@@ -267,11 +267,13 @@ def _stage(store: Store, path: Path, scan: Scan) -> None:
             f"CREATE TEMP TABLE {_READER_REJECTS} "
             "(record BIGINT, reason VARCHAR, detail VARCHAR, raw VARCHAR)"
         )
-    frm, row = _row_number_sql(scan)
+    # Rows of an uncommitted table carry rowids from a large offset: count from the first.
+    base = store.fetchone(f"SELECT coalesce(min(rowid), 0) FROM {_STAGE}")
+    frm, row = _row_number_sql(scan, int(base[0]) if base else 0)
     store.execute(f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, {row} AS source_row FROM {frm}")
 
 
-def _row_number_sql(scan: Scan) -> tuple[str, str]:
+def _row_number_sql(scan: Scan, base: int) -> tuple[str, str]:
     """
     The FROM clause and the expression for each staged row's 1-based source row.
 
@@ -280,12 +282,12 @@ def _row_number_sql(scan: Scan) -> tuple[str, str]:
     good rows preceding each refused row).
     """
     if not scan.reader_rejects_sql:
-        return f"{_STAGE} s", "s.rowid + 1"
+        return f"{_STAGE} s", f"s.rowid - {base} + 1"
     return (
         f"{_STAGE} s ASOF LEFT JOIN (SELECT record - row_number() OVER (ORDER BY record) AS "
         f"good_before, row_number() OVER (ORDER BY record) AS n FROM {_READER_REJECTS}) rr "
-        "ON s.rowid + 1 > rr.good_before",
-        "s.rowid + 1 + coalesce(rr.n, 0)",
+        f"ON s.rowid - {base} + 1 > rr.good_before",
+        f"s.rowid - {base} + 1 + coalesce(rr.n, 0)",
     )
 
 

@@ -1,0 +1,6 @@
+import sys
+
+from tailkit._entry import main
+
+
+sys.exit(main())

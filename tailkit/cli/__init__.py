@@ -1,0 +1,209 @@
+"""
+The ``tailkit`` command line: typer wiring only (parse, one library call, print).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from tailkit.cli import _render
+from tailkit.cli._progress import IngestProgress
+from tailkit.errors import TailkitError
+from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
+from tailkit.record import Buckets
+from tailkit.store import DEFAULT_DB, Store, summarize
+
+
+app = typer.Typer(
+    name="tailkit",
+    help="Measure LLM latency tails and keep workflows inside their deadline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DbOption = Annotated[
+    Path, typer.Option("--db", help="The DuckDB store file.", show_default=True)
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+InputEdges = Annotated[
+    str | None,
+    typer.Option("--input-edges", help="Input-token bucket edges, e.g. 0,1k,4k,16k,64k."),
+]
+OutputEdges = Annotated[
+    str | None,
+    typer.Option("--output-edges", help="Output-token bucket edges, e.g. 0,64,256,600,1200,2400."),
+]
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"{flag} takes COLUMN=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _buckets(input_edges: str | None, output_edges: str | None) -> Buckets:
+    try:
+        default = Buckets()
+        return Buckets(
+            Buckets.parse_edges(input_edges) if input_edges else default.input_edges,
+            Buckets.parse_edges(output_edges) if output_edges else default.output_edges,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns.")],
+    db: DbOption = DEFAULT_DB,
+    format: Annotated[  # noqa: A002 - the flag is --format
+        str, typer.Option("--format", help="auto, jsonl, json, csv, parquet or llmperf.")
+    ] = "auto",
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. total_s=latency (repeatable)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
+    ] = None,
+    unit: Annotated[
+        str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Store nothing from a file with any bad row.")
+    ] = False,
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Load call logs into the store and print what was stored.
+
+    Every input row is stored, rejected (see `tailkit rejects`), or skipped as a duplicate;
+    the three counts always add up. Formats are detected per file (--format auto).
+
+    Example:
+
+        tailkit ingest data_samples/ --db calls.duckdb
+
+        tailkit ingest latency.csv --map total_s=latency_ms --unit ms --set provider=openai
+    """
+    options = ScanOptions(mapping=_pairs(map_, "--map"), sets=_pairs(set_, "--set"), unit=unit)
+    buckets = _buckets(input_edges, output_edges)
+    try:
+        with Store.open(db) as store:
+            files, _ = expand_paths(paths)
+            total = sum(f.stat().st_size for f in files)
+            with IngestProgress(store, total, enabled=not as_json) as progress:
+                report = ingest_paths(
+                    store, paths, format=format, options=options, strict=strict,
+                    progress=progress,
+                )  # fmt: skip
+            summary = summarize(store, buckets)
+    except TailkitError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(_render.ingest_json(report, summary))
+    else:
+        for line in [*_render.ingest_text(report), *_render.summary_text(summary)]:
+            typer.echo(line)
+    for error in report.errors:
+        typer.echo(_render.error_line(error), err=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def summary(
+    db: DbOption = DEFAULT_DB,
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Show what the store holds: calls per route with p50/p99, and calls per token bucket.
+
+    Example:
+
+        tailkit summary --db calls.duckdb --output-edges 0,256,1k
+    """
+    buckets = _buckets(input_edges, output_edges)
+    try:
+        with Store.open(db, read_only=True) as store:
+            result = summarize(store, buckets)
+    except TailkitError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(_render.summary_json(result), indent=2))
+        return
+    for line in _render.summary_text(result):
+        typer.echo(line)
+
+
+@app.command()
+def rejects(
+    db: DbOption = DEFAULT_DB,
+    reason: Annotated[str | None, typer.Option(help="Only this reason.")] = None,
+    file: Annotated[str | None, typer.Option(help="Only rows from this source file.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many rows.")] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    List rejected input rows with their file, row number, reason and raw text.
+
+    Example:
+
+        tailkit rejects --reason total_s_negative --limit 5
+    """
+    where, params = [], []
+    if reason:
+        where.append("reason = ?")
+        params.append(reason)
+    if file:
+        where.append("source_file = ?")
+        params.append(file)
+    filt = f"WHERE {' AND '.join(where)}" if where else ""
+    try:
+        with Store.open(db, read_only=True) as store:
+            rows = store.fetchall(
+                "SELECT source_file, source_row, reason, detail, raw FROM rejects "
+                f"{filt} ORDER BY ingest_id, source_row LIMIT ?",
+                [*params, limit],
+            )
+    except TailkitError as exc:
+        _fail(str(exc))
+    if as_json:
+        keys = ("source_file", "source_row", "reason", "detail", "raw")
+        typer.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
+        return
+    if not rows:
+        typer.echo("no rejected rows")
+    for source_file, row, why, detail, raw in rows:
+        typer.echo(f"{source_file}:{row}: {why}: {detail}")
+        if raw:
+            typer.echo(f"    {raw[:200]}")
+
+
+def main() -> None:
+    """
+    Run the app (for ``python -m tailkit.cli``).
+    """
+    app(prog_name="tailkit")
+    sys.exit(0)

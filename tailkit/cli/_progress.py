@@ -1,0 +1,84 @@
+"""
+A rich progress bar for long ingests, fed by ingest events and DuckDB's query progress.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pathlib import Path
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tailkit.errors import IngestError
+from tailkit.ingest import FileResult
+from tailkit.store import Store
+
+
+_BIG_BYTES = 32 * 1024 * 1024  # below this an ingest is over before a bar helps
+
+
+class IngestProgress:
+    """
+    Draws one bar over all bytes to read; inside a big file it follows DuckDB's progress.
+    """
+
+    def __init__(self, store: Store, total_bytes: int, *, enabled: bool) -> None:
+        self._store = store
+        self._done_bytes = 0
+        self._file_bytes = 0
+        self._stop = threading.Event()
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+            disable=not enabled or total_bytes < _BIG_BYTES,
+        )
+        self._task = self._bar.add_task("ingest", total=total_bytes)
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> IngestProgress:
+        self._bar.start()
+        self._poller.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._poller.join()
+        self._bar.stop()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                pct = self._store.query_progress()
+            except Exception:  # noqa: BLE001 - progress is best effort, never fatal
+                continue
+            if pct >= 0:
+                done = self._done_bytes + int(self._file_bytes * min(pct, 100.0) / 100.0)
+                self._bar.update(self._task, completed=done)
+
+    def start(self, path: Path, size_bytes: int) -> None:
+        """
+        A file is about to be read.
+        """
+        self._file_bytes = size_bytes
+        self._bar.update(self._task, description=f"ingest {path.name}")
+
+    def finish(self, result: FileResult | None, error: IngestError | None) -> None:
+        """
+        A file is done.
+        """
+        del result, error
+        self._done_bytes += self._file_bytes
+        self._file_bytes = 0
+        self._bar.update(self._task, completed=self._done_bytes)

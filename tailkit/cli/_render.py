@@ -1,0 +1,143 @@
+"""
+Plain-text and JSON renderings of library results, for the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dataclasses import asdict
+from typing import Any
+
+from tailkit.errors import IngestError
+from tailkit.ingest import FileResult, IngestReport
+from tailkit.store import StoreSummary
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _route(provider: str, model: str, width: int = 48) -> str:
+    name = f"{provider}/{model}"
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def file_line(result: FileResult) -> str:
+    """
+    One line per ingested file.
+    """
+    if result.skipped:
+        return f"skipped {result.path}: {result.why}"
+    again = (
+        f", already ingested as #{result.already_ingested}"
+        if result.already_ingested is not None
+        else ""
+    )
+    return (
+        f"{result.path}: {result.format} ({result.why}): {_n(result.rows_in)} rows, "
+        f"{_n(result.stored)} stored, {_n(result.rejected)} rejected, "
+        f"{_n(result.duplicates)} duplicates{again}"
+    )
+
+
+def ingest_text(report: IngestReport) -> list[str]:
+    """
+    The ingest summary: files, totals, rejects by reason.
+    """
+    lines = [file_line(f) for f in report.files if not f.skipped]
+    skipped: dict[str, int] = {}
+    for f in report.files:
+        if f.skipped:
+            skipped[f.why] = skipped.get(f.why, 0) + 1
+    lines.extend(f"skipped {n} file(s): {why}" for why, n in skipped.items())
+    totals = report.totals()
+    files = sum(1 for f in report.files if not f.skipped)
+    lines.append(
+        f"ingested {files} file(s): {_n(totals['rows_in'])} rows in = "
+        f"{_n(totals['stored'])} stored + {_n(totals['rejected'])} rejected + "
+        f"{_n(totals['duplicates'])} duplicates skipped"
+    )
+    reasons = report.reasons()
+    if reasons:
+        lines.append("rejected by reason: " + ", ".join(f"{k} {_n(v)}" for k, v in reasons.items()))
+        lines.append("see them with: tailkit rejects")
+    return lines
+
+
+def summary_text(summary: StoreSummary) -> list[str]:
+    """
+    The store overview: routes with their latency, and the token-bucket matrix.
+    """
+    lines = [
+        f"store: {_n(summary.calls)} calls, {_n(summary.rejects)} rejects, "
+        f"{_n(summary.ingests)} ingests"
+    ]
+    if not summary.routes:
+        return lines
+    names = [_route(r.provider, r.model) for r in summary.routes]
+    width = max(len(n) for n in names)
+    lines.append(
+        f"{'route':<{width}}  {'calls':>9}  {'ok':>9}  {'failed':>7}  {'cut':>6}  "
+        f"{'ttft':>9}  {'p50_s':>7}  {'p99_s':>7}"
+    )
+    for name, r in zip(names, summary.routes, strict=True):
+        lines.append(
+            f"{name:<{width}}  {_n(r.calls):>9}  {_n(r.ok):>9}  "
+            f"{_n(r.failed):>7}  {_n(r.censored):>6}  {_n(r.with_ttft):>9}  "
+            f"{_s(r.p50_s):>7}  {_s(r.p99_s):>7}"
+        )
+    lines.append("calls per token bucket (rows: input tokens, columns: output tokens)")
+    head = "".join(f"{label:>10}" for label in summary.output_labels)
+    lines.append(f"{'':>10}{head}")
+    for a in summary.input_labels:
+        cells = "".join(
+            f"{_n(summary.bucket_counts.get((a, b), 0)):>10}" for b in summary.output_labels
+        )
+        lines.append(f"{a:>10}{cells}")
+    return lines
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value)
+
+
+def ingest_json(report: IngestReport, summary: StoreSummary | None) -> str:
+    """
+    The ingest report (and store summary) as one JSON document.
+    """
+    doc: dict[str, Any] = {
+        "files": [asdict(f) for f in report.files],
+        "totals": report.totals(),
+        "rejected_by_reason": report.reasons(),
+        "errors": [str(e) for e in report.errors],
+    }
+    if summary is not None:
+        doc["store"] = summary_json(summary)
+    return json.dumps(doc, indent=2, default=_jsonable)
+
+
+def summary_json(summary: StoreSummary) -> dict[str, Any]:
+    """
+    The store summary as plain data.
+    """
+    return {
+        "calls": summary.calls,
+        "rejects": summary.rejects,
+        "ingests": summary.ingests,
+        "routes": [asdict(r) for r in summary.routes],
+        "buckets": [
+            {"input": a, "output": b, "calls": n} for (a, b), n in sorted(summary.bucket_counts.items())
+        ],
+    }
+
+
+def error_line(error: IngestError) -> str:
+    """
+    How one failed file is reported on stderr.
+    """
+    return f"Error: {error}"

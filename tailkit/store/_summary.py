@@ -1,0 +1,84 @@
+"""
+A short overview of what a store holds, for ``tailkit ingest`` and ``tailkit summary``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tailkit.record import Buckets
+
+
+if TYPE_CHECKING:
+    from tailkit.store._store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSummary:
+    """
+    Calls of one provider/model: counts by outcome and the ok calls' latency.
+    """
+
+    provider: str
+    model: str
+    calls: int
+    ok: int
+    failed: int
+    censored: int
+    with_ttft: int
+    p50_s: float | None
+    p99_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSummary:
+    """
+    Table sizes, calls per route, and calls per input x output token bucket.
+    """
+
+    calls: int
+    rejects: int
+    ingests: int
+    routes: list[RouteSummary]
+    input_labels: list[str]
+    output_labels: list[str]
+    bucket_counts: dict[tuple[str, str], int]
+
+
+def summarize(store: Store, buckets: Buckets | None = None) -> StoreSummary:
+    """
+    Summarize a store: what is in it, per route and per token bucket.
+
+    Args:
+        store: An open store.
+        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+    """
+    buckets = buckets or Buckets()
+    counts = store.counts()
+    rows = store.fetchall(
+        "SELECT provider, model, count(*), count(*) FILTER (status = 'ok'), "
+        "count(*) FILTER (status <> 'ok'), count(censored_at_s), count(ttft_s), "
+        "quantile_cont(total_s, 0.5) FILTER (status = 'ok'), "
+        "quantile_cont(total_s, 0.99) FILTER (status = 'ok') "
+        "FROM calls GROUP BY ALL ORDER BY 3 DESC, 1, 2"
+    )
+    routes = [RouteSummary(*row) for row in rows]
+    rel = store.calls_with_buckets(buckets)
+    cells = rel.aggregate("input_bucket, output_bucket, count(*)").fetchall()
+    input_labels = [buckets.input_label(e) for e in buckets.input_edges]
+    output_labels = [buckets.output_label(e) for e in buckets.output_edges]
+    found = {(str(a), str(b)): int(n) for a, b, n in cells}
+    if any(a == "?" for a, _ in found):
+        input_labels.append("?")
+    if any(b == "?" for _, b in found):
+        output_labels.append("?")
+    return StoreSummary(
+        calls=counts["calls"],
+        rejects=counts["rejects"],
+        ingests=counts["ingests"],
+        routes=routes,
+        input_labels=input_labels,
+        output_labels=output_labels,
+        bucket_counts=found,
+    )
