@@ -21,6 +21,8 @@ from tailkit.record import SOURCE_COLUMNS
 
 _MAPPABLE = tuple(c.name for c in SOURCE_COLUMNS)
 _MAX_LINE = 64 * 1024 * 1024
+# json_type() raises on invalid JSON, and SQL's AND/OR do not short-circuit: guard with CASE.
+_IS_OBJECT = "CASE WHEN json_valid(line) THEN json_type(line) = 'OBJECT' ELSE false END"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +207,7 @@ class JsonLines:
         return (
             "SELECT k, 'JSON' FROM (SELECT k, min(n) AS first FROM (SELECT unnest(json_keys(line))"
             f" AS k, n FROM (SELECT line, row_number() OVER () AS n FROM {self._lines(path)} "
-            "LIMIT 10000) WHERE json_valid(line) AND json_type(line) = 'OBJECT') GROUP BY k) "
+            f"LIMIT 10000) WHERE {_IS_OBJECT}) GROUP BY k) "
             "ORDER BY first, k"
         )
 
@@ -221,15 +223,16 @@ class JsonLines:
             f"maximum_object_size={_MAX_LINE})"
         )
         lines = (
-            f"(SELECT line AS _line, json_transform(line, {literal(_json_struct(typed))}) AS _j "
-            f"FROM {self._lines(path)} WHERE trim(line) <> '')"
+            f"(SELECT _line, _obj, json_transform(CASE WHEN _obj THEN _line END, "
+            f"{literal(_json_struct(typed))}) AS _j FROM (SELECT line AS _line, {_IS_OBJECT} "
+            f"AS _obj FROM {self._lines(path)} WHERE trim(line) <> ''))"
         )
         raw_l, extras_l, _ = resolve_columns(
             path, [(k, typed[k]) for k in keys], options, lambda k: f"_j.{ident(k)}"
         )
         problem = (
             "malformed_json",
-            "NOT json_valid(_line) OR json_type(_line) <> 'OBJECT'",
+            "NOT _obj",
             "'line is not a JSON object: ' || left(_line, 60)",
         )
         return Scan(
@@ -326,10 +329,12 @@ class Csv:
             f"rejects_scan={literal(self.rejects_scan)}, rejects_limit=0, "
             f"max_line_size={_MAX_LINE})"
         )
+        # The reader may log several errors for one line: keep the first, one reject per row.
         rejects = (
-            f"SELECT line - 1 AS record, 'malformed_row' AS reason, "
-            f"error_type || ': ' || error_message AS detail, csv_line AS raw "
-            f"FROM {self.rejects_table} ORDER BY line"
+            "SELECT line - 1 AS record, 'malformed_row' AS reason, "
+            "arg_min(error_type || ': ' || error_message, column_idx) AS detail, "
+            f"arg_min(csv_line, column_idx) AS raw FROM {self.rejects_table} "
+            "GROUP BY line ORDER BY line"
         )
         return Scan(
             format=self.name,

@@ -197,9 +197,33 @@ def _ingest_file(
         msg = f"{path}: not readable as {fmt_name} ({exc})"
         raise InputFileError(msg) from None
     scan = fmt.scan(str(path), sniffed, options)
+    try:
+        return _load(store, path, scan, scan.select_sql, (fmt_name, why), options, strict, sha)
+    except _FastReaderRefused:
+        # The fast reader refuses a whole file for one bad line; read it line by line instead
+        # so that only that line is rejected.
+        assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
+        return _load(store, path, scan, scan.fallback_sql, (fmt_name, why), options, strict, sha)
+
+
+class _FastReaderRefused(Exception):
+    pass
+
+
+def _load(
+    store: Store,
+    path: Path,
+    scan: Scan,
+    sql: str,
+    detected: tuple[str, str],
+    options: ScanOptions,
+    strict: bool,  # noqa: FBT001 - private helper
+    sha: Future[str],
+) -> FileResult:
+    fmt_name, why = detected
     started = time.time()
     with store.transaction():
-        _stage(store, path, scan)
+        _stage(store, path, scan, sql)
         counts = _count(store)
         _check_unit(store, path, options)
         if strict and counts["rejected"]:
@@ -242,23 +266,17 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _stage(store: Store, path: Path, scan: Scan) -> None:
+def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
     store.execute(f"DROP TABLE IF EXISTS {_STAGE}")
     for statement in scan.setup:
         store.execute(statement)
     try:
-        store.execute(f"CREATE TEMP TABLE {_STAGE} AS {scan.select_sql}")
+        store.execute(f"CREATE TEMP TABLE {_STAGE} AS {sql}")
     except QueryError as exc:
-        if scan.fallback_sql is None:
-            msg = f"{path}: not readable as {scan.format} ({exc})"
-            raise InputFileError(msg) from None
-        # The fast reader refuses a file with one bad line; read it line by line instead so
-        # that only that line is rejected.
-        try:
-            store.execute(f"CREATE TEMP TABLE {_STAGE} AS {scan.fallback_sql}")
-        except QueryError as again:
-            msg = f"{path}: not readable as {scan.format} ({again})"
-            raise InputFileError(msg) from None
+        if scan.fallback_sql is not None and sql != scan.fallback_sql:
+            raise _FastReaderRefused from exc
+        msg = f"{path}: not readable as {scan.format} ({exc})"
+        raise InputFileError(msg) from None
     store.execute(f"DROP TABLE IF EXISTS {_READER_REJECTS}")
     if scan.reader_rejects_sql:
         store.execute(f"CREATE TEMP TABLE {_READER_REJECTS} AS {scan.reader_rejects_sql}")
@@ -284,8 +302,9 @@ def _row_number_sql(scan: Scan, base: int) -> tuple[str, str]:
     if not scan.reader_rejects_sql:
         return f"{_STAGE} s", f"s.rowid - {base} + 1"
     return (
-        f"{_STAGE} s ASOF LEFT JOIN (SELECT record - row_number() OVER (ORDER BY record) AS "
-        f"good_before, row_number() OVER (ORDER BY record) AS n FROM {_READER_REJECTS}) rr "
+        f"{_STAGE} s ASOF LEFT JOIN (SELECT good_before, max(n) AS n FROM (SELECT record - "
+        "row_number() OVER (ORDER BY record) AS good_before, row_number() OVER (ORDER BY "
+        f"record) AS n FROM {_READER_REJECTS}) GROUP BY good_before) rr "
         f"ON s.rowid - {base} + 1 > rr.good_before",
         f"s.rowid - {base} + 1 + coalesce(rr.n, 0)",
     )
