@@ -25,10 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
+
 from pathlib import Path
 from typing import Any
 
 import duckdb
+
 
 TARGET = 0.8
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +44,7 @@ t0 = time.perf_counter()
 con = duckdb.connect(db)
 con.execute(f"CREATE TABLE t AS SELECT * FROM {reader}({path})")
 con.close()
-print(time.perf_counter() - t0)
+print("RESULT", time.perf_counter() - t0)
 """
 
 LIBRARY = """
@@ -57,7 +59,7 @@ store.close()
 elapsed = time.perf_counter() - t0
 if report.errors:
     sys.exit("; ".join(str(e) for e in report.errors))
-print(elapsed, report.totals()["stored"])
+print("RESULT", elapsed, report.totals()["stored"])
 """
 
 
@@ -73,15 +75,19 @@ def run(cmd: list[str]) -> tuple[float, str]:
     return wall, proc.stdout
 
 
+def result(stdout: str) -> list[str]:
+    """
+    The fields a child printed after ``RESULT`` (DuckDB may draw a progress bar before it).
+    """
+    return stdout.rsplit("RESULT ", 1)[-1].split()
+
+
 def count_rows(db: Path, table: str) -> int:
     """
     Rows in ``table`` of a closed DuckDB file.
     """
-    con = duckdb.connect(str(db), read_only=True)
-    try:
+    with duckdb.connect(str(db), read_only=True) as con:
         row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
-    finally:
-        con.close()
     return int(row[0]) if row else -1
 
 
@@ -114,13 +120,13 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
         quoted = "'" + data.replace("'", "''") + "'"
         wall, stdout = run([sys.executable, "-c", BASELINE, str(db), reader, quoted])
         check(f"baseline {fmt}", count_rows(db, "t"), rows)
-        out["base_lib"], out["base_cli"] = float(stdout.split()[0]), wall
+        out["base_lib"], out["base_cli"] = float(result(stdout)[0]), wall
         drop(db)
 
     def library() -> None:
         db = workdir / f"lib-{fmt}-{i}.duckdb"
         _, stdout = run([sys.executable, "-c", LIBRARY, str(db), data])
-        seconds, stored = stdout.split()[:2]
+        seconds, stored = result(stdout)[:2]
         check(f"tailkit library {fmt} (report)", int(stored), rows)
         check(f"tailkit library {fmt} (calls)", count_rows(db, "calls"), rows)
         out["tk_lib"] = float(seconds)
@@ -146,13 +152,8 @@ def machine() -> dict[str, Any]:
     What the numbers were measured on.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "nproc": cpus,
-        "cpu": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "duckdb": duckdb.__version__,
-        "platform": platform.platform(),
-    }
+    return {"nproc": cpus, "python": platform.python_version(), "duckdb": duckdb.__version__,
+            "platform": platform.platform()}  # fmt: skip
 
 
 def summarize(runs: dict[str, list[dict[str, float]]], rows: int) -> list[dict[str, Any]]:
@@ -160,10 +161,8 @@ def summarize(runs: dict[str, list[dict[str, float]]], rows: int) -> list[dict[s
     Median times, rows/s and ratio per (level, format).
     """
     table = []
-    for level, base_key, tk_key in (
-        ("library", "base_lib", "tk_lib"),
-        ("cli", "base_cli", "tk_cli"),
-    ):
+    levels = (("library", "base_lib", "tk_lib"), ("cli", "base_cli", "tk_cli"))
+    for level, base_key, tk_key in levels:
         for fmt, reps in runs.items():
             base = statistics.median(r[base_key] for r in reps)
             tk = statistics.median(r[tk_key] for r in reps)

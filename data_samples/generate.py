@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import sys
 import time
+
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 
 FloatA = npt.NDArray[np.float64]
 IntA = npt.NDArray[np.int64]

@@ -8,6 +8,7 @@ share one definition of the columns, their types and the token buckets.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ def _check_edges(name: str, edges: tuple[int, ...]) -> None:
         if not isinstance(value, int) or value < 0 or not math.isfinite(value):
             msg = f"{name} must be non-negative integers, got {value!r}"
             raise ValueError(msg)
-    if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(edges)):
         msg = f"{name} must be strictly increasing, got {', '.join(map(str, edges))}"
         raise ValueError(msg)
 

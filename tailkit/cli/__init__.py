@@ -28,9 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-DbOption = Annotated[
-    Path, typer.Option("--db", help="The DuckDB store file.", show_default=True)
-]
+DbOption = Annotated[Path, typer.Option("--db", help="The DuckDB store file.", show_default=True)]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 InputEdges = Annotated[
     str | None,
@@ -72,7 +70,7 @@ def _buckets(input_edges: str | None, output_edges: str | None) -> Buckets:
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns.")],
     db: DbOption = DEFAULT_DB,
-    format: Annotated[  # noqa: A002 - the flag is --format
+    format: Annotated[
         str, typer.Option("--format", help="auto, jsonl, json, csv, parquet or llmperf.")
     ] = "auto",
     map_: Annotated[

@@ -61,7 +61,7 @@ class IngestProgress:
         while not self._stop.wait(0.2):
             try:
                 pct = self._store.query_progress()
-            except Exception:  # noqa: BLE001 - progress is best effort, never fatal
+            except Exception:  # noqa: S112 - progress is best effort, never fatal
                 continue
             if pct >= 0:
                 done = self._done_bytes + int(self._file_bytes * min(pct, 100.0) / 100.0)

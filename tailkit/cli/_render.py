@@ -131,7 +131,8 @@ def summary_json(summary: StoreSummary) -> dict[str, Any]:
         "ingests": summary.ingests,
         "routes": [asdict(r) for r in summary.routes],
         "buckets": [
-            {"input": a, "output": b, "calls": n} for (a, b), n in sorted(summary.bucket_counts.items())
+            {"input": a, "output": b, "calls": n}
+            for (a, b), n in sorted(summary.bucket_counts.items())
         ],
     }
 

@@ -1,6 +1,8 @@
 """
-One module per log format: each turns a file into SQL over DuckDB's native readers that yields
-call-record columns (DESIGN.md §1). Formats never run SQL themselves; `tailkit.ingest` does.
+One module per log format, each turning a file into SQL for DuckDB's native readers.
+
+The SQL yields call-record columns (DESIGN.md §1). Formats never run SQL themselves;
+`tailkit.ingest` does.
 """
 
 from tailkit.formats._detect import SUFFIXES as SUFFIXES
@@ -16,7 +18,9 @@ from tailkit.formats._generic import check_options as check_options
 from tailkit.formats._llmperf import Llmperf
 
 
-FORMATS: dict[str, FileFormat] = {f.name: f for f in (JsonLines(), JsonDocument(), Csv(), Parquet(), Llmperf())}
+FORMATS: dict[str, FileFormat] = {
+    f.name: f for f in (JsonLines(), JsonDocument(), Csv(), Parquet(), Llmperf())
+}
 """Format name → adapter with ``sniff_sql(path)`` and ``scan(path, sniffed, options)``."""
 
 __all__ = [

@@ -157,10 +157,10 @@ def resolve_columns(
     for target, value in options.sets.items():
         raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
     for target in _MAPPABLE:
-        source = by_lower.get(target)
-        if target not in raw and source is not None and source not in used:
-            raw[target] = RawColumn(ref(source), types[source], f"column {source!r}")
-            used.add(source)
+        same = by_lower.get(target)
+        if target not in raw and same is not None and same not in used:
+            raw[target] = RawColumn(ref(same), types[same], f"column {same!r}")
+            used.add(same)
     for required, hint in (("model", "NAME"), ("provider", "NAME"), ("total_s", "COLUMN")):
         if required not in raw:
             flag = f"--map {required}=COLUMN" if hint == "COLUMN" else f"--set {required}={hint}"
@@ -182,9 +182,7 @@ def _json_types(keys: Sequence[str], options: ScanOptions) -> dict[str, str]:
     # Call-record columns are read as text (a bad value becomes a reject); the rest keep
     # their JSON shape for attrs.
     mapped = set(options.mapping.values())
-    return {
-        k: "VARCHAR" if k in mapped or k.lower() in _MAPPABLE else "JSON" for k in keys
-    }
+    return {k: "VARCHAR" if k in mapped or k.lower() in _MAPPABLE else "JSON" for k in keys}
 
 
 class JsonLines:
@@ -277,8 +275,7 @@ class JsonDocument:
         typed = _json_types([str(r[0]) for r in sniffed], options)
         raw, extras, notes = resolve_columns(path, list(typed.items()), options, ident)
         source = (
-            f"read_json({literal(path)}, columns={_struct(typed)}, "
-            f"maximum_object_size={_MAX_LINE})"
+            f"read_json({literal(path)}, columns={_struct(typed)}, maximum_object_size={_MAX_LINE})"
         )
         return Scan(
             format=self.name,
@@ -314,14 +311,12 @@ class Csv:
         """
         delim, quote, escape, cols = sniffed[0]
         names = [str(c["name"]) for c in cols]
-        raw, extras, notes = resolve_columns(
-            path, [(n, "VARCHAR") for n in names], options, ident
-        )
+        raw, extras, notes = resolve_columns(path, [(n, "VARCHAR") for n in names], options, ident)
 
         def opt(value: str) -> str:
             return literal("" if value == "(empty)" else value)
 
-        types = {n: "VARCHAR" for n in names}
+        types = dict.fromkeys(names, "VARCHAR")
         source = (
             f"read_csv({literal(path)}, auto_detect=false, header=true, delim={opt(delim)}, "
             f"quote={opt(quote)}, escape={opt(escape)}, columns={_struct(types)}, "

@@ -73,7 +73,9 @@ class Llmperf:
                 f"summary {summary}",
             )
         else:
-            msg = f"{path}: no llmperf summary at {summary} to name the model; pass --set model=NAME"
+            msg = (
+                f"{path}: no llmperf summary at {summary} to name the model; pass --set model=NAME"
+            )
             raise MappingError(msg)
         code = "TRY_CAST(error_code AS INTEGER)"
         raw = {

@@ -63,9 +63,7 @@ class RawColumn:
 
 
 def _is_numeric(sql_type: str) -> bool:
-    return sql_type.upper().split("(")[0] in NUMERIC_TYPES or sql_type.upper().startswith(
-        "DECIMAL"
-    )
+    return sql_type.upper().split("(")[0] in NUMERIC_TYPES or sql_type.upper().startswith("DECIMAL")
 
 
 def _number(raw: RawColumn) -> str:

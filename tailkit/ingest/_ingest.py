@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +125,7 @@ def ingest_paths(
     store: Store,
     paths: Iterable[str | Path],
     *,
-    format: str = "auto",  # noqa: A002 - the CLI flag is --format
+    format: str = "auto",
     options: ScanOptions | None = None,
     strict: bool = False,
     progress: Progress | None = None,
@@ -153,7 +153,8 @@ def ingest_paths(
     if format != "auto" and format not in FORMATS:
         msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
         raise IngestError(msg)
-    files, errors = expand_paths(paths)
+    files, missing = expand_paths(paths)
+    errors: list[IngestError] = list(missing)
     results: list[FileResult] = []
     with ThreadPoolExecutor(max_workers=1) as hasher:
         for path in files:
@@ -173,12 +174,12 @@ def ingest_paths(
     return IngestReport(results, errors)
 
 
-def _ingest_file(
+def _ingest_file(  # noqa: PLR0917 - private, called once
     store: Store,
     path: Path,
     format_name: str,
     options: ScanOptions,
-    strict: bool,  # noqa: FBT001 - private helper
+    strict: bool,
     hasher: ThreadPoolExecutor,
 ) -> FileResult:
     head = read_head(path)
@@ -199,25 +200,27 @@ def _ingest_file(
     scan = fmt.scan(str(path), sniffed, options)
     try:
         return _load(store, path, scan, scan.select_sql, (fmt_name, why), options, strict, sha)
-    except _FastReaderRefused:
+    except _FastReaderRefusedError:
         # The fast reader refuses a whole file for one bad line; read it line by line instead
         # so that only that line is rejected.
         assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
         return _load(store, path, scan, scan.fallback_sql, (fmt_name, why), options, strict, sha)
 
 
-class _FastReaderRefused(Exception):
-    pass
+class _FastReaderRefusedError(Exception):
+    """
+    The fast reader refused the file; the line-by-line reader should try.
+    """
 
 
-def _load(
+def _load(  # noqa: PLR0917 - private, called twice with the same shape
     store: Store,
     path: Path,
     scan: Scan,
     sql: str,
     detected: tuple[str, str],
     options: ScanOptions,
-    strict: bool,  # noqa: FBT001 - private helper
+    strict: bool,
     sha: Future[str],
 ) -> FileResult:
     fmt_name, why = detected
@@ -274,7 +277,7 @@ def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
         store.execute(f"CREATE TEMP TABLE {_STAGE} AS {sql}")
     except QueryError as exc:
         if scan.fallback_sql is not None and sql != scan.fallback_sql:
-            raise _FastReaderRefused from exc
+            raise _FastReaderRefusedError from exc
         msg = f"{path}: not readable as {scan.format} ({exc})"
         raise InputFileError(msg) from None
     store.execute(f"DROP TABLE IF EXISTS {_READER_REJECTS}")
@@ -288,7 +291,9 @@ def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
     # Rows of an uncommitted table carry rowids from a large offset: count from the first.
     base = store.fetchone(f"SELECT coalesce(min(rowid), 0) FROM {_STAGE}")
     frm, row = _row_number_sql(scan, int(base[0]) if base else 0)
-    store.execute(f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, {row} AS source_row FROM {frm}")
+    store.execute(
+        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, {row} AS source_row FROM {frm}"
+    )
 
 
 def _row_number_sql(scan: Scan, base: int) -> tuple[str, str]:

@@ -39,7 +39,9 @@ def expand_paths(args: Iterable[str | Path]) -> tuple[list[Path], list[InputFile
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and _wanted(p))
             if not found:
-                errors.append(InputFileError(f"{text}: folder has no .jsonl/.json/.csv/.parquet files"))
+                errors.append(
+                    InputFileError(f"{text}: folder has no .jsonl/.json/.csv/.parquet files")
+                )
             files.extend(found)
         elif path.exists():
             files.append(path)

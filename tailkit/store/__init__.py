@@ -4,12 +4,12 @@ The DuckDB store: schema, inserts, dedupe, rejects and queries.
 
 from tailkit.store._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from tailkit.store._store import DEFAULT_DB as DEFAULT_DB
-from tailkit.store._summary import RouteSummary as RouteSummary
-from tailkit.store._summary import StoreSummary as StoreSummary
-from tailkit.store._summary import summarize as summarize
 from tailkit.store._store import IngestRecord as IngestRecord
 from tailkit.store._store import Store as Store
 from tailkit.store._store import bucket_columns_sql as bucket_columns_sql
+from tailkit.store._summary import RouteSummary as RouteSummary
+from tailkit.store._summary import StoreSummary as StoreSummary
+from tailkit.store._summary import summarize as summarize
 
 
 __all__ = [

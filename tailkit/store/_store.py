@@ -135,7 +135,9 @@ class Store:
         if version == current:
             return
         if read_only:
-            msg = f"{self.path} has store schema {version}: open it once without read-only to migrate"
+            msg = (
+                f"{self.path} has store schema {version}: open it once without read-only to migrate"
+            )
             raise StoreVersionError(msg)
         with self.transaction():
             reached = _schema.migrate(self.execute, version, migrations)

@@ -1,0 +1,93 @@
+"""
+The store file: created on first use, versioned, refused with a fix when it cannot be used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tailkit.errors import StoreError, StoreVersionError
+from tailkit.record import CALL_COLUMNS
+from tailkit.store import SCHEMA_VERSION, Store
+
+
+def test_new_store_has_the_call_record_and_its_version(tmp_path: Path) -> None:
+    """
+    A new file gets calls (DESIGN.md §1 columns), rejects, ingests and its schema version.
+    """
+    with Store.open(tmp_path / "s.duckdb") as store:
+        columns = store.fetchall(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'calls' ORDER BY ordinal_position"
+        )
+        version = store.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
+
+    assert [(c.name, c.sql_type.replace("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE"))
+            for c in CALL_COLUMNS] == columns  # fmt: skip
+    assert (str(SCHEMA_VERSION),) == version
+
+
+def test_a_newer_store_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """
+    A file from a newer tailkit is not touched; the message says to upgrade.
+    """
+    path = tmp_path / "s.duckdb"
+    Store.open(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+
+    with pytest.raises(StoreVersionError, match=r"schema 99 but this tailkit knows 1: upgrade"):
+        Store.open(path)
+
+
+def test_an_older_store_is_migrated(tmp_path: Path) -> None:
+    """
+    Migrations run in order from the file's version and record the new one.
+    """
+    with Store.open(tmp_path / "s.duckdb") as store:
+        store.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+        store.migrate(0, {0: ("ALTER TABLE calls ADD COLUMN migrated BOOLEAN",)})
+        version = store.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
+        column = store.fetchone(
+            "SELECT count(*) FROM information_schema.columns WHERE column_name = 'migrated'"
+        )
+
+    assert ("1",) == version
+    assert (1,) == column
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"not a database at all" * 100, "cannot open .* as a DuckDB store"),
+        (None, "not a tailkit store"),
+    ],
+)
+def test_other_files_are_refused(tmp_path: Path, content: bytes | None, message: str) -> None:
+    """
+    A non-DuckDB file, or a DuckDB file of something else, is named and left alone.
+    """
+    path = tmp_path / "other.duckdb"
+    if content is None:
+        con = duckdb.connect(str(path))
+        con.execute("CREATE TABLE x (a INT)")
+        con.close()
+    else:
+        path.write_bytes(content)
+
+    with pytest.raises(StoreError, match=message):
+        Store.open(path)
+
+
+def test_read_only_needs_an_existing_store(tmp_path: Path) -> None:
+    """
+    Commands that only read say to ingest first instead of creating an empty file.
+    """
+    with pytest.raises(StoreError, match="run `tailkit ingest` first"):
+        Store.open(tmp_path / "none.duckdb", read_only=True)
+
+    assert not (tmp_path / "none.duckdb").exists()
