@@ -23,8 +23,12 @@ def _s(value: float | None) -> str:
 
 
 def _route(provider: str, model: str, width: int = 48) -> str:
+    # Cut long model ids in the middle: their ends (size, version) tell routes apart.
     name = f"{provider}/{model}"
-    return name if len(name) <= width else name[: width - 1] + "…"
+    if len(name) <= width:
+        return name
+    head = width // 2
+    return name[:head] + "…" + name[len(name) - (width - head - 1) :]
 
 
 def file_line(result: FileResult) -> str:

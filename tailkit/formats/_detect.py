@@ -77,7 +77,8 @@ def read_head(path: Path) -> bytes:
         raise InputFileError(msg)
     if head[:2] == b"\x1f\x8b":
         try:
-            head = gzip.GzipFile(fileobj=path.open("rb")).read(HEAD_BYTES)
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
         except (OSError, EOFError, zlib.error) as exc:
             msg = f"{path}: broken gzip file ({exc})"
             raise InputFileError(msg) from None
