@@ -49,6 +49,22 @@ def test_import_contracts_are_kept() -> None:
     assert "0 broken" in run.stdout
 
 
+@pytest.mark.parametrize(
+    "tool",
+    [["ruff", "check", "tailkit", "tests", "benchmarks", "data_samples"], ["mypy"]],
+    ids=["ruff", "mypy"],
+)
+def test_lint_and_types_are_clean(tool: list[str]) -> None:
+    """
+    The ruff and mypy --strict checks configured in pyproject.toml report nothing.
+    """
+    run = subprocess.run(
+        [sys.executable, "-m", *tool], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+
+    assert 0 == run.returncode, run.stdout + run.stderr
+
+
 def test_command_without_the_extra_names_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
