@@ -60,6 +60,8 @@ class Scan:
         fallback_sql: The same, reading line by line, for when the fast reader refuses the file
             (malformed JSON lines); ``None`` when there is no such mode.
         reader_rejects_sql: Rows the reader itself refused, as ``(line, reason, detail, raw)``.
+        raw_lines_sql: ``(record, line)`` for every record, to show a rejected row exactly as
+            it was written; ``None`` when rows are not lines.
         setup: Statements to run before ``select_sql``.
         has_call_id: Whether the source provides ``call_id``.
         notes: Phrases for the user about how columns were mapped.
@@ -69,6 +71,7 @@ class Scan:
     select_sql: str
     fallback_sql: str | None = None
     reader_rejects_sql: str | None = None
+    raw_lines_sql: str | None = None
     setup: tuple[str, ...] = ()
     has_call_id: bool = False
     notes: tuple[str, ...] = ()
@@ -237,6 +240,10 @@ class JsonLines:
             format=self.name,
             select_sql=normalize_sql(
                 fast, raw, extras=extras, duration_scale=options.duration_scale
+            ),
+            raw_lines_sql=(
+                f"SELECT row_number() OVER () AS record, line FROM {self._lines(path)} "
+                "WHERE trim(line) <> ''"
             ),
             fallback_sql=normalize_sql(
                 lines,

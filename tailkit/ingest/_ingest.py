@@ -163,6 +163,14 @@ def ingest_paths(
                 progress.start(path, size)
             try:
                 result = _ingest_file(store, path, format, options, strict, hasher)
+            except QueryError as exc:
+                # A statement DuckDB refused midway (disk full, a reader bug): the file's
+                # transaction was rolled back, so report it like any failed file.
+                failed = IngestError(f"{path}: nothing stored, DuckDB refused a step ({exc})")
+                errors.append(failed)
+                if progress:
+                    progress.finish(None, failed)
+                continue
             except IngestError as exc:
                 errors.append(exc)
                 if progress:
@@ -292,8 +300,31 @@ def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
     base = store.fetchone(f"SELECT coalesce(min(rowid), 0) FROM {_STAGE}")
     frm, row = _row_number_sql(scan, int(base[0]) if base else 0)
     store.execute(
-        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, {row} AS source_row FROM {frm}"
+        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, s.rowid AS stage_rowid, {row} AS source_row "
+        f"FROM {frm}"
     )
+    if scan.raw_lines_sql and sql != scan.fallback_sql:
+        _exact_raw_lines(store, scan.raw_lines_sql)
+
+
+def _exact_raw_lines(store: Store, raw_lines_sql: str) -> None:
+    """
+    Show each rejected row as its line in the file, not as the values read from it.
+
+    This reads the file a second time, so it runs only when some row was rejected.
+    """
+    bad = f"SELECT source_row FROM {_ROWS} WHERE reason IS NOT NULL"
+    if not store.fetchall(f"{bad} LIMIT 1"):
+        return
+    store.execute(
+        f"CREATE OR REPLACE TEMP TABLE _tailkit_lines AS SELECT record, line "
+        f"FROM ({raw_lines_sql}) WHERE record IN ({bad})"
+    )
+    store.execute(
+        f"UPDATE {_STAGE} SET raw = l.line FROM (SELECT r.stage_rowid AS rid, l.line FROM {_ROWS} r "
+        f"JOIN _tailkit_lines l ON l.record = r.source_row) l WHERE {_STAGE}.rowid = l.rid"
+    )
+    store.execute("DROP TABLE _tailkit_lines")
 
 
 def _row_number_sql(scan: Scan, base: int) -> tuple[str, str]:
