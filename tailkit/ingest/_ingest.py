@@ -300,8 +300,8 @@ def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
     base = store.fetchone(f"SELECT coalesce(min(rowid), 0) FROM {_STAGE}")
     frm, row = _row_number_sql(scan, int(base[0]) if base else 0)
     store.execute(
-        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, s.rowid AS stage_rowid, {row} AS source_row "
-        f"FROM {frm}"
+        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, s.rowid AS stage_rowid, "
+        f"{row} AS source_row FROM {frm}"
     )
     if scan.raw_lines_sql and sql != scan.fallback_sql:
         _exact_raw_lines(store, scan.raw_lines_sql)
