@@ -321,8 +321,9 @@ def _exact_raw_lines(store: Store, raw_lines_sql: str) -> None:
         f"FROM ({raw_lines_sql}) WHERE record IN ({bad})"
     )
     store.execute(
-        f"UPDATE {_STAGE} SET raw = l.line FROM (SELECT r.stage_rowid AS rid, l.line FROM {_ROWS} r "
-        f"JOIN _tailkit_lines l ON l.record = r.source_row) l WHERE {_STAGE}.rowid = l.rid"
+        f"UPDATE {_STAGE} SET raw = l.line FROM (SELECT r.stage_rowid AS rid, l.line "
+        f"FROM {_ROWS} r JOIN _tailkit_lines l ON l.record = r.source_row) l "
+        f"WHERE {_STAGE}.rowid = l.rid"
     )
     store.execute("DROP TABLE _tailkit_lines")
 
