@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tailkit.errors import MappingError, UnitError
+from tailkit.errors import IngestError, MappingError, UnitError
 from tailkit.ingest import ScanOptions, ingest_paths
 from tailkit.store import Store
 
@@ -182,3 +182,52 @@ def test_any_column_names_map_to_the_same_calls(
 
     assert report.ok
     assert [("gpt-4o", 1.25, 0.5, 120), ("gpt-4o", 7.5, None, 800)] == rows
+
+
+def test_broken_json_array_is_one_file_error(store: Store, tmp_path: Path) -> None:
+    """
+    A JSON document that does not parse cannot be split into rows: one error, nothing stored.
+    """
+    path = tmp_path / "broken.json"
+    path.write_text('[{"provider": "p", "model": "m", "total_s": 1.0}, {"provider": ')
+    report = ingest_paths(store, [path])
+
+    assert 1 == len(report.errors)
+    assert str(report.errors[0]).startswith(f"{path}: not readable as json (")
+    assert {"calls": 0, "rejects": 0, "ingests": 0} == store.counts()
+
+
+def test_globs_and_folders_pick_known_suffixes(store: Store, tmp_path: Path) -> None:
+    """
+    Globs and folders take .jsonl/.csv/... files only; an empty match is an error.
+    """
+    _write(tmp_path, "csv", _ROWS)
+    (tmp_path / "notes.txt").write_text("not a log")
+    report = ingest_paths(store, [str(tmp_path / "*.csv"), tmp_path / "nothing-*.jsonl"])
+
+    assert ["rows.csv"] == [f.path.name for f in report.files]
+    assert [f"{tmp_path / 'nothing-*.jsonl'}: pattern matches no files"] == [
+        str(e) for e in report.errors
+    ]
+
+
+def test_forced_format_is_reported(store: Store, tmp_path: Path) -> None:
+    """
+    --format skips detection and says so.
+    """
+    path = _write(tmp_path, "csv", _ROWS)
+    report = ingest_paths(store, [path], format="csv")
+
+    assert ("csv", "--format", 2) == (
+        report.files[0].format,
+        report.files[0].why,
+        report.files[0].stored,
+    )
+
+
+def test_unknown_format_name_is_refused(store: Store) -> None:
+    """
+    A --format that does not exist fails before any file is read.
+    """
+    with pytest.raises(IngestError, match=r"--format must be auto or one of jsonl, json"):
+        ingest_paths(store, [CORPUS], format="xml")
