@@ -99,12 +99,13 @@ def check(what: str, got: int, want: int) -> None:
         sys.exit(f"{what}: expected {want:,} rows, got {got:,}")
 
 
-def drop(db: Path) -> None:
+def drop(db: Path) -> Path:
     """
-    Delete a DuckDB file and its WAL.
+    Delete a DuckDB file and its WAL (before a run, so that it starts empty, and after it).
     """
     for p in (db, db.with_name(db.name + ".wal")):
         p.unlink(missing_ok=True)
+    return db
 
 
 def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict[str, float]:
@@ -116,7 +117,7 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
     out: dict[str, float] = {}
 
     def baseline() -> None:
-        db = workdir / f"base-{fmt}-{i}.duckdb"
+        db = drop(workdir / f"base-{fmt}-{i}.duckdb")
         quoted = "'" + data.replace("'", "''") + "'"
         wall, stdout = run([sys.executable, "-c", BASELINE, str(db), reader, quoted])
         check(f"baseline {fmt}", count_rows(db, "t"), rows)
@@ -124,7 +125,7 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
         drop(db)
 
     def library() -> None:
-        db = workdir / f"lib-{fmt}-{i}.duckdb"
+        db = drop(workdir / f"lib-{fmt}-{i}.duckdb")
         _, stdout = run([sys.executable, "-c", LIBRARY, str(db), data])
         seconds, stored = result(stdout)[:2]
         check(f"tailkit library {fmt} (report)", int(stored), rows)
@@ -133,7 +134,7 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
         drop(db)
 
     def cli() -> None:
-        db = workdir / f"cli-{fmt}-{i}.duckdb"
+        db = drop(workdir / f"cli-{fmt}-{i}.duckdb")
         wall, stdout = run([tailkit, "ingest", data, "--db", str(db), "--json"])
         check(f"tailkit CLI {fmt} (report)", int(json.loads(stdout)["totals"]["stored"]), rows)
         check(f"tailkit CLI {fmt} (calls)", count_rows(db, "calls"), rows)

@@ -11,11 +11,12 @@ from tailkit.formats._detect import detect_format as detect_format
 from tailkit.formats._detect import read_head as read_head
 from tailkit.formats._detect import suffix_of as suffix_of
 from tailkit.formats._generic import Csv, JsonDocument, JsonLines, Parquet
-from tailkit.formats._generic import FileFormat as FileFormat
-from tailkit.formats._generic import Scan as Scan
-from tailkit.formats._generic import ScanOptions as ScanOptions
-from tailkit.formats._generic import check_options as check_options
 from tailkit.formats._llmperf import Llmperf
+from tailkit.formats._mapping import FileFormat as FileFormat
+from tailkit.formats._mapping import Scan as Scan
+from tailkit.formats._mapping import ScanOptions as ScanOptions
+from tailkit.formats._mapping import check_options as check_options
+from tailkit.formats._sql import REJECT_STATUS as REJECT_STATUS
 
 
 FORMATS: dict[str, FileFormat] = {
@@ -25,6 +26,7 @@ FORMATS: dict[str, FileFormat] = {
 
 __all__ = [
     "FORMATS",
+    "REJECT_STATUS",
     "SUFFIXES",
     "Detected",
     "FileFormat",

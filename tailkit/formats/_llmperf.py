@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.errors import MappingError
-from tailkit.formats._generic import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import Scan, ScanOptions, check_options
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 
 

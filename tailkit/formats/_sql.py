@@ -96,9 +96,11 @@ def _timestamp(raw: RawColumn) -> str:
 def _status(text: str) -> str:
     whens = " ".join(f"WHEN {literal(k)} THEN {literal(v)}" for k, v in _STATUS_SYNONYMS.items())
     known = ", ".join(literal(s) for s in STATUSES)
+    folded = f"lower(trim({text}))"
+    # Exact names first: folding case and spaces costs a string copy per row.
     return (
-        f"CASE WHEN lower(trim({text})) IN ({known}) THEN lower(trim({text})) "
-        f"ELSE CASE lower(trim({text})) {whens} END END"
+        f"CASE WHEN {text} IN ({known}) THEN {text} WHEN {folded} IN ({known}) THEN {folded} "
+        f"ELSE CASE {folded} {whens} END END"
     )
 
 
@@ -155,9 +157,17 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     return checks
 
 
+def _text(raw: RawColumn) -> str:
+    # Empty strings mean "not given"; values are not trimmed (a copy of every string costs
+    # more than the rare padded value is worth).
+    if raw.sql_type.upper() == "VARCHAR":
+        return f"NULLIF({raw.expr}, '')"
+    return f"NULLIF(CAST({raw.expr} AS VARCHAR), '')"
+
+
 def _value(col: Column, raw: RawColumn, duration_scale: float) -> tuple[str, str]:
     """
-    The raw text expression and the typed value expression of one column.
+    The raw expression and the typed value expression of one column.
     """
     if col.kind in ("duration", "int"):
         scale = f" / {duration_scale!r}" if col.kind == "duration" and duration_scale != 1 else ""
@@ -168,10 +178,17 @@ def _value(col: Column, raw: RawColumn, duration_scale: float) -> tuple[str, str
         if raw.sql_type.upper() == "BOOLEAN":
             return raw.expr, raw.expr
         return raw.expr, f"TRY_CAST(CAST({raw.expr} AS VARCHAR) AS BOOLEAN)"
-    text = f"NULLIF(trim(CAST({raw.expr} AS VARCHAR)), '')"
+    text = _text(raw)
     if col.name == "status":
         return text, _status(text)
+    if col.name == "role":
+        roles = ", ".join(literal(r) for r in ROLES)
+        return text, f"CASE WHEN {text} IN ({roles}) THEN {text} ELSE lower(trim({text})) END"
     return text, text
+
+
+REJECT_STATUS = "!reject"
+"""``status`` of a row that failed validation; its ``attrs`` hold reason, detail and raw."""
 
 
 def normalize_sql(
@@ -184,7 +201,12 @@ def normalize_sql(
     row_problem: tuple[str, str, str] | None = None,
 ) -> str:
     """
-    Build the SELECT that validates and types one scan.
+    Build the SELECT that validates and types one scan, in one pass over the file.
+
+    A good row comes out as call-record columns. A bad row comes out too, in the same place,
+    with ``status`` = `REJECT_STATUS` and ``attrs`` = ``{"reason", "detail", "raw"}``, so that
+    the file is read once and the store can move bad rows to ``rejects`` afterwards. ``detail``
+    and ``raw`` are computed for bad rows only.
 
     Args:
         scan: A FROM-clause item that yields the source rows in file order.
@@ -196,7 +218,7 @@ def normalize_sql(
         row_problem: ``(reason, condition, detail)`` for a row that could not be read at all.
 
     Returns:
-        SQL with the stored columns (without provenance) plus ``reason``, ``detail`` and ``raw``.
+        SQL yielding the source columns of the call record (`SOURCE_COLUMNS`) and ``attrs``.
     """
     inner: list[str] = []
     checks: list[_Check] = []
@@ -229,12 +251,14 @@ def normalize_sql(
     )
     reason = " ".join(f"WHEN {c.condition} THEN {literal(c.reason)}" for c in checks)
     detail = " ".join(f"WHEN {c.condition} THEN {c.detail}" for c in checks)
-    out = ",\n  ".join(_stored(col) for col in SOURCE_COLUMNS)
+    out = ",\n  ".join(_stored(col) for col in SOURCE_COLUMNS if col.name != "status")
+    bad = f"json_object('reason', reason, 'detail', CASE {detail} END, 'raw', {raw_text})"
     return (
-        f"SELECT\n  {out},\n  {attrs} AS attrs,\n"
-        f"  CASE {reason} END AS reason,\n  CASE {detail} END AS detail,\n"
-        f"  CASE WHEN ({' OR '.join(f'({c.condition})' for c in checks)}) THEN {raw_text} END"
-        f" AS raw\nFROM (SELECT *, {', '.join(inner)} FROM {scan}) AS _src"
+        f"SELECT\n  {out},\n"
+        f"  CASE WHEN reason IS NULL THEN {_STATUS} ELSE {literal(REJECT_STATUS)} END AS status,\n"
+        f"  CASE WHEN reason IS NULL THEN {attrs} ELSE {bad} END AS attrs\n"
+        f"FROM (SELECT *, CASE {reason} END AS reason "
+        f"FROM (SELECT *, {', '.join(inner)} FROM {scan}) AS _src) AS _checked"
     )
 
 
@@ -248,7 +272,7 @@ def _cross_checks() -> list[_Check]:
         ),
         _Check(
             "bad_role",
-            f"v_role IS NOT NULL AND lower(v_role) NOT IN ({roles})",
+            f"v_role IS NOT NULL AND v_role NOT IN ({roles})",
             f"'role ' || {_shown('v_role')} || ' is not one of {', '.join(ROLES)}'",
         ),
         _Check(
@@ -266,19 +290,20 @@ def _cross_checks() -> list[_Check]:
     ]
 
 
+_STATUS = (
+    "coalesce(v_status, CASE WHEN v_http_status = 429 THEN 'rate_limited' "
+    "WHEN v_http_status >= 400 THEN 'error' "
+    "WHEN v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END)"
+)
+"""A row without a status: a 429 is rate-limited, other HTTP errors are errors, a cut is a
+timeout, and anything else finished."""
+
+
 def _stored(col: Column) -> str:
     v = f"v_{col.name}"
     if col.name == "ttft_s":
         # DESIGN.md §1: TTFT is NULL when unknown - never 0, never equal to the total.
         return f"CASE WHEN {v} = 0 OR {v} = v_total_s THEN NULL ELSE {v} END AS ttft_s"
-    if col.name == "status":
-        return (
-            "coalesce(v_status, CASE WHEN v_http_status = 429 THEN 'rate_limited' "
-            "WHEN v_http_status >= 400 THEN 'error' "
-            "WHEN v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END) AS status"
-        )
-    if col.name == "role":
-        return "lower(v_role) AS role"
     if col.name == "attempt":
         return "coalesce(TRY_CAST(v_attempt AS INTEGER), 0) AS attempt"
     if col.name == "abandoned":

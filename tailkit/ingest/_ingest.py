@@ -1,17 +1,15 @@
 """
 Ingest: detect each file's format, read it inside DuckDB, validate, and store it.
 
-Each file is one transaction. Its rows are read once into a temporary table of validated,
-typed columns (``reason`` is NULL for a good row); from there good rows that are new go to
-``calls``, bad ones to ``rejects``, and the rest are counted as duplicates, so the three counts
-always add up to the rows read. A file that fails as a whole (unreadable, unmapped, wrong unit,
-``--strict``) leaves nothing behind.
+Each file is one transaction (see `tailkit.ingest._load` for the one pass that reads it).
+Good rows that are new go to ``calls``, bad ones to ``rejects``, and the rest are counted as
+duplicates, so the three counts always add up to the rows read. A file that fails as a whole
+(unreadable, unmapped, wrong unit, ``--strict``) leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 
 from collections.abc import Iterable
@@ -20,17 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tailkit.errors import IngestError, InputFileError, QueryError, StrictModeError, UnitError
-from tailkit.formats import FORMATS, Scan, ScanOptions, check_options, detect_format, read_head
+from tailkit.errors import IngestError, InputFileError, QueryError
+from tailkit.formats import FORMATS, ScanOptions, check_options, detect_format, read_head
+from tailkit.ingest._load import (
+    AlreadyIngestedError,
+    Counts,
+    FastReaderRefusedError,
+    FileLoad,
+    options_json,
+)
 from tailkit.ingest._paths import expand_paths
-from tailkit.record import CALL_COLUMNS
 from tailkit.store import Store
-
-
-_STAGE = "_tailkit_stage"
-_READER_REJECTS = "_tailkit_reader_rejects"
-_ROWS = "_tailkit_rows"
-_MS_LOOKING_MEDIAN_S = 1000.0  # a median call of 17 minutes is a millisecond column
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +111,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _options_json(fmt: str, options: ScanOptions) -> str:
-    return json.dumps(
-        {"format": fmt, "map": dict(options.mapping), "set": dict(options.sets),
-         "unit": options.unit},
-        sort_keys=True,
-    )  # fmt: skip
-
-
 def ingest_paths(
     store: Store,
     paths: Iterable[str | Path],
@@ -162,7 +152,7 @@ def ingest_paths(
             if progress:
                 progress.start(path, size)
             try:
-                result = _ingest_file(store, path, format, options, strict, hasher)
+                result = _ingest_file(store, path, format, options, strict=strict, hasher=hasher)
             except QueryError as exc:
                 # A statement DuckDB refused midway (disk full, a reader bug): the file's
                 # transaction was rolled back, so report it like any failed file.
@@ -182,11 +172,12 @@ def ingest_paths(
     return IngestReport(results, errors)
 
 
-def _ingest_file(  # noqa: PLR0917 - private, called once
+def _ingest_file(
     store: Store,
     path: Path,
     format_name: str,
     options: ScanOptions,
+    *,
     strict: bool,
     hasher: ThreadPoolExecutor,
 ) -> FileResult:
@@ -198,7 +189,6 @@ def _ingest_file(  # noqa: PLR0917 - private, called once
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
     fmt = FORMATS[fmt_name]
-    sha: Future[str] = hasher.submit(_sha256, path)
     sniff = fmt.sniff_sql(str(path))
     try:
         sniffed = store.fetchall(sniff) if sniff else []
@@ -206,224 +196,32 @@ def _ingest_file(  # noqa: PLR0917 - private, called once
         msg = f"{path}: not readable as {fmt_name} ({exc})"
         raise InputFileError(msg) from None
     scan = fmt.scan(str(path), sniffed, options)
-    try:
-        return _load(store, path, scan, scan.select_sql, (fmt_name, why), options, strict, sha)
-    except _FastReaderRefusedError:
-        # The fast reader refuses a whole file for one bad line; read it line by line instead
-        # so that only that line is rejected.
-        assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
-        return _load(store, path, scan, scan.fallback_sql, (fmt_name, why), options, strict, sha)
-
-
-class _FastReaderRefusedError(Exception):
-    """
-    The fast reader refused the file; the line-by-line reader should try.
-    """
-
-
-def _load(  # noqa: PLR0917 - private, called twice with the same shape
-    store: Store,
-    path: Path,
-    scan: Scan,
-    sql: str,
-    detected: tuple[str, str],
-    options: ScanOptions,
-    strict: bool,
-    sha: Future[str],
-) -> FileResult:
-    fmt_name, why = detected
+    sha: Future[str] = hasher.submit(_sha256, path)
+    load = FileLoad(store, path, scan, options, options_json(fmt_name, options), sha.result)
     started = time.time()
-    with store.transaction():
-        _stage(store, path, scan, sql)
-        counts = _count(store)
-        _check_unit(store, path, options)
-        if strict and counts["rejected"]:
-            _refuse_strict(store, path, counts["rejected"])
-        content = sha.result()
-        opts = _options_json(fmt_name, options)
-        previous = store.find_ingest(content, opts)
-        ingest_id = store.next_ingest_id()
-        stored = rejected = 0
-        if previous is None:
-            stored = _insert_calls(store, scan, path, ingest_id, content)
-            rejected = _insert_rejects(store, path, ingest_id)
-        rows_in = counts["rows_in"]
-        result = FileResult(
-            path, fmt_name, why, rows_in=rows_in, stored=stored, rejected=rejected,
-            duplicates=rows_in - stored - rejected,
-            reasons=_reasons(store) if previous is None else {},
-            ingest_id=ingest_id,
-            already_ingested=previous.ingest_id if previous else None,
-            notes=scan.notes,
-        )  # fmt: skip
-        store.execute(
-            "INSERT INTO ingests VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?, ?, to_timestamp(?), "
-            "to_timestamp(?), ?)",
-            [ingest_id, str(path), content, fmt_name, opts, rows_in, stored, rejected,
-             result.duplicates, started, time.time(), _version()],
-        )  # fmt: skip
-        store.execute(f"DROP VIEW {_ROWS}")
-        store.execute(f"DROP TABLE {_STAGE}")
-        store.execute(f"DROP TABLE {_READER_REJECTS}")
-    return result
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        return version("tailkit")
-    except PackageNotFoundError:  # running from a source tree
-        return "0+unknown"
+        counts = _transaction(load, scan.select_sql, strict=strict, started=started)
+    except FastReaderRefusedError:
+        # The fast reader refuses a whole file for one value that does not fit; read it the
+        # forgiving way so that only the bad rows are rejected.
+        assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
+        counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
+    except AlreadyIngestedError as again:
+        with store.transaction():
+            ingest_id = store.next_ingest_id()
+            n = again.rows_in
+            load.record(ingest_id, sha.result(), n, 0, 0, n, started)
+        return FileResult(
+            path, fmt_name, why, rows_in=n, duplicates=n, ingest_id=ingest_id,
+            already_ingested=again.previous.ingest_id, notes=scan.notes,
+        )  # fmt: skip
+    return FileResult(
+        path, fmt_name, why, rows_in=counts.rows_in, stored=counts.stored,
+        rejected=counts.rejected, duplicates=counts.duplicates, reasons=counts.reasons,
+        ingest_id=counts.ingest_id, notes=scan.notes,
+    )  # fmt: skip
 
 
-def _stage(store: Store, path: Path, scan: Scan, sql: str) -> None:
-    store.execute(f"DROP TABLE IF EXISTS {_STAGE}")
-    for statement in scan.setup:
-        store.execute(statement)
-    try:
-        store.execute(f"CREATE TEMP TABLE {_STAGE} AS {sql}")
-    except QueryError as exc:
-        if scan.fallback_sql is not None and sql != scan.fallback_sql:
-            raise _FastReaderRefusedError from exc
-        msg = f"{path}: not readable as {scan.format} ({exc})"
-        raise InputFileError(msg) from None
-    store.execute(f"DROP TABLE IF EXISTS {_READER_REJECTS}")
-    if scan.reader_rejects_sql:
-        store.execute(f"CREATE TEMP TABLE {_READER_REJECTS} AS {scan.reader_rejects_sql}")
-    else:
-        store.execute(
-            f"CREATE TEMP TABLE {_READER_REJECTS} "
-            "(record BIGINT, reason VARCHAR, detail VARCHAR, raw VARCHAR)"
-        )
-    # Rows of an uncommitted table carry rowids from a large offset: count from the first.
-    base = store.fetchone(f"SELECT coalesce(min(rowid), 0) FROM {_STAGE}")
-    frm, row = _row_number_sql(scan, int(base[0]) if base else 0)
-    store.execute(
-        f"CREATE OR REPLACE TEMP VIEW {_ROWS} AS SELECT s.*, s.rowid AS stage_rowid, "
-        f"{row} AS source_row FROM {frm}"
-    )
-    if scan.raw_lines_sql and sql != scan.fallback_sql:
-        _exact_raw_lines(store, scan.raw_lines_sql)
-
-
-def _exact_raw_lines(store: Store, raw_lines_sql: str) -> None:
-    """
-    Show each rejected row as its line in the file, not as the values read from it.
-
-    This reads the file a second time, so it runs only when some row was rejected.
-    """
-    bad = f"SELECT source_row FROM {_ROWS} WHERE reason IS NOT NULL"
-    if not store.fetchall(f"{bad} LIMIT 1"):
-        return
-    store.execute(
-        f"CREATE OR REPLACE TEMP TABLE _tailkit_lines AS SELECT record, line "
-        f"FROM ({raw_lines_sql}) WHERE record IN ({bad})"
-    )
-    store.execute(
-        f"UPDATE {_STAGE} SET raw = l.line FROM (SELECT r.stage_rowid AS rid, l.line "
-        f"FROM {_ROWS} r JOIN _tailkit_lines l ON l.record = r.source_row) l "
-        f"WHERE {_STAGE}.rowid = l.rid"
-    )
-    store.execute("DROP TABLE _tailkit_lines")
-
-
-def _row_number_sql(scan: Scan, base: int) -> tuple[str, str]:
-    """
-    The FROM clause and the expression for each staged row's 1-based source row.
-
-    Rows the reader refused are not in the stage, so the stage's own order skips them: shift
-    each staged row past every refused row that came before it (an ASOF join on the count of
-    good rows preceding each refused row).
-    """
-    if not scan.reader_rejects_sql:
-        return f"{_STAGE} s", f"s.rowid - {base} + 1"
-    return (
-        f"{_STAGE} s ASOF LEFT JOIN (SELECT good_before, max(n) AS n FROM (SELECT record - "
-        "row_number() OVER (ORDER BY record) AS good_before, row_number() OVER (ORDER BY "
-        f"record) AS n FROM {_READER_REJECTS}) GROUP BY good_before) rr "
-        f"ON s.rowid - {base} + 1 > rr.good_before",
-        f"s.rowid - {base} + 1 + coalesce(rr.n, 0)",
-    )
-
-
-def _count(store: Store) -> dict[str, int]:
-    row = store.fetchone(
-        f"SELECT count(*), count(reason), (SELECT count(*) FROM {_READER_REJECTS}) FROM {_STAGE}"
-    )
-    assert row is not None  # noqa: S101 - aggregates always return a row
-    return {"rows_in": int(row[0]) + int(row[2]), "rejected": int(row[1]) + int(row[2])}
-
-
-def _check_unit(store: Store, path: Path, options: ScanOptions) -> None:
-    if options.unit is not None:
-        return
-    row = store.fetchone(f"SELECT median(total_s) FROM {_STAGE} WHERE reason IS NULL")
-    median = row[0] if row else None
-    if median is not None and median > _MS_LOOKING_MEDIAN_S:
-        msg = (
-            f"{path}: total_s values look like milliseconds (median {median:,.0f}); "
-            "pass --unit ms, or --unit s if they really are seconds"
-        )
-        raise UnitError(msg)
-
-
-def _refuse_strict(store: Store, path: Path, rejected: int) -> None:
-    rows = store.fetchall(_rejects_select(path, 0) + " ORDER BY source_row LIMIT 5")
-    shown = "; ".join(f"row {r[2]}: {r[4]}" for r in rows)
-    msg = f"{path}: {rejected:,} bad row(s), nothing stored (--strict); first: {shown}"
-    raise StrictModeError(msg)
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _rejects_select(path: Path, ingest_id: int) -> str:
-    src = _literal(str(path))
-    return (
-        f"SELECT * FROM (SELECT {ingest_id} AS ingest_id, {src} AS source_file, source_row, "
-        f"reason, detail, raw FROM {_ROWS} WHERE reason IS NOT NULL "
-        f"UNION ALL SELECT {ingest_id}, {src}, record, reason, detail, raw "
-        f"FROM {_READER_REJECTS})"
-    )
-
-
-def _insert_rejects(store: Store, path: Path, ingest_id: int) -> int:
-    row = store.fetchone(f"INSERT INTO rejects {_rejects_select(path, ingest_id)}")
-    return int(row[0]) if row else 0
-
-
-def _insert_calls(store: Store, scan: Scan, path: Path, ingest_id: int, content: str) -> int:
-    """
-    Insert the good rows whose call_id is new, the first of each id within the file.
-    """
-    names = [c.name for c in CALL_COLUMNS]
-    provenance = {
-        "call_id": f"coalesce(call_id, md5({_literal(content + ':')} || source_row))",
-        "source": _literal(scan.format),
-        "source_file": _literal(str(path)),
-        "ingest_id": str(ingest_id),
-    }
-    select = ", ".join(f"{provenance.get(n, n)} AS {n}" for n in names)
-    # Ids this tool derives (content hash, row) are unique within a file by construction;
-    # only ids that came from the source need the within-file check.
-    first = (
-        " QUALIFY row_number() OVER (PARTITION BY call_id ORDER BY source_row) = 1"
-        if scan.has_call_id
-        else ""
-    )
-    row = store.fetchone(
-        f"INSERT INTO calls SELECT {', '.join(names)} FROM (SELECT {select} FROM {_ROWS} "
-        f"WHERE reason IS NULL) n WHERE NOT EXISTS (SELECT 1 FROM calls c "
-        f"WHERE c.call_id = n.call_id){first}"
-    )
-    return int(row[0]) if row else 0
-
-
-def _reasons(store: Store) -> dict[str, int]:
-    rows = store.fetchall(
-        f"SELECT reason, count(*) FROM (SELECT reason FROM {_STAGE} WHERE reason IS NOT NULL "
-        f"UNION ALL SELECT reason FROM {_READER_REJECTS}) GROUP BY reason ORDER BY 2 DESC, 1"
-    )
-    return {str(r): int(n) for r, n in rows}
+def _transaction(load: FileLoad, sql: str, *, strict: bool, started: float) -> Counts:
+    with load.store.transaction():
+        return load.run(sql, strict=strict, started=started)

@@ -1,0 +1,299 @@
+"""
+Load one file into the store in one pass, then settle its rows.
+
+The file is read once, straight into ``calls``: good rows as they will stay, bad rows marked
+with `REJECT_STATUS` (their reason, detail and raw text in ``attrs``). Everything after that
+touches only this ingest's rows, inside the same transaction: number them in file order,
+derive missing call ids, move bad rows to ``rejects``, delete duplicates, and write the
+``ingests`` row. Reading the file once is what keeps ingest close to DuckDB's bare reader
+speed; the settling steps are cheap because they touch one column or a few rows at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
+from tailkit.formats import REJECT_STATUS, Scan, ScanOptions
+from tailkit.record import SOURCE_COLUMNS
+from tailkit.store import IngestRecord, Store
+
+
+_READER_REJECTS = "_tailkit_reader_rejects"
+_MS_LOOKING_MEDIAN_S = 1000.0  # a median call of 17 minutes is a millisecond column
+_REJECT = "'" + REJECT_STATUS + "'"
+
+
+class FastReaderRefusedError(Exception):
+    """
+    The fast reader refused the file; the forgiving reader should try.
+    """
+
+
+class AlreadyIngestedError(Exception):
+    """
+    The same content was ingested before with the same options.
+    """
+
+    def __init__(self, previous: IngestRecord, rows_in: int) -> None:
+        super().__init__(previous.ingest_id)
+        self.previous = previous
+        self.rows_in = rows_in
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """
+    Where the rows of one file ended up.
+    """
+
+    ingest_id: int
+    rows_in: int
+    stored: int
+    rejected: int
+    duplicates: int
+    reasons: dict[str, int]
+
+
+def literal(value: str) -> str:
+    """
+    Quote an SQL string literal.
+    """
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True, slots=True)
+class FileLoad:
+    """
+    One file's load: what to read, how, and the values its rows carry.
+
+    Args:
+        store: The open store; the caller holds the transaction.
+        path: The file.
+        scan: Its SQL.
+        options: ``--map`` / ``--set`` / ``--unit``, recorded with the ingest.
+        options_json: ``options`` (and the format) as stored in ``ingests``.
+        content_sha256: Returns the file's SHA-256, computed alongside the read.
+    """
+
+    store: Store
+    path: Path
+    scan: Scan
+    options: ScanOptions
+    options_json: str
+    content_sha256: Callable[[], str]
+
+    def run(self, sql: str, *, strict: bool, started: float) -> Counts:
+        """
+        Read with ``sql`` and settle every row; raise to have the caller roll back.
+
+        Raises:
+            FastReaderRefusedError: The fast reader failed and a fallback exists.
+            InputFileError: The reader failed and there is no fallback.
+            UnitError: Durations look like milliseconds and no unit was given.
+            StrictModeError: ``strict`` and some row is bad.
+            AlreadyIngestedError: The same content and options were ingested before.
+        """
+        store = self.store
+        ingest_id = store.next_ingest_id()
+        had_calls = bool(store.fetchall("SELECT 1 FROM calls LIMIT 1"))
+        read = self._read(sql, ingest_id)
+        reader_rejects = self._reader_rejects()
+        self._number_rows(ingest_id, reader_rejects)
+        this = f"ingest_id = {ingest_id}"
+        marked = _one(store, f"SELECT count(*) FROM calls WHERE {this} AND status = {_REJECT}")
+        rows_in, rejected = read + reader_rejects, marked + reader_rejects
+        if self.options.unit is None:
+            self._check_unit(this)
+        if strict and rejected:
+            self._refuse_strict(ingest_id, rejected)
+        content = self.content_sha256()
+        previous = store.find_ingest(content, self.options_json)
+        if previous is not None:
+            raise AlreadyIngestedError(previous, rows_in)
+        store.execute(
+            f"UPDATE calls SET call_id = md5({literal(content + ':')} || source_row) "
+            f"WHERE {this} AND call_id IS NULL"
+        )
+        self._move_rejects(ingest_id, exact_lines=sql != self.scan.fallback_sql)
+        duplicates = self._drop_duplicates(ingest_id, had_calls=had_calls)
+        stored = _one(store, f"SELECT count(*) FROM calls WHERE {this}")
+        if stored + rejected + duplicates != rows_in:  # pragma: no cover - an invariant
+            msg = f"{self.path}: {rows_in} rows in but {stored}+{rejected}+{duplicates} settled"
+            raise InputFileError(msg)
+        reasons = dict(
+            store.fetchall(
+                f"SELECT reason, count(*) FROM rejects WHERE {this} GROUP BY 1 ORDER BY 2 DESC, 1"
+            )
+        )
+        self.record(ingest_id, content, rows_in, stored, rejected, duplicates, started)
+        return Counts(ingest_id, rows_in, stored, rejected, duplicates, reasons)
+
+    def record(  # noqa: PLR0917 - one row of table ingests
+        self,
+        ingest_id: int,
+        content: str,
+        rows_in: int,
+        stored: int,
+        rejected: int,
+        duplicates: int,
+        started: float,
+    ) -> None:
+        """
+        Write this file's row of ``ingests``.
+        """
+        self.store.execute(
+            "INSERT INTO ingests VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?, ?, to_timestamp(?), "
+            "to_timestamp(?), ?)",
+            [ingest_id, str(self.path), content, self.scan.format, self.options_json, rows_in,
+             stored, rejected, duplicates, started, time.time(), _version()],
+        )  # fmt: skip
+
+    def _read(self, sql: str, ingest_id: int) -> int:
+        columns = ", ".join(c.name for c in SOURCE_COLUMNS)
+        for statement in self.scan.setup:
+            self.store.execute(statement)
+        try:
+            return _one(
+                self.store,
+                f"INSERT INTO calls SELECT {columns}, {literal(self.scan.format)}, "
+                f"{literal(str(self.path))}, NULL, {ingest_id}, attrs FROM ({sql})",
+            )
+        except QueryError as exc:
+            if self.scan.fallback_sql is not None and sql != self.scan.fallback_sql:
+                raise FastReaderRefusedError from exc
+            msg = f"{self.path}: not readable as {self.scan.format} ({exc})"
+            raise InputFileError(msg) from None
+
+    def _reader_rejects(self) -> int:
+        self.store.execute(f"DROP TABLE IF EXISTS {_READER_REJECTS}")
+        if self.scan.reader_rejects_sql:
+            self.store.execute(
+                f"CREATE TEMP TABLE {_READER_REJECTS} AS {self.scan.reader_rejects_sql}"
+            )
+        else:
+            self.store.execute(
+                f"CREATE TEMP TABLE {_READER_REJECTS} "
+                "(record BIGINT, reason VARCHAR, detail VARCHAR, raw VARCHAR)"
+            )
+        return _one(self.store, f"SELECT count(*) FROM {_READER_REJECTS}")
+
+    def _number_rows(self, ingest_id: int, reader_rejects: int) -> None:
+        """
+        Give each row its 1-based record number in the file.
+
+        The rows went in in file order, so their row ids run on from the first one. Records the
+        reader refused are not among them: shift every row past each refused record that came
+        before it (an ASOF join on how many good rows preceded each refused one).
+        """
+        this = f"ingest_id = {ingest_id}"
+        self.store.execute(
+            f"UPDATE calls SET source_row = rowid - (SELECT min(rowid) FROM calls WHERE {this}) "
+            f"+ 1 WHERE {this}"
+        )
+        if not reader_rejects:
+            return
+        self.store.execute(
+            f"UPDATE calls SET source_row = calls.source_row + a.n FROM (SELECT c.rowid AS rid, "
+            f"rr.n FROM calls c ASOF JOIN (SELECT good_before, max(n) AS n FROM (SELECT record "
+            f"- row_number() OVER (ORDER BY record) AS good_before, row_number() OVER (ORDER BY "
+            f"record) AS n FROM {_READER_REJECTS}) GROUP BY good_before) rr ON c.source_row > "
+            f"rr.good_before WHERE c.{this}) a WHERE calls.rowid = a.rid"
+        )
+
+    def _check_unit(self, this: str) -> None:
+        median = self.store.fetchone(
+            f"SELECT median(total_s) FROM calls WHERE {this} AND status <> {_REJECT}"
+        )
+        if median and median[0] is not None and median[0] > _MS_LOOKING_MEDIAN_S:
+            msg = (
+                f"{self.path}: total_s values look like milliseconds (median {median[0]:,.0f}); "
+                "pass --unit ms, or --unit s if they really are seconds"
+            )
+            raise UnitError(msg)
+
+    def _bad_rows_sql(self, ingest_id: int) -> str:
+        return (
+            f"SELECT {ingest_id} AS ingest_id, {literal(str(self.path))} AS source_file, "
+            "source_row, attrs->>'reason' AS reason, attrs->>'detail' AS detail, "
+            f"attrs->>'raw' AS raw FROM calls WHERE ingest_id = {ingest_id} AND status = "
+            f"{_REJECT} UNION ALL SELECT {ingest_id}, {literal(str(self.path))}, record, "
+            f"reason, detail, raw FROM {_READER_REJECTS}"
+        )
+
+    def _refuse_strict(self, ingest_id: int, rejected: int) -> None:
+        rows = self.store.fetchall(
+            f"SELECT source_row, detail FROM ({self._bad_rows_sql(ingest_id)}) "
+            "ORDER BY source_row LIMIT 5"
+        )
+        shown = "; ".join(f"row {row}: {detail}" for row, detail in rows)
+        msg = f"{self.path}: {rejected:,} bad row(s), nothing stored (--strict); first: {shown}"
+        raise StrictModeError(msg)
+
+    def _move_rejects(self, ingest_id: int, *, exact_lines: bool) -> None:
+        store, this = self.store, f"ingest_id = {ingest_id}"
+        moved = _one(store, f"INSERT INTO rejects {self._bad_rows_sql(ingest_id)}")
+        store.execute(f"DELETE FROM calls WHERE {this} AND status = {_REJECT}")
+        store.execute(f"DROP TABLE {_READER_REJECTS}")
+        if moved and exact_lines and self.scan.raw_lines_sql:
+            # Show each rejected row as its line in the file, not as the values read from it.
+            # This reads the file again, so it runs only when some row was rejected.
+            store.execute(
+                f"UPDATE rejects SET raw = l.line FROM ({self.scan.raw_lines_sql}) l "
+                f"WHERE rejects.{this} AND rejects.source_row = l.record"
+            )
+
+    def _drop_duplicates(self, ingest_id: int, *, had_calls: bool) -> int:
+        """
+        Delete rows whose call id is already stored, or came earlier in this file.
+        """
+        store, this = self.store, f"ingest_id = {ingest_id}"
+        dropped = 0
+        if had_calls:
+            dropped += _one(
+                store,
+                f"DELETE FROM calls WHERE {this} AND call_id IN "
+                f"(SELECT call_id FROM calls WHERE ingest_id <> {ingest_id})",
+            )
+        # Ids derived from (content, row) are unique by construction; only a source's own ids
+        # can repeat within a file, and checking is cheaper than always deleting.
+        if self.scan.has_call_id and _one(
+            store, f"SELECT count(*) - count(DISTINCT call_id) FROM calls WHERE {this}"
+        ):
+            dropped += _one(
+                store,
+                "DELETE FROM calls WHERE rowid IN (SELECT rid FROM (SELECT rowid AS rid, "
+                "row_number() OVER (PARTITION BY call_id ORDER BY source_row) AS k FROM calls "
+                f"WHERE {this}) WHERE k > 1)",
+            )
+        return dropped
+
+
+def _one(store: Store, sql: str) -> int:
+    row = store.fetchone(sql)
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tailkit")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
+
+
+def options_json(fmt: str, options: ScanOptions) -> str:
+    """
+    The format and options as stored in ``ingests`` (and compared to find repeats).
+    """
+    return json.dumps(
+        {"format": fmt, "map": dict(options.mapping), "set": dict(options.sets),
+         "unit": options.unit},
+        sort_keys=True,
+    )  # fmt: skip
