@@ -233,5 +233,8 @@ class Parquet:
         Read the file natively; casts happen in the validating SELECT.
         """
         typed = {str(r[0]): str(r[1]) for r in sniffed}
-        select, has_id, notes = _scan(path, f"read_parquet({literal(path)})", typed, options)
+        source = f"read_parquet({literal(path)}, file_row_number=true)"
+        select, has_id, notes = _scan(
+            path, source, typed, options, row_number="file_row_number + 1"
+        )
         return Scan(self.name, select, has_call_id=has_id, notes=notes)

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES, Column
 
 
+_INTEGER_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+     "UBIGINT"}
+)  # fmt: skip
 NUMERIC_TYPES = frozenset(
     {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
      "UBIGINT", "FLOAT", "DOUBLE", "REAL"}
@@ -75,22 +79,28 @@ def _number(raw: RawColumn) -> str:
 def _epoch(x: str) -> str:
     # Epoch seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude:
     # 1e11 s is the year 5138, 1e11 ms is 1973, so the ranges cannot be confused for real logs.
+    # try(): a number beyond any date becomes NULL (a reject), not a failed read.
     return (
-        f"CASE WHEN abs({x}) < 1e11 THEN to_timestamp({x}) "
+        f"try(CASE WHEN abs({x}) < 1e11 THEN to_timestamp({x}) "
         f"WHEN abs({x}) < 1e14 THEN to_timestamp({x} / 1e3) "
         f"WHEN abs({x}) < 1e17 THEN to_timestamp({x} / 1e6) "
-        f"ELSE to_timestamp({x} / 1e9) END"
+        f"ELSE to_timestamp({x} / 1e9) END)"
     )
 
 
+def _is_time(sql_type: str) -> bool:
+    kind = sql_type.upper()
+    return kind.startswith("TIMESTAMP") or kind == "DATE"
+
+
 def _timestamp(raw: RawColumn) -> str:
-    kind = raw.sql_type.upper()
-    if kind.startswith("TIMESTAMP") or kind == "DATE":
+    if _is_time(raw.sql_type):
         return f"CAST({raw.expr} AS TIMESTAMPTZ)"
-    if _is_numeric(kind):
+    if _is_numeric(raw.sql_type):
         return _epoch(f"CAST({raw.expr} AS DOUBLE)")
     text = f"CAST({raw.expr} AS VARCHAR)"
-    return f"coalesce({_epoch(f'TRY_CAST({text} AS DOUBLE)')}, TRY_CAST({text} AS TIMESTAMPTZ))"
+    # ISO-8601 first: it is the common case, and no epoch number parses as a timestamp.
+    return f"coalesce(TRY_CAST({text} AS TIMESTAMPTZ), {_epoch(f'TRY_CAST({text} AS DOUBLE)')})"
 
 
 def _status(text: str) -> str:
@@ -116,21 +126,28 @@ class _Check:
 
 
 def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
+    """
+    The checks one column needs; none that its source type already guarantees.
+    """
     name, v, r = col.name, f"v_{col.name}", f"r_{col.name}"
+    typed = raw.sql_type.upper()
+    whole = typed.split("(")[0] in _INTEGER_TYPES
     checks: list[_Check] = []
-    if col.kind in ("duration", "int"):
+    if col.kind in ("duration", "int") and not whole:
+        parsed = "" if _is_numeric(typed) else f"{v} IS NULL OR "
         checks.append(
             _Check(
                 f"{name}_not_a_number",
-                f"{r} IS NOT NULL AND ({v} IS NULL OR NOT isfinite({v}))",
+                f"{r} IS NOT NULL AND ({parsed}NOT isfinite({v}))",
                 f"'{name} is not a finite number: ' || {_shown(r)} || "
                 f"{literal(' (from ' + raw.label + ')')}",
             )
         )
+    if col.kind in ("duration", "int") and not typed.startswith("U"):
         checks.append(
             _Check(f"{name}_negative", f"{v} < 0", f"'{name} is negative: ' || {v}::VARCHAR")
         )
-    if col.kind == "int":
+    if col.kind == "int" and not whole:
         checks.append(
             _Check(
                 f"{name}_not_whole",
@@ -138,7 +155,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
                 f"'{name} is not a whole number: ' || {v}::VARCHAR",
             )
         )
-    if col.kind == "timestamp":
+    if col.kind == "timestamp" and not _is_time(typed):
         checks.append(
             _Check(
                 f"{name}_bad_timestamp",
@@ -146,7 +163,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
                 f"'{name} is not an ISO-8601 time or epoch number: ' || {_shown(r)}",
             )
         )
-    if col.kind == "bool":
+    if col.kind == "bool" and typed != "BOOLEAN":
         checks.append(
             _Check(
                 f"{name}_not_boolean",
@@ -199,6 +216,7 @@ def normalize_sql(
     duration_scale: float = 1.0,
     raw_text: str | None = None,
     row_problem: tuple[str, str, str] | None = None,
+    row_number: str = "NULL::BIGINT",
 ) -> str:
     """
     Build the SELECT that validates and types one scan, in one pass over the file.
@@ -216,9 +234,12 @@ def normalize_sql(
         raw_text: SQL for the row as read, kept with rejects (a JSON object of the raw values
             when ``None``).
         row_problem: ``(reason, condition, detail)`` for a row that could not be read at all.
+        row_number: SQL for the row's 1-based record number when the reader knows it; NULL
+            leaves numbering to the store (rows arrive in file order).
 
     Returns:
-        SQL yielding the source columns of the call record (`SOURCE_COLUMNS`) and ``attrs``.
+        SQL yielding the source columns of the call record (`SOURCE_COLUMNS`), ``attrs`` and
+        ``source_row``.
     """
     inner: list[str] = []
     checks: list[_Check] = []
@@ -256,7 +277,8 @@ def normalize_sql(
     return (
         f"SELECT\n  {out},\n"
         f"  CASE WHEN reason IS NULL THEN {_STATUS} ELSE {literal(REJECT_STATUS)} END AS status,\n"
-        f"  CASE WHEN reason IS NULL THEN {attrs} ELSE {bad} END AS attrs\n"
+        f"  CASE WHEN reason IS NULL THEN {attrs} ELSE {bad} END AS attrs,\n"
+        f"  {row_number} AS source_row\n"
         f"FROM (SELECT *, CASE {reason} END AS reason "
         f"FROM (SELECT *, {', '.join(inner)} FROM {scan}) AS _src) AS _checked"
     )

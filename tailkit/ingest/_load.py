@@ -78,7 +78,7 @@ class FileLoad:
         scan: Its SQL.
         options: ``--map`` / ``--set`` / ``--unit``, recorded with the ingest.
         options_json: ``options`` (and the format) as stored in ``ingests``.
-        content_sha256: Returns the file's SHA-256, computed alongside the read.
+        content_hash: Returns the file's content hash, computed alongside the read.
     """
 
     store: Store
@@ -86,7 +86,7 @@ class FileLoad:
     scan: Scan
     options: ScanOptions
     options_json: str
-    content_sha256: Callable[[], str]
+    content_hash: Callable[[], str]
 
     def run(self, sql: str, *, strict: bool, started: float) -> Counts:
         """
@@ -112,7 +112,7 @@ class FileLoad:
             self._check_unit(this)
         if strict and rejected:
             self._refuse_strict(ingest_id, rejected)
-        content = self.content_sha256()
+        content = self.content_hash()
         previous = store.find_ingest(content, self.options_json)
         if previous is not None:
             raise AlreadyIngestedError(previous, rows_in)
@@ -162,7 +162,7 @@ class FileLoad:
             return _one(
                 self.store,
                 f"INSERT INTO calls SELECT {columns}, {literal(self.scan.format)}, "
-                f"{literal(str(self.path))}, NULL, {ingest_id}, attrs FROM ({sql})",
+                f"{literal(str(self.path))}, source_row, {ingest_id}, attrs FROM ({sql})",
             )
         except QueryError as exc:
             if self.scan.fallback_sql is not None and sql != self.scan.fallback_sql:
@@ -192,6 +192,10 @@ class FileLoad:
         before it (an ASOF join on how many good rows preceded each refused one).
         """
         this = f"ingest_id = {ingest_id}"
+        if not self.store.fetchall(
+            f"SELECT 1 FROM calls WHERE {this} AND source_row IS NULL LIMIT 1"
+        ):
+            return  # the reader numbered them
         self.store.execute(
             f"UPDATE calls SET source_row = rowid - (SELECT min(rowid) FROM calls WHERE {this}) "
             f"+ 1 WHERE {this}"
@@ -207,8 +211,10 @@ class FileLoad:
         )
 
     def _check_unit(self, this: str) -> None:
+        # The first 100,000 rows tell milliseconds from seconds as well as all of them.
         median = self.store.fetchone(
-            f"SELECT median(total_s) FROM calls WHERE {this} AND status <> {_REJECT}"
+            f"SELECT median(total_s) FROM (SELECT total_s FROM calls WHERE {this} "
+            f"AND status <> {_REJECT} LIMIT 100000)"
         )
         if median and median[0] is not None and median[0] > _MS_LOOKING_MEDIAN_S:
             msg = (

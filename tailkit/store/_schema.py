@@ -31,7 +31,7 @@ DDL_V1: tuple[str, ...] = (
     """CREATE TABLE ingests (
     ingest_id BIGINT PRIMARY KEY,
     source_file VARCHAR NOT NULL,
-    content_sha256 VARCHAR NOT NULL,
+    content_hash VARCHAR NOT NULL,
     format VARCHAR NOT NULL,
     options JSON NOT NULL,
     rows_in BIGINT NOT NULL,

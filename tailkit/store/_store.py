@@ -29,7 +29,7 @@ class IngestRecord:
 
     ingest_id: int
     source_file: str
-    content_sha256: str
+    content_hash: str
     format: str
     rows_in: int
     stored: int
@@ -92,6 +92,9 @@ class Store:
             msg = f"cannot open {path} as a DuckDB store: {first}"
             raise StoreError(msg) from None
         con.execute("SET TimeZone = 'UTC'")
+        # Progress is tracked (for query_progress) but never printed over the caller's output.
+        con.execute("SET enable_progress_bar = true")
+        con.execute("SET enable_progress_bar_print = false")
         store = cls(con, path)
         try:
             store._prepare(read_only=read_only)
@@ -235,15 +238,15 @@ class Store:
             f"FROM calls{filt}"
         )
 
-    def find_ingest(self, content_sha256: str, options_json: str) -> IngestRecord | None:
+    def find_ingest(self, content_hash: str, options_json: str) -> IngestRecord | None:
         """
         The earlier successful ingest of the same content with the same options, if any.
         """
         row = self.fetchone(
-            "SELECT ingest_id, source_file, content_sha256, format, rows_in, stored, rejected, "
-            "duplicates FROM ingests WHERE content_sha256 = ? AND options::VARCHAR = ? "
+            "SELECT ingest_id, source_file, content_hash, format, rows_in, stored, rejected, "
+            "duplicates FROM ingests WHERE content_hash = ? AND options::VARCHAR = ? "
             "ORDER BY ingest_id LIMIT 1",
-            [content_sha256, options_json],
+            [content_hash, options_json],
         )
         return IngestRecord(*row) if row else None
 
