@@ -28,7 +28,7 @@ from tailkit.formats._sql import ident, literal, normalize_sql
 
 _MAX_LINE = 64 * 1024 * 1024
 _SNIFF_LINE = 2 * 1024 * 1024  # a bigger buffer makes the sniff read far more than its sample
-_SAMPLE = 20_000
+_SAMPLE = 10_000
 # json_type() raises on invalid JSON, and SQL's AND/OR do not short-circuit: guard with CASE.
 _IS_OBJECT = "CASE WHEN json_valid(line) THEN json_type(line) = 'OBJECT' ELSE false END"
 _JSON_TYPES = {"UBIGINT": "BIGINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN"}
@@ -79,7 +79,7 @@ class JsonLines:
 
     def sniff_sql(self, path: str) -> str:
         """
-        SQL for the merged JSON structure of the first 20,000 objects (bad lines skipped).
+        SQL for the merged JSON structure of the first 10,000 objects (bad lines skipped).
         """
         return (
             f"SELECT json_group_structure(line::JSON) FROM (SELECT line FROM "
