@@ -120,3 +120,19 @@ def test_samples_ingest_end_to_end(tmp_path: Path) -> None:
     assert {"rows_in": 402_845, "stored": 202_845, "rejected": 0, "duplicates": 200_000} == doc[
         "totals"
     ]
+
+
+def test_quiet_prints_the_totals_only(here: Path) -> None:
+    """
+    --quiet skips the store summary and keeps the reconciliation and the reasons.
+    """
+    result = runner.invoke(app, ["ingest", "bad_rows.jsonl", "--quiet"])
+
+    assert 0 == result.exit_code
+    assert [
+        "ingested 1 file(s): 14 rows in = 3 stored + 10 rejected + 1 duplicates skipped",
+        "rejected by reason: total_s_not_a_number 2, bad_status 1, input_tokens_negative 1, "
+        "missing_model 1, ok_without_total 1, output_tokens_not_whole 1, "
+        "started_at_bad_timestamp 1, total_s_negative 1, ttft_after_total 1",
+        "see them with: tailkit rejects",
+    ] == result.stdout.splitlines()

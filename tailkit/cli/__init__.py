@@ -89,6 +89,9 @@ def ingest(
     ] = False,
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print the totals line only, no store summary.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """
@@ -114,12 +117,16 @@ def ingest(
                     store, paths, format=format, options=options, strict=strict,
                     progress=progress,
                 )  # fmt: skip
-            summary = summarize(store, buckets)
+            summary = None if quiet else summarize(store, buckets)
     except TailkitError as exc:
         _fail(str(exc))
     if as_json:
         typer.echo(_render.ingest_json(report, summary))
+    elif quiet:
+        for line in _render.totals_text(report):
+            typer.echo(line)
     else:
+        assert summary is not None  # noqa: S101 - computed unless --quiet
         for line in [*_render.ingest_text(report), *_render.summary_text(summary)]:
             typer.echo(line)
     for error in report.errors:

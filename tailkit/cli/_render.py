@@ -49,9 +49,27 @@ def file_line(result: FileResult) -> str:
     )
 
 
+def totals_text(report: IngestReport) -> list[str]:
+    """
+    The reconciliation line, and the rejects by reason when there are any.
+    """
+    totals = report.totals()
+    files = sum(1 for f in report.files if not f.skipped)
+    lines = [
+        f"ingested {files} file(s): {_n(totals['rows_in'])} rows in = "
+        f"{_n(totals['stored'])} stored + {_n(totals['rejected'])} rejected + "
+        f"{_n(totals['duplicates'])} duplicates skipped"
+    ]
+    reasons = report.reasons()
+    if reasons:
+        lines.append("rejected by reason: " + ", ".join(f"{k} {_n(v)}" for k, v in reasons.items()))
+        lines.append("see them with: tailkit rejects")
+    return lines
+
+
 def ingest_text(report: IngestReport) -> list[str]:
     """
-    The ingest summary: files, totals, rejects by reason.
+    The ingest summary: one line per file, skipped files, totals, rejects by reason.
     """
     lines = [file_line(f) for f in report.files if not f.skipped]
     skipped: dict[str, int] = {}
@@ -59,18 +77,7 @@ def ingest_text(report: IngestReport) -> list[str]:
         if f.skipped:
             skipped[f.why] = skipped.get(f.why, 0) + 1
     lines.extend(f"skipped {n} file(s): {why}" for why, n in skipped.items())
-    totals = report.totals()
-    files = sum(1 for f in report.files if not f.skipped)
-    lines.append(
-        f"ingested {files} file(s): {_n(totals['rows_in'])} rows in = "
-        f"{_n(totals['stored'])} stored + {_n(totals['rejected'])} rejected + "
-        f"{_n(totals['duplicates'])} duplicates skipped"
-    )
-    reasons = report.reasons()
-    if reasons:
-        lines.append("rejected by reason: " + ", ".join(f"{k} {_n(v)}" for k, v in reasons.items()))
-        lines.append("see them with: tailkit rejects")
-    return lines
+    return lines + totals_text(report)
 
 
 def summary_text(summary: StoreSummary) -> list[str]:
