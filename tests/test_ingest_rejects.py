@@ -165,3 +165,20 @@ def test_reconciliation_holds_per_file_in_the_store(store: Store) -> None:
         "i.ingest_id) FROM ingests i"
     )
     assert all(s == cs and r == rs for _, s, cs, r, rs in per_file)
+
+
+@pytest.mark.parametrize("name", ["bad_rows.jsonl", "malformed_lines.jsonl", "bad_rows.csv"])
+def test_reingesting_a_bad_file_adds_nothing(store: Store, name: str) -> None:
+    """
+    The second ingest of a file with bad rows counts every row as a duplicate.
+    """
+    first = ingest_paths(store, [CORPUS / name])
+    before = store.counts()
+    again = ingest_paths(store, [CORPUS / name])
+
+    assert again.ok
+    n = first.totals()["rows_in"]
+    assert {"rows_in": n, "stored": 0, "rejected": 0, "duplicates": n} == again.totals()
+    assert first.files[0].ingest_id == again.files[0].already_ingested
+    assert before["calls"] == store.counts()["calls"]
+    assert before["rejects"] == store.counts()["rejects"]

@@ -203,21 +203,22 @@ def _ingest_file(
         msg = f"{path}: not readable as {fmt_name} ({exc})"
         raise InputFileError(msg) from None
     scan = fmt.scan(str(path), sniffed, options)
-    sha: Future[str] = hasher.submit(content_hash, path)
-    load = FileLoad(store, path, scan, options, options_json(fmt_name, options), sha.result)
+    digest: Future[str] = hasher.submit(content_hash, path)
+    load = FileLoad(store, path, scan, options, options_json(fmt_name, options), digest.result)
     started = time.time()
     try:
-        counts = _transaction(load, scan.select_sql, strict=strict, started=started)
-    except FastReaderRefusedError:
-        # The fast reader refuses a whole file for one value that does not fit; read it the
-        # forgiving way so that only the bad rows are rejected.
-        assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
-        counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
+        try:
+            counts = _transaction(load, scan.select_sql, strict=strict, started=started)
+        except FastReaderRefusedError:
+            # The fast reader refuses a whole file for one value that does not fit; read it
+            # the forgiving way so that only the bad rows are rejected.
+            assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
+            counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
     except AlreadyIngestedError as again:
         with store.transaction():
             ingest_id = store.next_ingest_id()
             n = again.rows_in
-            load.record(ingest_id, sha.result(), n, 0, 0, n, started)
+            load.record(ingest_id, digest.result(), n, 0, 0, n, started)
         return FileResult(
             path, fmt_name, why, rows_in=n, duplicates=n, ingest_id=ingest_id,
             already_ingested=again.previous.ingest_id, notes=scan.notes,
