@@ -17,6 +17,7 @@ from tailkit.formats._mapping import Scan as Scan
 from tailkit.formats._mapping import ScanOptions as ScanOptions
 from tailkit.formats._mapping import check_options as check_options
 from tailkit.formats._sql import REJECT_STATUS as REJECT_STATUS
+from tailkit.formats._sql import literal as literal
 
 
 FORMATS: dict[str, FileFormat] = {
@@ -34,6 +35,7 @@ __all__ = [
     "ScanOptions",
     "check_options",
     "detect_format",
+    "literal",
     "read_head",
     "suffix_of",
 ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
-from tailkit.formats import REJECT_STATUS, Scan, ScanOptions
+from tailkit.formats import REJECT_STATUS, Scan, ScanOptions, literal
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import IngestRecord, Store
 
@@ -58,13 +58,6 @@ class Counts:
     rejected: int
     duplicates: int
     reasons: dict[str, int]
-
-
-def literal(value: str) -> str:
-    """
-    Quote an SQL string literal.
-    """
-    return "'" + value.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True, slots=True)
