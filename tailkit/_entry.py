@@ -11,7 +11,7 @@ import importlib.util
 import sys
 
 
-_NEEDED = ("duckdb", "typer", "rich", "pyarrow")
+_NEEDED = ("duckdb", "typer", "rich", "pyarrow", "xxhash")
 
 
 def missing_modules() -> list[str]:

@@ -75,8 +75,8 @@ def test_command_without_the_extra_names_it(
 
     assert 1 == _entry.main()
     assert (
-        "Error: the tailkit command needs the 'analysis' extra (duckdb, typer, rich, pyarrow "
-        "not installed): pip install 'tailkit[analysis]'\n"
+        "Error: the tailkit command needs the 'analysis' extra (duckdb, typer, rich, pyarrow, "
+        "xxhash not installed): pip install 'tailkit[analysis]'\n"
     ) == capsys.readouterr().err
 
 
