@@ -68,7 +68,7 @@ def run(cmd: list[str]) -> tuple[float, str]:
     Run a command; return its wall time in seconds and its stdout, or exit on failure.
     """
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")

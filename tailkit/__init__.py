@@ -12,12 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
+    from tailkit._stats import stats
     from tailkit.errors import TailkitError
     from tailkit.ingest import IngestReport, ScanOptions, ingest_paths
     from tailkit.record import Buckets
     from tailkit.store import Store
 
-__all__ = ["Buckets", "IngestReport", "ScanOptions", "Store", "TailkitError", "ingest_paths"]
+__all__ = [
+    "Buckets",
+    "IngestReport",
+    "ScanOptions",
+    "Store",
+    "TailkitError",
+    "ingest_paths",
+    "stats",
+]
 
 _WHERE = {
     "Buckets": "tailkit.record",
@@ -26,6 +35,7 @@ _WHERE = {
     "Store": "tailkit.store",
     "TailkitError": "tailkit.errors",
     "ingest_paths": "tailkit.ingest",
+    "stats": "tailkit._stats",
 }
 
 

@@ -206,6 +206,72 @@ def rejects(
             typer.echo(f"    {raw[:200]}")
 
 
+def _names(text: str, flag: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if text.strip().lower() == "none":
+        return ()
+    if not names:
+        _fail(f"{flag} takes comma-separated names, got {text!r}")
+    return names
+
+
+@app.command()
+def stats(
+    db: DbOption = DEFAULT_DB,
+    by: Annotated[
+        str, typer.Option(help="Group by these call-record columns, comma-separated.")
+    ] = "provider,model",
+    bucket: Annotated[
+        str, typer.Option(help="Split groups by token buckets: input, output, both, or none.")
+    ] = "input,output",
+    where: Annotated[str | None, typer.Option(help="SQL filter on call-record columns.")] = None,
+    min_calls: Annotated[
+        int, typer.Option("--min-calls", help="Leave out groups with fewer calls.")
+    ] = 1,
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")] = False,
+    parquet: Annotated[
+        Path | None, typer.Option("--parquet", help="Write the table to this Parquet file.")
+    ] = None,
+) -> None:
+    """
+    Show where the latency tail is, per group and token bucket, with intervals and fits.
+
+    One row per group: calls, cut and failed shares, p50/p90/p95/p99 with 95% intervals,
+    p99/p50, the lognormal fit and its verdict, the transient-tail share, TTFT and generation
+    quantiles, the phase that holds the tail and the cutoff signal it suggests. Then, per
+    route, whether the tail grows with call size (work) or clusters in time (transient).
+
+    Example:
+
+        tailkit stats --by provider,model --bucket output --where "step = 'draft'"
+    """
+    from rich.console import Console
+
+    from tailkit._stats import TableQuery, tail_report
+    from tailkit.cli import _stats_view
+
+    buckets = _buckets(input_edges, output_edges)
+    bucket_names = ("input", "output") if bucket.strip() == "both" else _names(bucket, "--bucket")
+    try:
+        query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
+        with Store.open(db, read_only=True) as store:
+            report = tail_report(store, query, min_calls=min_calls)
+    except TailkitError as exc:
+        _fail(str(exc))
+    if parquet is not None:
+        report.table.write_parquet(parquet)
+        typer.echo(f"wrote {len(report.table)} rows to {parquet}")
+    elif as_json:
+        typer.echo(_stats_view.to_json(report))
+    elif as_csv:
+        typer.echo(report.table.write_csv(), nl=False)
+    else:
+        _stats_view.render_table(report, list(query.keys), Console(width=200))
+
+
 def main() -> None:
     """
     Run the app (for ``python -m tailkit.cli``).

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from tailkit.errors import QueryError, StoreError, StoreVersionError
 from tailkit.record import CALL_COLUMNS, Buckets, bucket_label
@@ -208,6 +209,18 @@ class Store:
             self._con.execute("ROLLBACK")
             raise
         self._con.execute("COMMIT")
+
+    def arrow(self, sql: str) -> pa.Table:
+        """
+        Run a query and return its result as an Arrow table.
+
+        Raises:
+            QueryError: DuckDB refused it; the message is DuckDB's first line.
+        """
+        try:
+            return self._con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0]) from exc
 
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         """

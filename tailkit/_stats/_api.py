@@ -1,0 +1,51 @@
+"""
+`tailkit.stats()`: the tail table from Python, as the notebooks and reports use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from tailkit._stats._query import TableQuery
+from tailkit._stats._table import tail_table
+from tailkit.record import Buckets
+from tailkit.store import DEFAULT_DB, Store
+
+
+def stats(
+    db: str | Path | Store = DEFAULT_DB,
+    *,
+    by: Sequence[str] = ("provider", "model"),
+    bucket: Sequence[str] = ("input", "output"),
+    where: str | None = None,
+    min_calls: int = 1,
+    buckets: Buckets | None = None,
+    level: float = 0.95,
+) -> pl.DataFrame:
+    """
+    The tail table: one row per group, where its latency tail is and how sure we are.
+
+    Args:
+        db: A store, or the path of its DuckDB file (opened read-only).
+        by: Call-record columns to group by.
+        bucket: Token buckets to split groups by: ``"input"``, ``"output"``, both or none.
+        where: SQL filter on call-record columns, e.g. ``"step = 'extract'"``.
+        min_calls: Leave out groups with fewer calls (attempts).
+        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        level: Confidence level of every interval.
+
+    Returns:
+        A polars DataFrame with the columns of ``tailkit stats`` (see the README).
+
+    Raises:
+        ConfigError: ``by`` or ``bucket`` name something that cannot be grouped by.
+        StoreError: The store cannot be opened, or ``where`` is not valid SQL.
+    """
+    query = TableQuery(by=tuple(by), bucket=tuple(bucket), where=where, buckets=buckets)
+    if isinstance(db, Store):
+        return tail_table(db, query, min_calls=min_calls, level=level)
+    with Store.open(db, read_only=True) as store:
+        return tail_table(store, query, min_calls=min_calls, level=level)

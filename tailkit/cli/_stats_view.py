@@ -1,0 +1,104 @@
+"""
+How `tailkit stats` shows the tail table: a rich table for people, JSON/CSV/Parquet for tools.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from typing import Any
+
+import polars as pl
+
+from rich.console import Console
+from rich.table import Table
+
+from tailkit._stats import TailReport
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    return f"{value:.{digits}f}"
+
+
+def _with_interval(row: dict[str, Any], name: str) -> str:
+    return f"{_num(row[name])} [{_num(row[name + '_lo'])}–{_num(row[name + '_hi'])}]"
+
+
+def render_table(report: TailReport, keys: list[str], console: Console) -> None:
+    """
+    Print the tail table, the work-vs-transient verdicts and the warnings.
+    """
+    table = Table(title="Where the tail is (seconds; [95% interval])", show_lines=False)
+    for key in keys:
+        table.add_column(key.replace("_bucket", ""), overflow="fold")
+    for name in ("n", "cut", "failed", "p50", "p99", "p99/p50", "σ", "fit", "transient",
+                 "tail in", "signal"):  # fmt: skip
+        table.add_column(name, justify="right" if name in ("n", "cut", "failed") else "left")
+    for row in report.table.iter_rows(named=True):
+        transient = (
+            f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
+            if row["transient"]
+            else "no"
+        )
+        table.add_row(
+            *(str(row[k]) for k in keys),
+            f"{row['n']:,}",
+            f"{row['censored_share']:.1%}",
+            f"{row['failed_share']:.1%}",
+            _with_interval(row, "p50_s"),
+            _with_interval(row, "p99_s"),
+            _with_interval(row, "p99_p50"),
+            _num(row["sigma"]),
+            row["fit"] if row["fit"] != "rejected" else f"rejected ({row['best_family']})",
+            transient,
+            row["tail_phase"],
+            row["signal"],
+        )
+    console.print(table)
+    if not report.verdicts.is_empty():
+        verdicts = Table(title="Work or transient? (per route)")
+        by = [c for c in report.verdicts.columns if c not in _VERDICT_COLUMNS]
+        for name in (*by, "tail grows (ρ)", "clustered (dispersion)", "verdict"):
+            verdicts.add_column(name, overflow="fold")
+        for row in report.verdicts.iter_rows(named=True):
+            verdicts.add_row(
+                *(str(row[k]) for k in by),
+                f"{'yes' if row['tail_grows'] else 'no'} ({_num(row['growth_rho'])})",
+                f"{'yes' if row['clustered'] else 'no'} ({_num(row['clustering'])})",
+                row["verdict"],
+            )
+        console.print(verdicts)
+    warned = report.table.filter(pl.col("warning").is_not_null())
+    for row in warned.iter_rows(named=True):
+        where = ", ".join(str(row[k]) for k in keys)
+        console.print(f"[yellow]warning[/yellow] {where}: {row['warning']}")
+
+
+_VERDICT_COLUMNS = {
+    "buckets", "growth_rho", "growth_p", "tail_grows", "clustering", "clustering_p",
+    "clustered", "verdict",
+}  # fmt: skip
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def to_json(report: TailReport) -> str:
+    """
+    Both tables as one JSON document (non-finite numbers as null / "inf").
+    """
+    doc = {
+        "table": [{k: _clean(v) for k, v in r.items()} for r in report.table.iter_rows(named=True)],
+        "verdicts": [
+            {k: _clean(v) for k, v in r.items()} for r in report.verdicts.iter_rows(named=True)
+        ],
+    }
+    return json.dumps(doc, indent=2, default=str)

@@ -1,0 +1,55 @@
+"""
+Pure numerics for latency tails: arrays in, frozen results out (DESIGN.md §5 module ``fit``).
+
+Every estimate carries its sample size and an interval; cut calls (``censored_at_s``) are
+right-censored observations, never dropped.
+"""
+
+from tailkit.fit._gof import FamilyFit as FamilyFit
+from tailkit.fit._gof import GoodnessOfFit as GoodnessOfFit
+from tailkit.fit._gof import goodness_of_fit as goodness_of_fit
+from tailkit.fit._lognormal import LognormalFit as LognormalFit
+from tailkit.fit._lognormal import fit_lognormal as fit_lognormal
+from tailkit.fit._lognormal import fit_lognormal_moments as fit_lognormal_moments
+from tailkit.fit._mixture import TransientTailFit as TransientTailFit
+from tailkit.fit._mixture import fit_transient_tail as fit_transient_tail
+from tailkit.fit._phase import PhaseSplit as PhaseSplit
+from tailkit.fit._phase import TokenRate as TokenRate
+from tailkit.fit._phase import phase_split as phase_split
+from tailkit.fit._phase import project_finish_s as project_finish_s
+from tailkit.fit._phase import token_rate as token_rate
+from tailkit.fit._quantiles import QuantileEstimate as QuantileEstimate
+from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
+from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
+from tailkit.fit._quantiles import quantile_warning as quantile_warning
+from tailkit.fit._trend import TailGrowth as TailGrowth
+from tailkit.fit._trend import TimeClustering as TimeClustering
+from tailkit.fit._trend import tail_growth as tail_growth
+from tailkit.fit._trend import time_clustering as time_clustering
+from tailkit.fit._types import Interval as Interval
+
+
+__all__ = [
+    "FamilyFit",
+    "GoodnessOfFit",
+    "Interval",
+    "LognormalFit",
+    "PhaseSplit",
+    "QuantileEstimate",
+    "TailGrowth",
+    "TimeClustering",
+    "TokenRate",
+    "TransientTailFit",
+    "empirical_quantiles",
+    "fit_lognormal",
+    "fit_lognormal_moments",
+    "fit_transient_tail",
+    "goodness_of_fit",
+    "min_calls_for_quantile",
+    "phase_split",
+    "project_finish_s",
+    "quantile_warning",
+    "tail_growth",
+    "time_clustering",
+    "token_rate",
+]

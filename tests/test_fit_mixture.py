@@ -1,0 +1,178 @@
+"""
+The transient-tail mixture: simulate a body plus a tail, fit, recover; no tail where none is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailkit.fit._mixture import fit_transient_tail
+
+
+_Array = npt.NDArray[np.float64]
+
+
+def _body_and_tail(n: int, seed: int, *, share: float = 0.03, scale: float = 8.0) -> _Array:
+    """
+    Lognormal body (median 2 s, sigma 0.3); a ``share`` of calls are ``scale`` times slower.
+    """
+    rng = np.random.default_rng(seed)
+    latency_s = np.exp(rng.normal(math.log(2.0), 0.3, n))
+    latency_s[rng.random(n) < share] *= scale
+    return latency_s
+
+
+def test_recovers_share_and_scale_of_a_transient_tail() -> None:
+    """
+    3% of calls 8x slower: share, scale and body come back, and the tail is called real.
+    """
+    fit = fit_transient_tail(_body_and_tail(5_000, seed=1))
+
+    assert 5_000 == fit.n
+    assert 0 == fit.n_censored
+    assert 0.03 in fit.tail_share_interval
+    assert abs(fit.tail_share - 0.03) <= 0.015
+    assert 8.0 * 0.7 <= fit.tail_scale <= 8.0 * 1.3
+    assert abs(fit.body_mu - math.log(2.0)) < 0.03
+    assert abs(fit.body_sigma - 0.3) < 0.03
+    assert fit.tail_share_interval.low < fit.tail_share < fit.tail_share_interval.high
+    assert fit.bic_gain > 100
+    assert fit.has_transient_tail
+    assert fit.verdict.endswith("slower than the body: a fresh attempt escapes it")
+
+
+def test_recovers_the_tail_when_30_percent_of_calls_were_cut() -> None:
+    """
+    Calls cut at random ages (lost hedge races) and at a 20 s cap are censored, not dropped.
+    """
+    rng = np.random.default_rng(7)
+    true_s = _body_and_tail(5_000, seed=2)
+    cut_s = np.exp(rng.normal(math.log(2.2), 0.4, true_s.size))
+    cut_s = np.minimum(np.where(rng.random(true_s.size) < 0.7, cut_s, np.inf), 20.0)
+    was_cut = true_s > cut_s
+    latency_s = np.where(was_cut, np.nan, true_s)
+    censored_at_s = np.where(was_cut, cut_s, np.nan)
+
+    fit = fit_transient_tail(latency_s, censored_at_s=censored_at_s)
+
+    assert 0.27 < fit.n_censored / fit.n < 0.33
+    assert 0.03 in fit.tail_share_interval or abs(fit.tail_share - 0.03) <= 0.015
+    assert 8.0 * 0.7 <= fit.tail_scale <= 8.0 * 1.3
+    assert fit.has_transient_tail
+
+
+def test_dropping_cut_calls_would_hide_the_tail_the_censored_fit_finds() -> None:
+    """
+    The censored fit finds more tail than the same data with cut calls dropped.
+    """
+    true_s = _body_and_tail(5_000, seed=3)
+    was_cut = true_s > 12.0
+    latency_s = np.where(was_cut, np.nan, true_s)
+
+    censored = fit_transient_tail(latency_s, censored_at_s=np.where(was_cut, 12.0, np.nan))
+    dropped = fit_transient_tail(latency_s)
+
+    assert abs(censored.tail_share - 0.03) <= 0.01
+    assert censored.tail_share > dropped.tail_share + 0.005
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_pure_lognormal_has_no_transient_tail(seed: int) -> None:
+    """
+    One lognormal (sigma 0.5): the mixture does not pay for its three extra parameters.
+    """
+    latency_s = np.exp(np.random.default_rng(seed).normal(math.log(2.0), 0.5, 5_000))
+
+    fit = fit_transient_tail(latency_s)
+
+    assert not fit.has_transient_tail
+    assert fit.bic_gain < 10
+    assert "no separate tail: slow calls are the body's own spread" == fit.verdict
+
+
+def test_a_cap_below_the_tail_hides_it_and_the_fit_invents_nothing() -> None:
+    """
+    Every call beyond p70 cut: the tail cannot be seen, the fit stays finite and says so.
+    """
+    true_s = _body_and_tail(5_000, seed=4)
+    cap_s = float(np.quantile(true_s, 0.7))
+    was_cut = true_s > cap_s
+
+    fit = fit_transient_tail(
+        np.where(was_cut, np.nan, true_s), censored_at_s=np.where(was_cut, cap_s, np.nan)
+    )
+
+    assert not fit.has_transient_tail
+    assert math.isfinite(fit.tail_scale)
+    assert fit.bic_gain < 10
+
+
+def test_large_inputs_are_subsampled_deterministically() -> None:
+    """
+    Above max_n the fit uses max_n calls, the same ones for the same seed.
+    """
+    latency_s = _body_and_tail(30_000, seed=5)
+
+    first = fit_transient_tail(latency_s, max_n=5_000, seed=3)
+    again = fit_transient_tail(latency_s, max_n=5_000, seed=3)
+    other = fit_transient_tail(latency_s, max_n=5_000, seed=4)
+
+    assert 5_000 == first.n
+    assert first == again
+    assert first.body_mu != other.body_mu
+
+
+def test_too_few_calls_give_nan_and_no_tail() -> None:
+    """
+    Below 50 usable calls nothing is fitted, and the verdict says why.
+    """
+    fit = fit_transient_tail(_body_and_tail(40, seed=6))
+
+    assert 40 == fit.n
+    assert math.isnan(fit.tail_share)
+    assert not fit.has_transient_tail
+    assert fit.verdict.startswith("too few calls")
+
+
+def test_invalid_input_is_named_with_its_value() -> None:
+    """
+    Misaligned censoring and non-positive latencies raise ValueError with the fix.
+    """
+    with pytest.raises(ValueError, match=r"censored_at_s has 2 entries but latency_s has 3"):
+        fit_transient_tail([1.0, 2.0, 3.0], censored_at_s=[np.nan, 1.0])
+    with pytest.raises(ValueError, match=r"must be positive for finished calls, got 0.0"):
+        fit_transient_tail([1.0, 0.0, 3.0])
+    with pytest.raises(ValueError, match=r"level must be between 0 and 1, got 95"):
+        fit_transient_tail(_body_and_tail(100, seed=0), level=95)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    latency_s=st.lists(st.floats(1e-3, 1e4), min_size=50, max_size=400),
+    cut=st.lists(st.booleans(), min_size=400, max_size=400),
+)
+def test_any_input_gives_an_ordered_fit_in_range(latency_s: list[float], cut: list[bool]) -> None:
+    """
+    For any latencies and cuts: tail after body, share and interval in [0, 1], no warnings.
+    """
+    x = np.array(latency_s)
+    censored = np.where(np.array(cut[: x.size]), x, np.nan)
+
+    fit = fit_transient_tail(x, censored_at_s=censored)
+
+    if math.isnan(fit.tail_share):
+        assert not fit.has_transient_tail
+    else:
+        assert fit.tail_mu >= fit.body_mu
+        assert 0.0 <= fit.tail_share <= 1.0
+        assert 0.0 <= fit.tail_share_interval.low <= fit.tail_share_interval.high <= 1.0
+        assert fit.body_sigma > 0.0
+        assert fit.tail_sigma > 0.0
+        assert math.isfinite(fit.bic_gain)

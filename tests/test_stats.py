@@ -1,0 +1,125 @@
+"""
+The tail table on real data: llmperf quantiles match numpy, stalls are flagged, totals add up.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from typer.testing import CliRunner
+
+import tailkit
+
+from tailkit._stats import TableQuery, tail_report
+from tailkit.cli import app
+from tailkit.errors import ConfigError
+from tailkit.ingest import ingest_paths
+from tailkit.store import Store
+
+from .conftest import LLMPERF, PRODUCTION
+
+
+@pytest.fixture(scope="module")
+def llmperf_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """
+    A store holding the llmperf leaderboard data.
+    """
+    db = tmp_path_factory.mktemp("llmperf") / "s.duckdb"
+    with Store.open(db) as store:
+        ingest_paths(store, [LLMPERF])
+    return db
+
+
+def _numpy_quantiles() -> dict[tuple[str, str], tuple[float, float]]:
+    out = {}
+    for path in sorted((LLMPERF / "individual").glob("*.json")):
+        rows = json.loads(path.read_text())
+        model = json.loads((LLMPERF / "summary" / path.name).read_text())["model"]
+        ok = np.array([r["end_to_end_latency_s"] for r in rows if r["error_code"] is None])
+        out[(path.name.split("_")[0], model)] = (np.quantile(ok, 0.5), np.quantile(ok, 0.99))
+    return out
+
+
+def test_llmperf_quantiles_match_numpy(llmperf_db: Path) -> None:
+    """
+    p50 and p99 per provider and model equal numpy's on the raw files.
+    """
+    table = tailkit.stats(llmperf_db, by=("provider", "model"), bucket=())
+    expected = _numpy_quantiles()
+
+    assert len(expected) == len(table)
+    for row in table.iter_rows(named=True):
+        p50, p99 = expected[(row["provider"], row["model"])]
+        assert p50 == pytest.approx(row["p50_s"], rel=1e-9)
+        assert p99 == pytest.approx(row["p99_s"], rel=1e-9)
+        assert row["p50_s_lo"] <= row["p50_s"] <= row["p50_s_hi"]
+        assert row["p99_p50_lo"] <= row["p99_p50"] <= row["p99_p50_hi"]
+
+
+def test_together_13b_stall_is_a_transient_ttft_tail(llmperf_db: Path) -> None:
+    """
+    The ~53 s TTFT stall of together 13b shows as a transient tail held by TTFT.
+    """
+    table = tailkit.stats(llmperf_db, by=("provider", "model"), bucket=())
+    row = table.filter(pl.col("model").str.contains("13b") & (pl.col("provider") == "together"))
+
+    assert 1 == len(row)
+    assert row["ttft_p99_s"][0] > 20 * row["ttft_p50_s"][0]
+    assert "ttft" == row["tail_phase"][0]
+    assert row["transient"][0]
+
+
+def test_bucket_rows_add_up_to_the_group(tmp_path: Path) -> None:
+    """
+    Calls per route summed over its token buckets equal the route's calls without buckets.
+    """
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [PRODUCTION / "calls.parquet"])
+        split = tail_report(store, TableQuery(by=("provider",), bucket=("input", "output")))
+        whole = tail_report(store, TableQuery(by=("provider",), bucket=()))
+
+    summed = split.table.group_by("provider").agg(pl.col("n").sum()).sort("provider")
+    assert whole.table.select("provider", "n").sort("provider").rows() == summed.rows()
+
+
+def test_bad_grouping_is_refused() -> None:
+    """
+    Grouping by a column that is not in the call record names the valid ones.
+    """
+    with pytest.raises(ConfigError, match=r"--by 'modle' is not a call-record column"):
+        TableQuery(by=("modle",))
+
+
+def test_cli_json_and_csv(llmperf_db: Path, tmp_path: Path) -> None:
+    """
+    `tailkit stats` prints JSON and CSV with one row per group, and writes Parquet.
+    """
+    runner = CliRunner()
+    base = ["stats", "--db", str(llmperf_db), "--bucket", "none"]
+    as_json = json.loads(runner.invoke(app, [*base, "--json"]).stdout)
+    as_csv = runner.invoke(app, [*base, "--csv"]).stdout.splitlines()
+    out = tmp_path / "t.parquet"
+    wrote = runner.invoke(app, [*base, "--parquet", str(out)])
+
+    assert 19 == len(as_json["table"]) == len(as_csv) - 1
+    assert as_csv[0].startswith("provider,model,n,n_ok,censored_share,failed_share,p50_s,")
+    assert 0 == wrote.exit_code
+    assert 19 == len(pl.read_parquet(out))
+
+
+def test_cli_table_renders(llmperf_db: Path) -> None:
+    """
+    The default rich table names every provider and the verdict section.
+    """
+    result = CliRunner().invoke(app, ["stats", "--db", str(llmperf_db), "--bucket", "none"])
+
+    assert 0 == result.exit_code, result.output
+    assert "Where the tail is" in result.stdout
+    assert "together" in result.stdout
+    assert "Work or transient?" in result.stdout
