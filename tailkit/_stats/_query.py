@@ -74,6 +74,13 @@ def _keys_sql(keys: Sequence[str]) -> str:
     return ", ".join(f'"{k}"' for k in keys)
 
 
+def _order_sql(query: TableQuery) -> str:
+    # Buckets sort by their token ranges (labels would sort "2400+" before "256-600").
+    order = [f'"{k}"' for k in query.by]
+    order += [f"min({b}_tokens) NULLS LAST" for b in query.bucket]
+    return ", ".join(order)
+
+
 def aggregates_sql(query: TableQuery) -> str:
     """
     One pass over the calls: counts, quantiles, log moments, TTFT and generation quantiles.
@@ -93,7 +100,7 @@ def aggregates_sql(query: TableQuery) -> str:
         f"count(ttft_s) FILTER ({ok}) AS n_ttft, "
         f"quantile_cont(ttft_s, [0.5, 0.99]) FILTER ({ok}) AS ttft_q, "
         f"quantile_cont(total_s - ttft_s, [0.5, 0.99]) FILTER ({ok}) AS gen_q "
-        f"FROM {query.source_sql()} GROUP BY ALL ORDER BY {keys}"
+        f"FROM {query.source_sql()} GROUP BY ALL ORDER BY {_order_sql(query)}"
     )
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailkit._stats import TailReport
+from tailkit.fit import min_calls_for_quantile
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -27,6 +28,12 @@ def _num(value: Any, digits: int = 2) -> str:
 
 def _with_interval(row: dict[str, Any], name: str) -> str:
     return f"{_num(row[name])} [{_num(row[name + '_lo'])}–{_num(row[name + '_hi'])}]"
+
+
+def _growth(row: dict[str, Any]) -> str:
+    if row["buckets"] < 5:  # tail_growth needs five buckets with enough calls
+        return f"? ({row['buckets']} buckets)"
+    return f"{'yes' if row['tail_grows'] else 'no'} (ρ={_num(row['growth_rho'])})"
 
 
 def render_table(report: TailReport, keys: list[str], console: Console) -> None:
@@ -60,7 +67,15 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
             row["signal"],
         )
     console.print(table)
-    if not report.verdicts.is_empty():
+    informative = report.verdicts.filter(
+        pl.col("growth_rho").is_not_nan() | pl.col("clustering").is_not_nan()
+    )
+    if report.verdicts.is_empty() or informative.is_empty():
+        console.print(
+            "Work or transient: not enough data to tell (a route needs 5+ token buckets with "
+            "200+ calls each, or start times)."
+        )
+    else:
         verdicts = Table(title="Work or transient? (per route)")
         by = [c for c in report.verdicts.columns if c not in _VERDICT_COLUMNS]
         for name in (*by, "tail grows (ρ)", "clustered (dispersion)", "verdict"):
@@ -68,15 +83,43 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
         for row in report.verdicts.iter_rows(named=True):
             verdicts.add_row(
                 *(str(row[k]) for k in by),
-                f"{'yes' if row['tail_grows'] else 'no'} ({_num(row['growth_rho'])})",
+                _growth(row),
                 f"{'yes' if row['clustered'] else 'no'} ({_num(row['clustering'])})",
                 row["verdict"],
             )
         console.print(verdicts)
-    warned = report.table.filter(pl.col("warning").is_not_null())
-    for row in warned.iter_rows(named=True):
+    _print_warnings(report.table, keys, console)
+
+
+def _print_warnings(table: pl.DataFrame, keys: list[str], console: Console) -> None:
+    """
+    One line for all groups whose p99 is unbounded, one line per other warning.
+    """
+    unbounded, empty = [], []
+    for row in table.filter(pl.col("warning").is_not_null()).iter_rows(named=True):
         where = ", ".join(str(row[k]) for k in keys)
-        console.print(f"[yellow]warning[/yellow] {where}: {row['warning']}")
+        if "not bounded above" in str(row["warning"]):
+            unbounded.append(where)
+        elif "no latency statistics" in str(row["warning"]):
+            empty.append(where)
+        else:
+            console.print(f"[yellow]warning[/yellow] {where}: {row['warning']}")
+    if empty:
+        console.print(
+            f"[yellow]note[/yellow] {len(empty)} group(s) have fewer than two finished calls "
+            f"(failures only), so no latency: {_some(empty)}"
+        )
+    if unbounded:
+        console.print(
+            f"[yellow]warning[/yellow] the p99 of {len(unbounded)} group(s) is not bounded above "
+            f"(a 95% bound needs at least {min_calls_for_quantile(0.99)} calls): "
+            f"{_some(unbounded)}"
+        )
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    more = f"; and {len(names) - shown} more" if len(names) > shown else ""
+    return "; ".join(names[:shown]) + more
 
 
 _VERDICT_COLUMNS = {
