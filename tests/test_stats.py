@@ -122,4 +122,4 @@ def test_cli_table_renders(llmperf_db: Path) -> None:
     assert 0 == result.exit_code, result.output
     assert "Where the tail is" in result.stdout
     assert "together" in result.stdout
-    assert "Work or transient?" in result.stdout
+    assert "Work or transient" in result.stdout

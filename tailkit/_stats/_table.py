@@ -40,7 +40,7 @@ _NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 @dataclass(frozen=True, slots=True)
 class Sample:
     """
-    One group's latency sample, sorted by total time (cut calls last, total NaN).
+    One group's latency sample (total NaN for a cut call, which has ``censored_at_s``).
     """
 
     total_s: np.ndarray[Any, np.dtype[np.float64]]
@@ -52,28 +52,22 @@ class Sample:
 def group_samples(store: Store, query: TableQuery) -> Iterator[tuple[tuple[Any, ...], Sample]]:
     """
     Every group's sample, keyed like the aggregate rows.
+
+    Rows are grouped by hashing in polars (no global sort) and handed out as slices of one flat
+    array per column.
     """
     keys = list(query.keys)
+    names = ("total_s", "censored_at_s", "ttft_s", "started_s")
     df = pl.from_arrow(store.arrow(samples_sql(query)))
     assert isinstance(df, pl.DataFrame)  # noqa: S101 - a table converts to a frame
-    df = df.sort([*keys, "total_s"], nulls_last=True)
-    bounds = (
-        df.with_row_index("_i")
-        .group_by(keys, maintain_order=True)
-        .agg(pl.col("_i").first().alias("start"), pl.len().alias("count"))
-    )
-    columns = {
-        name: df[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
-        for name in ("total_s", "censored_at_s", "ttft_s", "started_s")
-    }
-    for row in bounds.iter_rows(named=True):
-        part = slice(row["start"], row["start"] + row["count"])
-        yield (
-            tuple(row[k] for k in keys),
-            Sample(
-                *(columns[n][part] for n in ("total_s", "censored_at_s", "ttft_s", "started_s"))
-            ),
-        )
+    grouped = df.group_by(keys).agg(*(pl.col(n).cast(pl.Float64) for n in names))
+    ends = np.cumsum(grouped["total_s"].list.len().to_numpy())
+    flat = {n: grouped[n].explode().fill_null(np.nan).to_numpy() for n in names}
+    start = 0
+    for i, row in enumerate(grouped.select(keys).iter_rows()):
+        part = slice(start, int(ends[i]))
+        start = int(ends[i])
+        yield tuple(row), Sample(*(flat[n][part] for n in names))
 
 
 def _interval_cols(name: str, value: float, interval: Interval) -> dict[str, float]:
