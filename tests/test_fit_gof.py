@@ -18,6 +18,7 @@ from tailkit.fit._gof import (
     AIC_ONLY_METHOD,
     _ad_p_value,
     goodness_of_fit,
+    goodness_of_fit_many,
 )
 
 
@@ -260,3 +261,25 @@ def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> Non
     latency = kwargs.pop("latency_s", lognormal(12, 50))
     with pytest.raises(ValueError, match=message):
         goodness_of_fit(latency, **kwargs)  # type: ignore[arg-type]
+
+
+def test_many_samples_at_once_give_each_samples_own_result() -> None:
+    """
+    Tested together (lognormal, Weibull, light and heavy cuts, too few), each result is its own.
+    """
+    x = lognormal(14, 3000)
+    w = stats.weibull_min.rvs(1.5, scale=10.0, size=1500, random_state=np.random.default_rng(15))
+    samples = [(x, None), (w, None), (x, cap(x, 0.03)), (x, cap(x, 0.3)), (x[:10], None)]
+
+    together = goodness_of_fit_many(samples, max_n=2000, seed=3)
+
+    for (latency_s, censored_at_s), result in zip(samples, together, strict=True):
+        alone = goodness_of_fit(latency_s, censored_at_s=censored_at_s, max_n=2000, seed=3)
+        assert (alone.verdict, alone.method, alone.best_family, alone.n) == (
+            result.verdict, result.method, result.best_family, result.n,
+        )  # fmt: skip
+        assert alone.p_value == pytest.approx(result.p_value, rel=1e-9, nan_ok=True)
+        assert [f.family for f in alone.families] == [f.family for f in result.families]
+        for one, many in zip(alone.families, result.families, strict=True):
+            assert one.loglik == pytest.approx(many.loglik, rel=1e-9)
+            assert one.params == pytest.approx(many.params, rel=1e-6)

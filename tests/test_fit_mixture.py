@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailkit.fit._mixture import fit_transient_tail
+from tailkit.fit._mixture import fit_transient_tail, fit_transient_tails
 
 
 _Array = npt.NDArray[np.float64]
@@ -176,3 +176,22 @@ def test_any_input_gives_an_ordered_fit_in_range(latency_s: list[float], cut: li
         assert fit.body_sigma > 0.0
         assert fit.tail_sigma > 0.0
         assert math.isfinite(fit.bic_gain)
+
+
+def test_many_samples_at_once_give_each_samples_own_fit() -> None:
+    """
+    Fitted together (tail, no tail, cut calls, too few), each sample gets the fit it gets alone.
+    """
+    tail = _body_and_tail(3_000, seed=21)
+    plain = np.exp(np.random.default_rng(22).normal(0.0, 0.5, 800))
+    cut = np.where(tail > 9.0, np.nan, tail), np.where(tail > 9.0, 9.0, np.nan)
+    samples = [(tail, None), (plain, None), cut, (tail[:30], None), (tail[::7], None)]
+
+    together = fit_transient_tails(samples, max_n=2_000, seed=5)
+
+    for (latency_s, censored_at_s), fit in zip(samples, together, strict=True):
+        alone = fit_transient_tail(latency_s, censored_at_s=censored_at_s, max_n=2_000, seed=5)
+        assert (alone.n, alone.n_censored, alone.verdict) == (fit.n, fit.n_censored, fit.verdict)
+        for name in ("body_mu", "body_sigma", "tail_share", "tail_mu", "tail_scale", "bic_gain"):
+            assert getattr(alone, name) == pytest.approx(getattr(fit, name), rel=1e-9, nan_ok=True)
+        assert alone.tail_share_interval.low == pytest.approx(fit.tail_share_interval.low, rel=1e-6)

@@ -18,6 +18,7 @@ from tailkit.fit._quantiles import (
     empirical_quantiles,
     min_calls_for_quantile,
     quantile_warning,
+    sorted_quantiles,
 )
 from tailkit.fit._types import Interval
 
@@ -287,3 +288,32 @@ def test_censored_estimates_are_monotone_and_inside_their_intervals(
 
     check_invariants(estimates)
     assert {len(data)} == {e.n for e in estimates}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    samples=st.lists(
+        st.lists(st.floats(1e-3, 1e4, allow_subnormal=False), min_size=1, max_size=400),
+        min_size=1,
+        max_size=6,
+    ),
+    level=st.floats(min_value=0.5, max_value=0.999),
+)
+def test_sorted_quantiles_of_many_samples_are_each_samples_own(
+    samples: list[list[float]], level: float
+) -> None:
+    """
+    Sorted samples side by side: values are np.quantile's exactly, intervals each sample's own.
+    """
+    qs = (0.5, 0.9, 0.95, 0.99)
+    flat = np.concatenate([np.sort(x) for x in samples])
+    sizes = np.array([len(x) for x in samples])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    value, low, high = sorted_quantiles(flat, starts, sizes, np.array(qs), 1.0 - level)
+
+    for i, x in enumerate(samples):
+        alone = empirical_quantiles(x, qs=qs, level=level)
+        assert np.quantile(np.array(x), qs).tolist() == value[i].tolist()
+        assert [e.interval.low for e in alone] == low[i].tolist()
+        assert [e.interval.high for e in alone] == high[i].tolist()

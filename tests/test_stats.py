@@ -19,6 +19,7 @@ import tailkit
 from tailkit._stats import TableQuery, tail_report
 from tailkit.cli import app
 from tailkit.errors import ConfigError
+from tailkit.fit import empirical_quantiles
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -86,6 +87,38 @@ def test_bucket_rows_add_up_to_the_group(tmp_path: Path) -> None:
 
     summed = split.table.group_by("provider").agg(pl.col("n").sum()).sort("provider")
     assert whole.table.select("provider", "n").sort("provider").rows() == summed.rows()
+
+
+def test_intervals_are_order_statistics_or_kaplan_meier_over_every_call(tmp_path: Path) -> None:
+    """
+    Each group's quantiles and intervals are empirical_quantiles' on all its calls, cut or not.
+    """
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [PRODUCTION / "calls.parquet"])
+        table = tail_report(store, TableQuery(by=("provider", "model", "step"), bucket=())).table
+        calls = store.arrow(
+            "SELECT provider, model, step, CASE WHEN status = 'ok' THEN total_s END AS total_s, "
+            "censored_at_s FROM calls WHERE (status = 'ok' AND total_s > 0) OR censored_at_s > 0"
+        )
+    frame = pl.from_arrow(calls)
+    assert isinstance(frame, pl.DataFrame)
+    kinds = set()
+    for row in table.iter_rows(named=True):
+        group = frame.filter(
+            (pl.col("provider") == row["provider"])
+            & (pl.col("model") == row["model"])
+            & (pl.col("step") == row["step"])
+        )
+        cut = group["censored_at_s"].fill_null(np.nan).to_numpy()
+        censored = {"censored_at_s": cut} if row["censored_share"] > 0 else {}
+        got = empirical_quantiles(
+            group["total_s"].fill_null(np.nan).to_numpy(), qs=(0.5, 0.99), **censored
+        )
+        kinds.add(got[0].method)
+        for name, est in zip(("p50_s", "p99_s"), got, strict=True):
+            assert est.value == pytest.approx(row[name], rel=1e-12)
+            assert (est.interval.low, est.interval.high) == (row[f"{name}_lo"], row[f"{name}_hi"])
+    assert {"Kaplan-Meier", "order statistics"} == kinds
 
 
 def test_bad_grouping_is_refused() -> None:

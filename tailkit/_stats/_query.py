@@ -1,5 +1,5 @@
 """
-The SQL side of the tail table: one aggregate pass, and the latency samples the fits need.
+The SQL side of the tail table: one pass that counts the calls of each group and lists them.
 """
 
 from __future__ import annotations
@@ -74,47 +74,45 @@ def _keys_sql(keys: Sequence[str]) -> str:
     return ", ".join(f'"{k}"' for k in keys)
 
 
-def _order_sql(query: TableQuery) -> str:
-    # Buckets sort by their token ranges (labels would sort "2400+" before "256-600").
-    order = [f'"{k}"' for k in query.by]
-    order += [f"min({b}_tokens) NULLS LAST" for b in query.bucket]
-    return ", ".join(order)
+ORDER_PREFIX = "_order_"  # columns of `groups_sql` that only sort the groups
 
 
-def aggregates_sql(query: TableQuery) -> str:
+def order_columns(query: TableQuery) -> list[str]:
     """
-    One pass over the calls: counts, quantiles, log moments, TTFT and generation quantiles.
+    The columns that sort the groups: the ``by`` columns, then each bucket by its token range.
+    """
+    # Buckets sort by their smallest token count (labels would sort "2400+" before "256-600").
+    return [*query.by, *(f"{ORDER_PREFIX}{b}" for b in query.bucket)]
 
-    Latency statistics use finished calls (``status = 'ok'``); a cut call counts in ``n`` and
-    ``n_censored``, a failed one in ``n`` and ``n_failed``.
+
+def groups_sql(query: TableQuery) -> str:
+    """
+    One pass over the calls: per group, its counts and every call the statistics need.
+
+    A cut call counts in ``n`` and ``n_censored``, a failed one in ``n`` and ``n_failed``;
+    ``n_ok`` counts finished calls (``status = 'ok'`` and ``total_s > 0``). Column ``calls``
+    lists the finished and the cut calls as structs of ``total_s`` (NaN unless finished),
+    ``cut_s`` (the cut age, NaN unless cut), ``ttft_s`` and ``started_s`` (epoch seconds), NaN
+    where unknown -- NaN rather than NULL, so the columns reach numpy without a copy. Groups
+    come in no particular order (sorting them here would move every list; see
+    `order_columns`), and so do the calls in a list.
     """
     keys = _keys_sql(query.keys)
     ok = "status = 'ok' AND total_s > 0"
-    qs = ", ".join(str(q) for q in QUANTILES)
+    nan = "'NaN'::DOUBLE"
+    order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
+    call = (
+        f"{{'total_s': CASE WHEN status = 'ok' THEN coalesce(total_s, {nan}) ELSE {nan} END, "
+        f"'cut_s': coalesce(censored_at_s, {nan}), "
+        f"'ttft_s': CASE WHEN status = 'ok' THEN coalesce(ttft_s, {nan}) ELSE {nan} END, "
+        f"'started_s': coalesce(epoch(started_at), {nan})}}"
+    )
     return (
         f"SELECT {keys}, count(*) AS n, count(*) FILTER ({ok}) AS n_ok, "
         f"count(censored_at_s) AS n_censored, count(*) FILTER (status IN {_FAILED}) AS n_failed, "
-        f"quantile_cont(total_s, [{qs}]) FILTER ({ok}) AS total_q, "
-        f"avg(ln(total_s)) FILTER ({ok}) AS mean_log, "
-        f"var_pop(ln(total_s)) FILTER ({ok}) AS var_log, "
-        f"count(ttft_s) FILTER ({ok}) AS n_ttft, "
-        f"quantile_cont(ttft_s, [0.5, 0.99]) FILTER ({ok}) AS ttft_q, "
-        f"quantile_cont(total_s - ttft_s, [0.5, 0.99]) FILTER ({ok}) AS gen_q "
-        f"FROM {query.source_sql()} GROUP BY ALL ORDER BY {_order_sql(query)}"
-    )
-
-
-def samples_sql(query: TableQuery) -> str:
-    """
-    Per row of the latency sample: group keys, total (or NULL when cut), cut age, TTFT, start.
-    """
-    keys = _keys_sql(query.keys)
-    return (
-        f"SELECT {keys}, CASE WHEN status = 'ok' THEN total_s END AS total_s, "
-        "censored_at_s, CASE WHEN status = 'ok' THEN ttft_s END AS ttft_s, "
-        "epoch(started_at) AS started_s, output_tokens "
-        f"FROM {query.source_sql()} "
-        "WHERE (status = 'ok' AND total_s > 0) OR censored_at_s > 0"
+        f"{order}{', ' if order else ''}"
+        f"list({call}) FILTER (({ok}) OR censored_at_s > 0) AS calls "
+        f"FROM {query.source_sql()} GROUP BY ALL"
     )
 
 

@@ -1,139 +1,92 @@
 """
 The tail table: one row per group (route, step, token bucket, …) saying where its tail is.
 
-DuckDB computes what it can in one pass (counts, quantiles, log moments, TTFT and generation
-quantiles). Python then adds what needs the samples: order-statistic intervals (Kaplan-Meier
-when calls were cut), the censoring-aware lognormal fit, the goodness-of-fit verdict, the
-transient-tail mixture and the phase split. Fits that iterate run on a seeded subsample of at
-most ``fit_max_n`` calls per group; intervals always use every call.
+One SQL pass counts each group's calls and lists the ones with a latency (finished or cut).
+Everything else is numpy on those lists, batched across groups where it pays: exact
+order-statistic intervals from each group's sorted latencies (Kaplan-Meier when calls were
+cut), the lognormal fit (closed form, or censoring-aware), the goodness-of-fit verdict, the
+transient-tail mixture, the phase split and the work-vs-transient verdicts. Fits that iterate
+run on a seeded subsample of at most ``fit_max_n`` calls per group; intervals, the lognormal
+fit, the phase split and the verdicts always use every call.
 """
 
 from __future__ import annotations
 
 import math
 
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from tailkit._stats._query import QUANTILES, TableQuery, aggregates_sql, samples_sql
+from tailkit._stats._query import QUANTILES, TableQuery, groups_sql, order_columns
 from tailkit._stats._verdicts import RouteAccumulator
 from tailkit.fit import (
-    Interval,
     empirical_quantiles,
     fit_lognormal,
-    fit_lognormal_moments,
-    fit_transient_tail,
-    goodness_of_fit,
     phase_split,
     quantile_warning,
 )
+from tailkit.fit._gof import goodness_of_fit_many
+from tailkit.fit._mixture import fit_transient_tails
+from tailkit.fit._quantiles import sorted_quantiles
 from tailkit.store import Store
 
 
+_Array = npt.NDArray[np.float64]
 _NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class Calls:
     """
-    One group's latency sample (total NaN for a cut call, which has ``censored_at_s``).
+    The listed calls of every group as flat columns, a group's rows in no particular order.
+
+    Group ``i`` holds rows ``starts[i] : starts[i] + sizes[i]``. ``total_s`` is NaN unless the
+    call finished, ``cut_s`` NaN unless it was cut.
     """
 
-    total_s: np.ndarray[Any, np.dtype[np.float64]]
-    censored_at_s: np.ndarray[Any, np.dtype[np.float64]]
-    ttft_s: np.ndarray[Any, np.dtype[np.float64]]
-    started_s: np.ndarray[Any, np.dtype[np.float64]]
+    total_s: _Array
+    cut_s: _Array
+    ttft_s: _Array
+    started_s: _Array
+    starts: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+
+    def rows(self, group: int) -> slice:
+        """
+        The rows of ``group``.
+        """
+        start = int(self.starts[group])
+        return slice(start, start + int(self.sizes[group]))
 
 
-def group_samples(store: Store, query: TableQuery) -> Iterator[tuple[tuple[Any, ...], Sample]]:
+def fetch_groups(store: Store, query: TableQuery) -> tuple[pl.DataFrame, Calls]:
     """
-    Every group's sample, keyed like the aggregate rows.
-
-    Rows are grouped by hashing in polars (no global sort) and handed out as slices of one flat
-    array per column.
+    Run the one pass: group counts in table order (column ``group`` indexes `Calls`), calls.
     """
-    keys = list(query.keys)
-    names = ("total_s", "censored_at_s", "ttft_s", "started_s")
-    df = pl.from_arrow(store.arrow(samples_sql(query)))
-    assert isinstance(df, pl.DataFrame)  # noqa: S101 - a table converts to a frame
-    grouped = df.group_by(keys).agg(*(pl.col(n).cast(pl.Float64) for n in names))
-    ends = np.cumsum(grouped["total_s"].list.len().to_numpy())
-    flat = {n: grouped[n].explode().fill_null(np.nan).to_numpy() for n in names}
-    start = 0
-    for i, row in enumerate(grouped.select(keys).iter_rows()):
-        part = slice(start, int(ends[i]))
-        start = int(ends[i])
-        yield tuple(row), Sample(*(flat[n][part] for n in names))
+    import pyarrow.compute as pc
 
-
-def _interval_cols(name: str, value: float, interval: Interval) -> dict[str, float]:
-    return {name: value, f"{name}_lo": interval.low, f"{name}_hi": interval.high}
-
-
-def _quantile_columns(
-    sample: Sample, sql_q: list[float] | None, *, censored: bool, level: float
-) -> dict[str, float]:
-    cut = np.where(np.isfinite(sample.censored_at_s), sample.censored_at_s, np.nan)
-    kwargs = {"censored_at_s": cut} if censored else {}
-    out: dict[str, float] = {}
-    for est in empirical_quantiles(sample.total_s, qs=QUANTILES, level=level, **kwargs):
-        # Without cut calls DuckDB's quantile_cont is the point estimate (same interpolation);
-        # with them, Kaplan-Meier's, which counts a cut call as "longer than its cut".
-        point = est.value if censored or sql_q is None else sql_q[QUANTILES.index(est.q)]
-        out |= _interval_cols(f"{_NAMES[est.q]}_s", point, est.interval)
-    # p99/p50: each end at (1 + level) / 2, so the ratio's interval holds at `level` or more.
-    wide = (1 + level) / 2
-    p50, p99 = empirical_quantiles(sample.total_s, qs=(0.5, 0.99), level=wide, **kwargs)
-    ratio = out["p99_s"] / out["p50_s"] if out["p50_s"] > 0 else math.nan
-    low = p99.interval.low / p50.interval.high if p50.interval.high > 0 else 0.0
-    high = p99.interval.high / p50.interval.low if p50.interval.low > 0 else math.inf
-    out |= _interval_cols("p99_p50", ratio, Interval(low, high, level))
-    return out
-
-
-def _fit_columns(
-    sample: Sample, agg: dict[str, Any], *, level: float, max_n: int
-) -> dict[str, Any]:
-    censored = int(agg["n_censored"]) > 0
-    cut = sample.censored_at_s if censored else None
-    if censored:
-        ln = fit_lognormal(sample.total_s, censored_at_s=cut, level=level)
-    else:
-        ln = fit_lognormal_moments(
-            int(agg["n_ok"]), float(agg["mean_log"]), float(agg["var_log"]), level=level
-        )
-    gof = goodness_of_fit(sample.total_s, censored_at_s=cut, max_n=max_n)
-    mix = fit_transient_tail(sample.total_s, censored_at_s=cut, max_n=max_n, level=level)
-    return {
-        "mu": ln.mu,
-        "sigma": ln.sigma,
-        "fit": gof.verdict,
-        "fit_p": gof.p_value,
-        "best_family": gof.best_family,
-        "transient_share": mix.tail_share,
-        "transient_share_lo": mix.tail_share_interval.low,
-        "transient_share_hi": mix.tail_share_interval.high,
-        "transient_scale": mix.tail_scale,
-        "transient": mix.has_transient_tail,
-    }
-
-
-def _phase_columns(sample: Sample, agg: dict[str, Any]) -> dict[str, Any]:
-    ttft_q, gen_q = agg["ttft_q"] or [None, None], agg["gen_q"] or [None, None]
-    split = phase_split(sample.ttft_s, sample.total_s)
-    return {
-        "ttft_p50_s": ttft_q[0],
-        "ttft_p99_s": ttft_q[1],
-        "gen_p50_s": gen_q[0],
-        "gen_p99_s": gen_q[1],
-        "tail_phase": split.tail_phase,
-        "ttft_share": split.ttft_share,
-        "signal": split.signal,
-    }
+    table = store.arrow(groups_sql(query))
+    listed = table.column("calls").combine_chunks()
+    columns = listed.values.flatten()  # the structs' fields, zero-copy: no NULLs, only NaN
+    total_s, cut_s, ttft_s, started_s = (
+        np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64) for c in columns
+    )
+    calls = Calls(
+        total_s, cut_s, ttft_s, started_s,
+        starts=np.asarray(listed.offsets.to_numpy()[:-1], dtype=np.int64),
+        sizes=np.asarray(pc.list_value_length(listed).fill_null(0).to_numpy(), dtype=np.int64),
+    )  # fmt: skip
+    frame = pl.from_arrow(table.drop_columns(["calls"]))
+    assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
+    frame = frame.with_row_index("group").sort(
+        order_columns(query), nulls_last=True, maintain_order=True
+    )
+    return frame, calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,49 +116,43 @@ def tail_report(
         query: Grouping, buckets and filter (provider x model x both buckets by default).
         min_calls: Leave out groups with fewer calls (attempts) than this.
         level: Confidence level of every interval.
-        fit_max_n: Largest seeded subsample per group for the iterative fits.
+        fit_max_n: Largest seeded subsample per group for the iterative fits (goodness of
+            fit and the transient-tail mixture).
         window_s: Time window, in seconds, for the clustering of tail calls.
 
     Returns:
         Both tables as polars DataFrames (columns listed in the README).
     """
     query = query or TableQuery()
-    aggs = pl.from_arrow(store.arrow(aggregates_sql(query)))
-    assert isinstance(aggs, pl.DataFrame)  # noqa: S101 - a table converts to a frame
+    groups, calls = fetch_groups(store, query)
     keys = list(query.keys)
-    by_key = {tuple(r[k] for k in keys): r for r in aggs.iter_rows(named=True)}
-    samples = dict(group_samples(store, query))
     rows: list[dict[str, Any]] = []
-    routes = RouteAccumulator(len(query.by))
-    for key, agg in by_key.items():
-        used = int(agg["n_ok"]) + int(agg["n_censored"])
-        n = int(agg["n"])
+    described: list[_Group] = []
+    for agg in groups.iter_rows(named=True):
+        n, n_ok, n_censored = int(agg["n"]), int(agg["n_ok"]), int(agg["n_censored"])
         if n < min_calls:
             continue
+        key = tuple(agg[k] for k in keys)
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
         row |= {
             "n": n,
-            "n_ok": int(agg["n_ok"]),
-            "censored_share": int(agg["n_censored"]) / n,
+            "n_ok": n_ok,
+            "censored_share": n_censored / n,
             "failed_share": int(agg["n_failed"]) / n,
         }
-        sample = samples.get(key)
-        if sample is None or int(agg["n_ok"]) < 2:
+        rows.append(row)
+        if calls.sizes[agg["group"]] == 0 or n_ok < 2:
             # Every group keeps its row so counts add up; with under two finished calls there
             # is no latency to describe.
-            row["warning"] = f"{int(agg['n_ok'])} finished call(s): no latency statistics"
-            rows.append(row)
+            row["warning"] = f"{n_ok} finished call(s): no latency statistics"
             continue
-        censored = int(agg["n_censored"]) > 0
-        row |= _quantile_columns(sample, agg["total_q"], censored=censored, level=level)
-        row |= _fit_columns(sample, agg, level=level, max_n=fit_max_n)
-        row |= _phase_columns(sample, agg)
-        row["warning"] = quantile_warning(used, 0.99, level=level)
-        rows.append(row)
-        routes.add(key, row, sample)
+        described.append(_Group(row, key, int(agg["group"]), n_ok + n_censored, n_censored > 0))
+    routes = RouteAccumulator(len(query.by), window_s=window_s)
+    if described:
+        _describe(described, calls, routes, level=level, max_n=fit_max_n)
     return TailReport(
         pl.DataFrame(rows, infer_schema_length=None),
-        routes.verdicts(list(query.by), window_s=window_s),
+        routes.verdicts(list(query.by)),
     )
 
 
@@ -221,3 +168,161 @@ def tail_table(
     The tail table alone (see `tail_report`).
     """
     return tail_report(store, query, min_calls=min_calls, level=level, fit_max_n=fit_max_n).table
+
+
+@dataclass(slots=True)
+class _Group:
+    """
+    Strictly private: a group with latencies to describe, its row, key and place in `Calls`.
+    """
+
+    row: dict[str, Any]
+    key: tuple[Any, ...]
+    index: int
+    used: int  # finished and cut calls, as counted by SQL
+    censored: bool
+
+
+def _describe(
+    described: list[_Group], calls: Calls, routes: RouteAccumulator, *, level: float, max_n: int
+) -> None:
+    """
+    Add the latency columns to each group's row, and hand its calls to the routes.
+    """
+    # Each group's latencies sorted, the finished first (NaN sorts last): quantiles are indexes.
+    ordered = np.full(calls.total_s.shape, np.nan)
+    done = np.empty(len(described), dtype=np.int64)
+    for i, g in enumerate(described):
+        part = calls.rows(g.index)
+        ordered[part] = np.sort(calls.total_s[part])
+        done[i] = np.count_nonzero(~np.isnan(ordered[part]))
+    starts = calls.starts[[g.index for g in described]]
+    finished = [ordered[s : s + k] for s, k in zip(starts.tolist(), done.tolist(), strict=True)]
+    samples = [_fit_input(f, calls, g) for g, f in zip(described, finished, strict=True)]
+    _quantile_columns(described, samples, ordered, starts, done, level=level)
+    # The verdicts put a call in its group's tail above the p95 of the finished calls.
+    p95 = sorted_quantiles(ordered, starts, np.maximum(done, 1), np.array([0.95]), 0.05)[0]
+    limits = np.where(done > 0, p95[:, 0], math.inf).tolist()
+    # The phase split and the routes need every call but no fit: numpy works through them in a
+    # second thread (it lets go of the GIL while it partitions and sorts) while this one fits.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        phases = pool.submit(_phase_columns, described, calls, routes, limits)
+        _fit_columns(described, samples, level=level, max_n=max_n)
+        for g, columns in zip(described, phases.result(), strict=True):
+            g.row |= columns
+            g.row["warning"] = quantile_warning(g.used, 0.99, level=level)
+
+
+def _phase_columns(
+    described: list[_Group], calls: Calls, routes: RouteAccumulator, limits: list[float]
+) -> list[dict[str, Any]]:
+    """
+    Each group's phase split; its calls go to the routes, in the tail above its limit.
+    """
+    out = []
+    for g, limit in zip(described, limits, strict=True):
+        part = calls.rows(g.index)
+        total = calls.total_s[part]
+        split = phase_split(calls.ttft_s[part], total)
+        out.append({
+            "ttft_p50_s": split.ttft_p50_s,
+            "ttft_p99_s": split.ttft_p99_s,
+            "gen_p50_s": split.gen_p50_s,
+            "gen_p99_s": split.gen_p99_s,
+            "tail_phase": split.tail_phase,
+            "ttft_share": split.ttft_share,
+            "signal": split.signal,
+        })  # fmt: skip
+        # A cut call is slower than its cut age: it is in the tail if that age already is.
+        slow = np.where(np.isfinite(total), total, calls.cut_s[part]) >= limit
+        routes.add(g.key, g.row, calls.started_s[part], slow)
+    routes.cluster()
+    return out
+
+
+def _fit_input(finished: _Array, calls: Calls, g: _Group) -> tuple[_Array, _Array | None]:
+    """
+    A group's calls as the fits take them, in a fixed order (sorted) so subsamples repeat.
+    """
+    if not g.censored:
+        return finished, None
+    cut = np.sort(calls.cut_s[calls.rows(g.index)])
+    cut = cut[~np.isnan(cut)]
+    gap = np.full(cut.size, np.nan), np.full(finished.size, np.nan)
+    return np.concatenate([finished, gap[0]]), np.concatenate([gap[1], cut])
+
+
+def _interval_columns(name: str, value: _Array, low: _Array, high: _Array) -> dict[str, _Array]:
+    return {name: value, f"{name}_lo": low, f"{name}_hi": high}
+
+
+def _quantile_columns(
+    described: list[_Group],
+    samples: list[tuple[_Array, _Array | None]],
+    ordered: _Array,
+    starts: npt.NDArray[np.int64],
+    done: npt.NDArray[np.int64],
+    *,
+    level: float,
+) -> None:
+    """
+    p50 to p99 with their intervals, and p99/p50 with an interval that holds at ``level``.
+    """
+    wide = (1 + level) / 2  # each end of p99/p50 at (1 + level) / 2: the ratio's holds at level
+    sizes = np.maximum(done, 1)
+    value, low, high = sorted_quantiles(ordered, starts, sizes, np.array(QUANTILES), 1 - level)
+    _, low2, high2 = sorted_quantiles(ordered, starts, sizes, np.array([0.5, 0.99]), 1 - wide)
+    for i, g in enumerate(described):
+        if g.censored:
+            # Kaplan-Meier, which counts a cut call as "longer than its cut"
+            latency, cut = samples[i]
+            est = empirical_quantiles(latency, qs=QUANTILES, level=level, censored_at_s=cut)
+            value[i] = [e.value for e in est]
+            low[i], high[i] = [e.interval.low for e in est], [e.interval.high for e in est]
+            est = empirical_quantiles(latency, qs=(0.5, 0.99), level=wide, censored_at_s=cut)
+            low2[i], high2[i] = [e.interval.low for e in est], [e.interval.high for e in est]
+    columns: dict[str, _Array] = {}
+    for j, q in enumerate(QUANTILES):
+        columns |= _interval_columns(f"{_NAMES[q]}_s", value[:, j], low[:, j], high[:, j])
+    p50, p99 = value[:, 0], value[:, 3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(p50 > 0, p99 / p50, math.nan)
+        ratio_low = np.where(high2[:, 0] > 0, low2[:, 1] / high2[:, 0], 0.0)
+        ratio_high = np.where(low2[:, 0] > 0, high2[:, 1] / low2[:, 0], math.inf)
+    columns |= _interval_columns("p99_p50", ratio, ratio_low, ratio_high)
+    for i, g in enumerate(described):
+        g.row |= {name: float(col[i]) for name, col in columns.items()}
+
+
+def _fit_columns(
+    described: list[_Group],
+    samples: list[tuple[_Array, _Array | None]],
+    *,
+    level: float,
+    max_n: int,
+) -> None:
+    """
+    The lognormal fit, the goodness-of-fit verdict and the transient-tail mixture.
+    """
+    gofs = goodness_of_fit_many(samples, max_n=max_n)
+    mixes = fit_transient_tails(samples, max_n=max_n, level=level)
+    for g, (latency, cut), gof, mix in zip(described, samples, gofs, mixes, strict=True):
+        if cut is None:
+            # uncensored: closed form, the mean and population sd of log latency
+            y = np.log(latency)
+            mu, sigma = float(np.mean(y)), float(np.std(y))
+        else:
+            fit = fit_lognormal(latency, censored_at_s=cut, level=level)
+            mu, sigma = fit.mu, fit.sigma
+        g.row |= {
+            "mu": mu,
+            "sigma": sigma,
+            "fit": gof.verdict,
+            "fit_p": gof.p_value,
+            "best_family": gof.best_family,
+            "transient_share": mix.tail_share,
+            "transient_share_lo": mix.tail_share_interval.low,
+            "transient_share_hi": mix.tail_share_interval.high,
+            "transient_scale": mix.tail_scale,
+            "transient": mix.has_transient_tail,
+        }

@@ -11,12 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from tailkit.fit import tail_growth, time_clustering
-
-
-_TAIL_Q = 0.95  # a call is in its bucket's tail above the bucket's p95
+from tailkit.fit import TimeClustering, tail_growth, time_clustering
 
 
 class RouteAccumulator:
@@ -24,41 +22,51 @@ class RouteAccumulator:
     Collects, per route, the bucket rows and which calls were in their bucket's tail.
     """
 
-    def __init__(self, n_route_keys: int) -> None:
+    def __init__(self, n_route_keys: int, *, window_s: float) -> None:
         self._n = n_route_keys
+        self._window_s = window_s
+        self._clustering: dict[tuple[Any, ...], TimeClustering] = {}
         self._rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._times: dict[tuple[Any, ...], list[np.ndarray[Any, Any]]] = {}
         self._tails: dict[tuple[Any, ...], list[np.ndarray[Any, Any]]] = {}
 
-    def add(self, key: tuple[Any, ...], row: dict[str, Any], sample: Any) -> None:
+    def add(
+        self,
+        key: tuple[Any, ...],
+        row: dict[str, Any],
+        started_s: npt.NDArray[np.float64],
+        is_tail: npt.NDArray[np.bool_],
+    ) -> None:
         """
-        Record one group (a route's bucket) and its sample.
+        Record one group (a route's bucket): its row, and per call its start and tail flag.
         """
         route = key[: self._n]
         self._rows.setdefault(route, []).append(row)
-        total = sample.total_s
-        finished = np.isfinite(total)
-        threshold = np.quantile(total[finished], _TAIL_Q) if finished.any() else np.inf
-        # A cut call is slower than its cut age: it is in the tail if that age already is.
-        slow = np.where(finished, total, sample.censored_at_s) >= threshold
-        self._times.setdefault(route, []).append(sample.started_s)
-        self._tails.setdefault(route, []).append(slow)
+        self._times.setdefault(route, []).append(started_s)
+        self._tails.setdefault(route, []).append(is_tail)
 
-    def verdicts(self, by: list[str], *, window_s: float) -> pl.DataFrame:
+    def cluster(self) -> None:
+        """
+        Test every route's tail calls for clustering in time (`verdicts` does it otherwise).
+        """
+        for route, times in self._times.items():
+            self._clustering[route] = time_clustering(
+                np.concatenate(times), np.concatenate(self._tails[route]), window_s=self._window_s
+            )
+
+    def verdicts(self, by: list[str]) -> pl.DataFrame:
         """
         One row per route: tail growth with work, clustering in time, and a verdict.
         """
+        if len(self._clustering) < len(self._rows):
+            self.cluster()
         out = []
         for route, rows in self._rows.items():
             p50 = np.array([r["p50_s"] for r in rows], dtype=float)
             ratio = np.array([r["p99_p50"] for r in rows], dtype=float)
             n = np.array([r["n_ok"] for r in rows], dtype=float)
             growth = tail_growth(np.argsort(np.argsort(p50)), ratio, n)
-            clustering = time_clustering(
-                np.concatenate(self._times[route]),
-                np.concatenate(self._tails[route]),
-                window_s=window_s,
-            )
+            clustering = self._clustering[route]
             record: dict[str, Any] = dict(zip(by, route, strict=True))
             record |= {
                 "buckets": growth.n_buckets,

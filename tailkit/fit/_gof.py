@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +18,7 @@ from tailkit.fit._lognormal import fit_lognormal
 from tailkit.fit._quantiles import split_censored
 
 
-__all__ = ["FamilyFit", "GoodnessOfFit", "goodness_of_fit"]
+__all__ = ["FamilyFit", "GoodnessOfFit", "goodness_of_fit", "goodness_of_fit_many"]
 
 AD_METHOD = "Anderson-Darling on log latency, estimated parameters (D'Agostino-Stephens p-value)"
 AD_IMPUTED_METHOD = AD_METHOD + "; censored calls imputed from the censored lognormal fit"
@@ -30,13 +30,8 @@ MAX_CENSORED_FOR_TEST = 0.05  # censored share above which only AIC speaks
 AIC_SUPPORT = 2.0  # Burnham & Anderson: within 2 of the best AIC is substantial support
 
 _Array = NDArray[np.float64]
-# A standardized log-location-scale family: log density g(u), g'(u), log survival G(u), G'(u).
-_Shape = tuple[
-    Callable[[_Array], _Array],
-    Callable[[_Array], _Array],
-    Callable[[_Array], _Array],
-    Callable[[_Array], _Array],
-]
+_Sample = tuple[_Array, _Array, np.random.Generator]  # completed, cut, the rest of its seed
+_NEWTON_TOLERANCE = 1e-10  # half the Newton decrement, in nats, at which a fit has converged
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,103 +100,132 @@ def _ad_p_value(a_star: float) -> float:
     return 1.0 - math.exp(-13.436 + 101.14 * a_star - 223.73 * a_star**2)
 
 
-def _anderson_darling_normal(y: _Array) -> tuple[float, float]:
-    # A^2 of y against the normal with the sample mean and sd (ddof = 1, as scipy), in logs of
-    # the normal CDF so that far tails stay finite.
+def _anderson_darling_normal(ys: list[_Array]) -> list[tuple[float, float]]:
+    # A^2 of each y against the normal with its sample mean and sd (ddof = 1, as scipy), in logs
+    # of the normal CDF so that far tails stay finite; all samples as one zero-padded matrix.
     from scipy import special
 
-    n = y.size
-    z = np.sort((y - y.mean()) / y.std(ddof=1))
-    weights = 2.0 * np.arange(1, n + 1) - 1.0
-    a2 = float(-n - np.dot(weights, special.log_ndtr(z) + special.log_ndtr(-z[::-1])) / n)
-    p = _ad_p_value(a2 * (1.0 + 0.75 / n + 2.25 / n**2))
-    return a2, min(max(p, 0.0), 1.0)
+    n = np.array([y.size for y in ys])
+    width = np.arange(int(n.max()))
+    real = width < n[:, None]
+    z = np.zeros(real.shape)
+    for i, y in enumerate(ys):
+        z[i, : y.size] = np.sort((y - y.mean()) / y.std(ddof=1))
+    mirror = np.take_along_axis(z, np.where(real, n[:, None] - 1 - width, 0), axis=1)
+    terms = special.log_ndtr(z) + special.log_ndtr(-mirror)
+    a2 = -n - np.einsum("sw,sw->s", np.where(real, 2.0 * width + 1.0, 0.0), terms) / n
+    a_star = a2 * (1.0 + 0.75 / n + 2.25 / n**2)
+    return [
+        (float(a), min(max(_ad_p_value(float(s)), 0.0), 1.0))
+        for a, s in zip(a2, a_star, strict=True)
+    ]
 
 
-def _gumbel_min() -> _Shape:
-    # log of a Weibull latency: u = k (log x - log scale), density e^(u - e^u), survival e^(-e^u)
-    def g(u: _Array) -> _Array:
-        return u - np.exp(u)
+def _shape_terms(family: str, u: _Array, *, cut: bool) -> tuple[_Array, _Array, _Array]:
+    # log density g (or log survival G for a cut call) of a standardized log latency u, and its
+    # first two derivatives. Weibull: u = k (log x - log scale) is Gumbel-min, density
+    # e^(u - e^u), survival e^(-e^u). Log-logistic: u is logistic. Both are log-concave.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if family == "weibull":
+            e = np.exp(u)
+            return (-e, -e, -e) if cut else (u - e, 1.0 - e, -e)
+        e = np.exp(-np.abs(u))
+        curve = -e / (1.0 + e) ** 2
+        if cut:
+            up = np.where(u > 0.0, 1.0, e) / (1.0 + e)  # expit(u)
+            return -(np.maximum(u, 0.0) + np.log1p(e)), -up, curve
+        return -np.abs(u) - 2.0 * np.log1p(e), -np.sign(u) * (1.0 - e) / (1.0 + e), 2.0 * curve
 
-    def dg(u: _Array) -> _Array:
-        return 1.0 - np.exp(u)
 
-    def big_g(u: _Array) -> _Array:
-        return -np.exp(u)
+def _fit_location_scale(family: str, ys: list[_Array], cuts: list[_Array]) -> _Array:
+    # Weibull and log-logistic latencies are location-scale families in log latency y: with
+    # u = (y - m) / s a completed call adds g(u) - log s - y (the -y turns the density of log x
+    # into the density of x), a cut call G(u). In (a, b) = (m / s, 1 / s) -- u = b y - a --
+    # that log-likelihood is concave for log-concave g and G (Burridge 1981), so Newton's
+    # method with step halving finds the maximum from any start. All samples run together as
+    # rows of zero-padded matrices, on log latency standardized by the completed calls' mean
+    # and sd, from the moment estimates; each row stops when half its Newton decrement is below
+    # 1e-10 nats. Returns one row per sample: m, s and the log-likelihood, NaN if it failed.
+    rows = len(ys)
+    centre = np.array([y.mean() for y in ys])
+    spread = np.array([y.std() for y in ys])
+    data = []
+    for parts in (ys, cuts):
+        width = max(1, *(p.size for p in parts))
+        y, w = np.zeros((rows, width)), np.zeros((rows, width))
+        for i, p in enumerate(parts):
+            y[i, : p.size], w[i, : p.size] = (p - centre[i]) / spread[i], 1.0
+        data.append((y, w))
+    n_obs = np.array([y.size for y in ys], dtype=np.float64)
+    b = np.full(rows, math.pi / math.sqrt(6.0 if family == "weibull" else 3.0))
+    theta = np.column_stack([np.full(rows, 0.5772156649 if family == "weibull" else 0.0), b])
 
-    return g, dg, big_g, big_g
+    def evaluate(theta: _Array) -> tuple[_Array, _Array, _Array]:
+        value, grad, hess = np.log(theta[:, 1]) * n_obs, np.zeros((rows, 2)), np.zeros((rows, 3))
+        grad[:, 1] = n_obs / theta[:, 1]
+        hess[:, 2] = -n_obs / theta[:, 1] ** 2
+        for cut, (y, w) in enumerate(data):
+            g, g1, g2 = _shape_terms(family, theta[:, 1:] * y - theta[:, :1], cut=bool(cut))
+            g1, g2 = g1 * w, g2 * w
+            value += np.where(w > 0.0, g, 0.0).sum(axis=1)
+            grad += np.column_stack([-g1.sum(axis=1), (g1 * y).sum(axis=1)])
+            hess += np.column_stack(
+                [g2.sum(axis=1), -(g2 * y).sum(axis=1), (g2 * y * y).sum(axis=1)]
+            )
+        return value, grad, hess
+
+    value, grad, hess = evaluate(theta)
+    active = np.isfinite(value)
+    for _ in range(100):
+        det = hess[:, 0] * hess[:, 2] - hess[:, 1] ** 2
+        step = np.column_stack([
+            hess[:, 1] * grad[:, 1] - hess[:, 2] * grad[:, 0],
+            hess[:, 1] * grad[:, 0] - hess[:, 0] * grad[:, 1],
+        ]) / np.where(det > 0.0, det, np.nan)[:, None]  # fmt: skip
+        rise = np.einsum("rk,rk->r", grad, step)
+        active &= np.isfinite(rise) & (rise > 2.0 * _NEWTON_TOLERANCE)
+        if not active.any():
+            break
+        t, pending = np.ones(rows), active.copy()
+        for _ in range(60):
+            trial = theta + t[:, None] * step
+            new = evaluate(trial)
+            ok = pending & (trial[:, 1] > 0.0) & (new[0] >= value + 1e-4 * t * rise)
+            theta[ok], value[ok], grad[ok], hess[ok] = trial[ok], new[0][ok], new[1][ok], new[2][ok]
+            pending &= ~ok
+            if not pending.any():
+                break
+            t[pending] /= 2.0
+        active &= ~pending
+    m = centre + spread * theta[:, 0] / theta[:, 1]
+    s = spread / theta[:, 1]
+    value -= n_obs * np.log(spread) + np.array([y.sum() for y in ys])
+    return np.column_stack([m, s, np.where(np.isfinite(value) & np.isfinite(s), value, np.nan)])
 
 
-def _logistic() -> _Shape:
-    # log of a log-logistic latency: u = c (log x - log scale), logistic density and survival
+def _gamma_shape(gap: _Array) -> _Array:
+    # Without censoring the gamma scale profiles out (scale = mean / a) and a solves
+    # log a - digamma(a) = log mean - mean log, by Newton from Minka's (2002) closed form.
     from scipy import special
 
-    def g(u: _Array) -> _Array:
-        return -np.abs(u) - 2.0 * np.log1p(np.exp(-np.abs(u)))
-
-    def dg(u: _Array) -> _Array:
-        return -np.tanh(u / 2.0)
-
-    def big_g(u: _Array) -> _Array:
-        return -np.logaddexp(0.0, u)
-
-    def dbig_g(u: _Array) -> _Array:
-        return np.asarray(-special.expit(u), dtype=np.float64)
-
-    return g, dg, big_g, dbig_g
+    a = (3.0 - gap + np.sqrt((gap - 3.0) ** 2 + 24.0 * gap)) / (12.0 * gap)
+    active = np.ones(a.size, dtype=bool)
+    for _ in range(50):
+        step = (np.log(a) - special.digamma(a) - gap) / (1.0 / a - special.polygamma(1, a))
+        a = np.where(active, np.maximum(a - step, a / 10.0), a)
+        active &= np.abs(step) >= 1e-12 * a
+        if not active.any():
+            break
+    return a
 
 
-def _fit_log_location_scale(
-    y: _Array, y_cut: _Array, shape: _Shape, start: tuple[float, float]
-) -> tuple[float, float, float]:
-    # Weibull and log-logistic latencies are location-scale families in log latency, so one
-    # likelihood serves both: with u = (y - m) / s, a completed call adds g(u) - log s - y
-    # (the -y turns the density of log x into the density of x) and a cut call adds G(u).
-    # The exact gradient in (m, log s) drives L-BFGS-B; overflow far out is harmless (it makes
-    # the objective infinite and the line search steps back).
-    from scipy import optimize
-
-    g, dg, big_g, dbig_g = shape
-    n_all = y.size + y_cut.size
-    sum_y = float(y.sum())
-
-    def negative_loglik(theta: _Array) -> tuple[float, _Array]:
-        m, b = float(theta[0]), float(theta[1])
-        s = math.exp(b)
-        with np.errstate(over="ignore", invalid="ignore"):
-            u, w = (y - m) / s, (y_cut - m) / s
-            loglik = float(g(u).sum() - y.size * b - sum_y + big_g(w).sum())
-            du, dw = dg(u), dbig_g(w)
-            grad = np.array([-(du.sum() + dw.sum()) / s, -np.dot(du, u) - y.size - np.dot(dw, w)])
-        if not (math.isfinite(loglik) and np.all(np.isfinite(grad))):
-            return math.inf, np.zeros(2)
-        return -loglik / n_all, -grad / n_all
-
-    result = optimize.minimize(
-        negative_loglik, np.array(start), jac=True, method="L-BFGS-B", options={"gtol": 1e-8}
-    )
-    if not math.isfinite(float(result.fun)):
-        msg = "the fit did not converge"
-        raise TailkitError(msg)
-    return float(result.x[0]), math.exp(float(result.x[1])), -float(result.fun) * n_all
-
-
-def _fit_gamma(x: _Array, x_cut: _Array) -> tuple[float, float, float]:
-    # Without censoring the scale profiles out (scale = mean / a) and a solves
-    # log a - digamma(a) = log mean - mean log, by Newton from Minka's (2002) closed-form start.
-    # With censoring the survival term log Q(a, c / scale) has no handy derivative in a, so
-    # L-BFGS-B runs on (log a, log scale) with numerical gradients from the uncensored fit.
+def _fit_gamma(x: _Array, log_x: _Array, x_cut: _Array, a: float) -> tuple[float, float, float]:
+    # ``a`` is the uncensored fit's shape. With censoring the survival term log Q(a, c / scale)
+    # has no handy derivative in a, so L-BFGS-B runs on (log a, log scale) with numerical
+    # gradients from the uncensored fit.
     from scipy import optimize, special
 
-    log_x = np.log(x)
-    mean, mean_log = float(x.mean()), float(log_x.mean())
-    gap = math.log(mean) - mean_log
-    a = (3.0 - gap + math.sqrt((gap - 3.0) ** 2 + 24.0 * gap)) / (12.0 * gap)
-    for _ in range(50):
-        step = (math.log(a) - special.digamma(a) - gap) / (1.0 / a - special.polygamma(1, a))
-        a = max(a - step, a / 10.0)
-        if abs(step) < 1e-12 * a:
-            break
+    mean = float(x.mean())
 
     def loglik(a: float, scale: float) -> float:
         with np.errstate(divide="ignore"):
@@ -232,43 +256,50 @@ def _fit_gamma(x: _Array, x_cut: _Array) -> tuple[float, float, float]:
     return a, scale, loglik(a, scale)
 
 
-def _family_fits(x: _Array, x_cut: _Array) -> tuple[FamilyFit, ...]:
-    y, y_cut = np.log(x), np.log(x_cut)
-    n_all = x.size + x_cut.size
-    mean_y, sd_y = float(y.mean()), float(y.std())
-    fits: list[tuple[str, tuple[float, float, float], float]] = []
-    try:
-        # fit_lognormal takes aligned arrays: NaN latency for cut calls, NaN cut for the rest
-        gap_x, gap_cut = np.full(x_cut.size, np.nan), np.full(x.size, np.nan)
-        lognormal = fit_lognormal(
-            np.concatenate([x, gap_x]), censored_at_s=np.concatenate([gap_cut, x_cut])
-        )
-        fits.append(("lognormal", (lognormal.sigma, 0.0, lognormal.median_s), lognormal.loglik))
-    except TailkitError:
-        pass
-    # starts from the moments of the completed calls' log latency
-    s_weibull = sd_y * math.sqrt(6.0) / math.pi
-    s_logistic = sd_y * math.sqrt(3.0) / math.pi
-    candidates = (
-        ("weibull", _gumbel_min(), (mean_y + 0.5772156649 * s_weibull, s_weibull)),
-        ("loglogistic", _logistic(), (mean_y, s_logistic)),
-    )
-    for family, shape, (m, s) in candidates:
+def _family_fits(samples: list[_Sample]) -> list[tuple[FamilyFit, ...]]:
+    ys = [np.log(x) for x, _, _ in samples]
+    cuts = [np.log(c) for _, c, _ in samples]
+    location_scale = {f: _fit_location_scale(f, ys, cuts) for f in ("weibull", "loglogistic")}
+    gamma_shapes = _gamma_shape(
+        np.array([math.log(x.mean()) - y.mean() for (x, _, _), y in zip(samples, ys, strict=True)])
+    ).tolist()
+    out = []
+    for i, (x, x_cut, _) in enumerate(samples):
+        fits: list[tuple[str, tuple[float, float, float], float]] = []
+        if x_cut.size == 0:
+            # closed form, as fit_lognormal: mean and population sd of log latency
+            mu, var = float(ys[i].mean()), float(ys[i].var())
+            loglik = -0.5 * x.size * (math.log(2.0 * math.pi * var) + 1.0) - x.size * mu
+            fits.append(("lognormal", (math.sqrt(var), 0.0, math.exp(mu)), loglik))
+        else:
+            try:
+                # fit_lognormal takes aligned arrays: NaN latency for cut calls, NaN cut else
+                gap_x, gap_cut = np.full(x_cut.size, np.nan), np.full(x.size, np.nan)
+                ln = fit_lognormal(
+                    np.concatenate([x, gap_x]), censored_at_s=np.concatenate([gap_cut, x_cut])
+                )
+                fits.append(("lognormal", (ln.sigma, 0.0, ln.median_s), ln.loglik))
+            except TailkitError:
+                pass
+        for family, found in location_scale.items():
+            loc, scale_log, value = found[i]
+            if math.isfinite(value):
+                fits.append((family, (1.0 / scale_log, 0.0, math.exp(loc)), value))
         try:
-            loc, scale_log, value = _fit_log_location_scale(y, y_cut, shape, (m, math.log(s)))
+            a, scale, value = _fit_gamma(x, ys[i], x_cut, gamma_shapes[i])
+            fits.append(("gamma", (a, 0.0, scale), value))
         except TailkitError:
-            continue
-        fits.append((family, (1.0 / scale_log, 0.0, math.exp(loc)), value))
-    try:
-        a, scale, value = _fit_gamma(x, x_cut)
-        fits.append(("gamma", (a, 0.0, scale), value))
-    except TailkitError:
-        pass
-    ranked = sorted(
-        (FamilyFit(name, params, value, 4.0 - 2.0 * value, n_all) for name, params, value in fits),
-        key=lambda f: f.aic,
-    )
-    return tuple(ranked)
+            pass
+        n_all = x.size + x_cut.size
+        out.append(
+            tuple(
+                sorted(
+                    (FamilyFit(f, p, v, 4.0 - 2.0 * v, n_all) for f, p, v in fits),
+                    key=lambda f: f.aic,
+                )
+            )
+        )
+    return out
 
 
 def goodness_of_fit(
@@ -317,6 +348,24 @@ def goodness_of_fit(
     # calls were cut, and ranked by AIC (all have two parameters). Beyond max_n calls a uniform
     # subsample without replacement, drawn with `seed`, is tested: it keeps the cost to a few ms
     # whatever n, and at 5000 calls AD already detects departures far too small to matter.
+    return goodness_of_fit_many([(latency_s, censored_at_s)], alpha=alpha, max_n=max_n, seed=seed)[
+        0
+    ]
+
+
+def goodness_of_fit_many(
+    samples: Sequence[tuple[ArrayLike, ArrayLike | None]],
+    *,
+    alpha: float = 0.05,
+    max_n: int = 5000,
+    seed: int = 0,
+) -> list[GoodnessOfFit]:
+    """
+    `goodness_of_fit` for many samples, ``(latency_s, censored_at_s)`` each, results in order.
+
+    Each result is the one `goodness_of_fit` gives for that sample alone; the fits and tests
+    of all samples run together as arrays, which costs far less than one at a time.
+    """
     from scipy import special
 
     if not 0.0 < alpha < 1.0:
@@ -325,6 +374,60 @@ def goodness_of_fit(
     if max_n < MIN_CALLS:
         msg = f"max_n must be at least {MIN_CALLS}, got {max_n!r}"
         raise ValueError(msg)
+    results: list[GoodnessOfFit | None] = []
+    todo: list[_Sample] = []
+    for latency_s, censored_at_s in samples:
+        observed, censored, rng = _subsample(latency_s, censored_at_s, max_n=max_n, seed=seed)
+        n = observed.size + censored.size
+        few = observed.size < MIN_CALLS or float(np.ptp(observed)) == 0.0
+        nan = math.nan
+        results.append(
+            GoodnessOfFit("lognormal", nan, nan, TOO_FEW_METHOD, "too few calls", (), "", n)
+            if few
+            else None
+        )
+        if not few:
+            todo.append((observed, censored, rng))
+    tested: list[tuple[int, _Array, str]] = []  # (index in todo, log latency, method)
+    verdicts: dict[int, GoodnessOfFit] = {}
+    all_families = _family_fits(todo) if todo else []
+    for i, ((observed, censored, rng), families) in enumerate(zip(todo, all_families, strict=True)):
+        n = observed.size + censored.size
+        best = families[0].family if families else ""
+        lognormal = next((f for f in families if f.family == "lognormal"), None)
+        if censored.size / n > MAX_CENSORED_FOR_TEST or lognormal is None:
+            fits = lognormal is not None and lognormal.aic - families[0].aic <= AIC_SUPPORT
+            verdict = "fits" if fits else "rejected"
+            verdicts[i] = GoodnessOfFit(
+                "lognormal", math.nan, math.nan, AIC_ONLY_METHOD, verdict, families, best, n
+            )
+            continue
+        y = np.log(observed)
+        if censored.size:
+            sigma, _, median = lognormal.params
+            mu = math.log(median)
+            w = (np.log(censored) - mu) / sigma
+            survival = special.ndtr(-w) * (1.0 - rng.random(censored.size))
+            imputed = mu - sigma * special.ndtri(np.maximum(survival, 1e-300))
+            y = np.concatenate([y, np.maximum(imputed, np.log(censored))])
+        tested.append((i, y, AD_IMPUTED_METHOD if censored.size else AD_METHOD))
+    tests = _anderson_darling_normal([y for _, y, _ in tested]) if tested else []
+    for (i, _, method), (statistic, p_value) in zip(tested, tests, strict=True):
+        families, n = all_families[i], todo[i][0].size + todo[i][1].size
+        verdict = "rejected" if p_value < alpha else "fits"
+        verdicts[i] = GoodnessOfFit(
+            "lognormal", statistic, p_value, method, verdict, families, families[0].family, n
+        )
+    done = iter(verdicts[i] for i in range(len(todo)))
+    return [r if r is not None else next(done) for r in results]
+
+
+def _subsample(
+    latency_s: ArrayLike, censored_at_s: ArrayLike | None, *, max_n: int, seed: int
+) -> _Sample:
+    """
+    Completed and cut calls (at most ``max_n``), and the generator, which imputes next.
+    """
     observed, censored = split_censored(latency_s, censored_at_s)
     if observed.size and observed.min() <= 0.0:
         msg = f"latency_s must be positive to test a lognormal fit, got {float(observed.min())!r}"
@@ -336,32 +439,4 @@ def goodness_of_fit(
         keep = np.zeros(n, dtype=bool)
         keep[rng.choice(n, size=max_n, replace=False)] = True
         observed, censored = observed[keep[: observed.size]], censored[keep[observed.size :]]
-        n = max_n
-    if observed.size < MIN_CALLS or float(np.ptp(observed)) == 0.0:
-        nan = math.nan
-        return GoodnessOfFit("lognormal", nan, nan, TOO_FEW_METHOD, "too few calls", (), "", n)
-
-    families = _family_fits(observed, censored)
-    best = families[0].family if families else ""
-    lognormal = next((f for f in families if f.family == "lognormal"), None)
-    share = censored.size / n
-    if share > MAX_CENSORED_FOR_TEST or lognormal is None:
-        fits = lognormal is not None and lognormal.aic - families[0].aic <= AIC_SUPPORT
-        verdict = "fits" if fits else "rejected"
-        return GoodnessOfFit(
-            "lognormal", math.nan, math.nan, AIC_ONLY_METHOD, verdict, families, best, n
-        )
-
-    y = np.log(observed)
-    method = AD_METHOD
-    if censored.size:
-        sigma, _, median = lognormal.params
-        mu = math.log(median)
-        w = (np.log(censored) - mu) / sigma
-        survival = special.ndtr(-w) * (1.0 - rng.random(censored.size))
-        imputed = mu - sigma * special.ndtri(np.maximum(survival, 1e-300))
-        y = np.concatenate([y, np.maximum(imputed, np.log(censored))])
-        method = AD_IMPUTED_METHOD
-    statistic, p_value = _anderson_darling_normal(y)
-    verdict = "rejected" if p_value < alpha else "fits"
-    return GoodnessOfFit("lognormal", statistic, p_value, method, verdict, families, best, n)
+    return observed, censored, rng

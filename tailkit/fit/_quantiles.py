@@ -4,6 +4,7 @@ Distribution-free quantiles of latency with exact or Kaplan-Meier confidence int
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -137,23 +138,47 @@ def _upper_rank(
 def _order_statistic_quantiles(
     x: NDArray[np.float64], q: NDArray[np.float64], alpha: float
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    x = np.sort(x)
+    value, low, high = sorted_quantiles(x, np.zeros(1, np.int64), np.array([x.size]), q, alpha)
+    return value[0], low[0], high[0]
+
+
+def sorted_quantiles(
+    x: NDArray[np.float64],
+    starts: NDArray[np.int64],
+    sizes: NDArray[np.int64],
+    q: NDArray[np.float64],
+    alpha: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """
+    Order-statistic quantiles of many sorted samples: value, low and high, each (samples, q).
+
+    Sample ``i`` is ``x[starts[i] : starts[i] + sizes[i]]``, sorted ascending, none empty.
+    """
     # Hahn & Meeker (1991, §5.2): with B ~ Binomial(n, q) the number of calls at or below the
     # true q-quantile xi, P(x_(l) <= xi < x_(u)) = P(l <= B <= u - 1) for continuous latency.
     # Taking l = the alpha/2 binomial quantile and u = 1 + the (1 - alpha/2) quantile makes each
     # tail miss with probability at most alpha/2, so the coverage is at least 1 - alpha whatever
     # the distribution. Ranks outside 1..n mean the sample cannot bound that side. The same
     # ranks come out of scipy.stats.quantile_test(...).confidence_interval(), but this way the
-    # ranks of all q are one array call. At tiny n or low levels the rank interval can miss the
-    # type-7 point estimate (which interpolates between neighbours); it is widened to contain it.
+    # ranks of all samples and q are one array call. At tiny n or low levels the rank interval
+    # can miss the type-7 point estimate (which interpolates between neighbours); it is widened
+    # to contain it. The point estimate is numpy's default "linear" = type 7 = DuckDB
+    # quantile_cont, computed as numpy does (np.quantile would partition every sample again).
     from scipy import stats
 
-    n = x.size
-    x = np.sort(x)
-    value = np.quantile(x, q)  # numpy's default "linear" = type 7 = DuckDB quantile_cont
+    n, first = sizes[:, None], starts[:, None]
+    at = (n - 1) * q[None, :]
+    below = np.floor(at)
+    gamma = at - below
+    lo = x[first + below.astype(np.int64)]
+    hi = x[first + np.minimum(below.astype(np.int64) + 1, n - 1)]
+    diff = hi - lo
+    value = np.where(gamma >= 0.5, hi - diff * (1.0 - gamma), lo + diff * gamma)
     low_rank = np.asarray(stats.binom.ppf(alpha / 2.0, n, q), dtype=np.int64)
     high_rank = _upper_rank(n, q, alpha)
-    low = np.where(low_rank >= 1, x[np.clip(low_rank - 1, 0, n - 1)], 0.0)
-    high = np.where(high_rank <= n, x[np.clip(high_rank - 1, 0, n - 1)], math.inf)
+    low = np.where(low_rank >= 1, x[first + np.clip(low_rank - 1, 0, n - 1)], 0.0)
+    high = np.where(high_rank <= n, x[first + np.clip(high_rank - 1, 0, n - 1)], math.inf)
     return value, np.minimum(low, value), np.maximum(high, value)
 
 
@@ -268,6 +293,7 @@ def empirical_quantiles(
     )
 
 
+@functools.lru_cache(maxsize=64)
 def min_calls_for_quantile(q: float, *, level: float = 0.95) -> int:
     """
     Fewest calls for which the order-statistic interval of quantile ``q`` is bounded above.
