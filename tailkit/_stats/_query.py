@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tailkit.errors import ConfigError
 from tailkit.record import CALL_COLUMNS, Buckets
-from tailkit.store import Store, bucket_columns_sql
+from tailkit.store import bucket_columns_sql
 
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -114,10 +114,3 @@ def groups_sql(query: TableQuery) -> str:
         f"list({call}) FILTER (({ok}) OR censored_at_s > 0) AS calls "
         f"FROM {query.source_sql()} GROUP BY ALL"
     )
-
-
-def run(store: Store, sql: str) -> object:
-    """
-    A query's result as an Arrow table.
-    """
-    return store.relation(sql).to_arrow_table()

@@ -27,12 +27,12 @@ from tailkit._stats._verdicts import RouteAccumulator
 from tailkit.fit import (
     empirical_quantiles,
     fit_lognormal,
+    fit_transient_tails,
+    goodness_of_fit_many,
     phase_split,
     quantile_warning,
+    sorted_quantiles,
 )
-from tailkit.fit._gof import goodness_of_fit_many
-from tailkit.fit._mixture import fit_transient_tails
-from tailkit.fit._quantiles import sorted_quantiles
 from tailkit.store import Store
 
 

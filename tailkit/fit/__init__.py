@@ -8,11 +8,13 @@ right-censored observations, never dropped.
 from tailkit.fit._gof import FamilyFit as FamilyFit
 from tailkit.fit._gof import GoodnessOfFit as GoodnessOfFit
 from tailkit.fit._gof import goodness_of_fit as goodness_of_fit
+from tailkit.fit._gof import goodness_of_fit_many as goodness_of_fit_many
 from tailkit.fit._lognormal import LognormalFit as LognormalFit
 from tailkit.fit._lognormal import fit_lognormal as fit_lognormal
 from tailkit.fit._lognormal import fit_lognormal_moments as fit_lognormal_moments
 from tailkit.fit._mixture import TransientTailFit as TransientTailFit
 from tailkit.fit._mixture import fit_transient_tail as fit_transient_tail
+from tailkit.fit._mixture import fit_transient_tails as fit_transient_tails
 from tailkit.fit._phase import PhaseSplit as PhaseSplit
 from tailkit.fit._phase import TokenRate as TokenRate
 from tailkit.fit._phase import phase_split as phase_split
@@ -22,6 +24,7 @@ from tailkit.fit._quantiles import QuantileEstimate as QuantileEstimate
 from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
 from tailkit.fit._quantiles import quantile_warning as quantile_warning
+from tailkit.fit._quantiles import sorted_quantiles as sorted_quantiles
 from tailkit.fit._trend import TailGrowth as TailGrowth
 from tailkit.fit._trend import TimeClustering as TimeClustering
 from tailkit.fit._trend import tail_growth as tail_growth
@@ -44,11 +47,14 @@ __all__ = [
     "fit_lognormal",
     "fit_lognormal_moments",
     "fit_transient_tail",
+    "fit_transient_tails",
     "goodness_of_fit",
+    "goodness_of_fit_many",
     "min_calls_for_quantile",
     "phase_split",
     "project_finish_s",
     "quantile_warning",
+    "sorted_quantiles",
     "tail_growth",
     "time_clustering",
     "token_rate",
