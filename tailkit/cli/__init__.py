@@ -269,7 +269,9 @@ def stats(
     elif as_csv:
         typer.echo(report.table.write_csv(), nl=False)
     else:
-        _stats_view.render_table(report, list(query.keys), Console(width=200))
+        # A terminal gets its own width; a pipe or file gets a wide, unwrapped table.
+        console = Console() if sys.stdout.isatty() else Console(width=200)
+        _stats_view.render_table(report, list(query.keys), console)
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
             _with_interval(row, "p99_s"),
             _with_interval(row, "p99_p50"),
             _num(row["sigma"]),
-            row["fit"] if row["fit"] != "rejected" else f"rejected ({row['best_family']})",
+            row["fit"] if row["fit"] != "rejected" else f"rejected, best {row['best_family']}",
             transient,
             row["tail_phase"],
             row["signal"],
