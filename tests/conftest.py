@@ -4,12 +4,23 @@ Shared fixtures: paths to the corpus and samples, and a fresh store per test.
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hypothesis import settings
+
 from tailkit.store import Store
+
+
+# CI machines are shared and slow at times: no per-example deadline, and in CI a fixed
+# derandomized search so that a red run can be replayed exactly.
+settings.register_profile("tailkit", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "tailkit")
 
 
 ROOT = Path(__file__).resolve().parent.parent
