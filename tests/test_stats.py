@@ -156,3 +156,20 @@ def test_cli_table_renders(llmperf_db: Path) -> None:
     assert "Where the tail is" in result.stdout
     assert "together" in result.stdout
     assert "Work or transient" in result.stdout
+
+
+def test_cli_empty_and_bad_filters(llmperf_db: Path) -> None:
+    """
+    A filter matching nothing says so; a filter that is not SQL names the flag.
+    """
+    runner = CliRunner()
+    base = ["stats", "--db", str(llmperf_db)]
+    empty = runner.invoke(app, [*base, "--where", "model = 'nope'"])
+    bad = runner.invoke(app, [*base, "--where", "nonsense ==="])
+
+    assert 0 == empty.exit_code
+    assert "No calls to describe" in empty.stdout
+    assert 1 == bad.exit_code
+    assert bad.stderr.startswith(
+        "Error: --where 'nonsense ===' is not a valid filter: Parser Error"
+    )

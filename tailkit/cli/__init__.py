@@ -14,7 +14,7 @@ import typer
 
 from tailkit.cli import _render
 from tailkit.cli._progress import IngestProgress
-from tailkit.errors import TailkitError
+from tailkit.errors import QueryError, TailkitError
 from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
 from tailkit.record import Buckets
 from tailkit.store import DEFAULT_DB, Store, summarize
@@ -259,6 +259,8 @@ def stats(
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
         with Store.open(db, read_only=True) as store:
             report = tail_report(store, query, min_calls=min_calls)
+    except QueryError as exc:
+        _fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:
         _fail(str(exc))
     if parquet is not None:

@@ -40,6 +40,9 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
     """
     Print the tail table, the work-vs-transient verdicts and the warnings.
     """
+    if report.table.is_empty():
+        console.print("No calls to describe: the store is empty, or the filter matches nothing.")
+        return
     table = Table(title="Where the tail is (seconds; [95% interval])", show_lines=False)
     for key in keys:
         table.add_column(key.replace("_bucket", ""), overflow="fold")
@@ -67,10 +70,14 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
             row["signal"],
         )
     console.print(table)
-    informative = report.verdicts.filter(
-        pl.col("growth_rho").is_not_nan() | pl.col("clustering").is_not_nan()
+    informative = (
+        report.verdicts
+        if report.verdicts.is_empty()
+        else report.verdicts.filter(
+            pl.col("growth_rho").is_not_nan() | pl.col("clustering").is_not_nan()
+        )
     )
-    if report.verdicts.is_empty() or informative.is_empty():
+    if informative.is_empty():
         console.print(
             "Work or transient: not enough data to tell (a route needs 5+ token buckets with "
             "200+ calls each, or start times)."
