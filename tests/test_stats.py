@@ -141,7 +141,9 @@ def test_cli_json_and_csv(llmperf_db: Path, tmp_path: Path) -> None:
     wrote = runner.invoke(app, [*base, "--parquet", str(out)])
 
     assert 19 == len(as_json["table"]) == len(as_csv) - 1
-    assert as_csv[0].startswith("provider,model,n,n_ok,censored_share,failed_share,p50_s,")
+    assert as_csv[0].startswith(
+        "provider,model,n,n_ok,censored_share,failed_share,tokens_per_s_p50,tokens_per_s_p10,p50_s,"
+    )
     assert 0 == wrote.exit_code
     assert 19 == len(pl.read_parquet(out))
 

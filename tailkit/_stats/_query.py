@@ -111,6 +111,9 @@ def groups_sql(query: TableQuery) -> str:
         f"SELECT {keys}, count(*) AS n, count(*) FILTER ({ok}) AS n_ok, "
         f"count(censored_at_s) AS n_censored, count(*) FILTER (status IN {_FAILED}) AS n_failed, "
         f"{order}{', ' if order else ''}"
+        # Generation speed after the first token, for calls that streamed 2+ tokens.
+        f"quantile_cont((output_tokens - 1) / (total_s - ttft_s), [0.5, 0.1]) FILTER ({ok} "
+        "AND output_tokens >= 2 AND total_s > ttft_s) AS tokens_per_s, "
         f"list({call}) FILTER (({ok}) OR censored_at_s > 0) AS calls "
         f"FROM {query.source_sql()} GROUP BY ALL"
     )

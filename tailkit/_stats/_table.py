@@ -134,11 +134,14 @@ def tail_report(
             continue
         key = tuple(agg[k] for k in keys)
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
+        speed = agg["tokens_per_s"] or [None, None]
         row |= {
             "n": n,
             "n_ok": n_ok,
             "censored_share": n_censored / n,
             "failed_share": int(agg["n_failed"]) / n,
+            "tokens_per_s_p50": speed[0],
+            "tokens_per_s_p10": speed[1],
         }
         rows.append(row)
         if calls.sizes[agg["group"]] == 0 or n_ok < 2:
