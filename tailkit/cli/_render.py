@@ -113,10 +113,6 @@ def summary_text(summary: StoreSummary) -> list[str]:
     return lines
 
 
-def _jsonable(value: Any) -> Any:
-    return str(value)
-
-
 def ingest_json(report: IngestReport, summary: StoreSummary | None) -> str:
     """
     The ingest report (and store summary) as one JSON document.
@@ -129,7 +125,7 @@ def ingest_json(report: IngestReport, summary: StoreSummary | None) -> str:
     }
     if summary is not None:
         doc["store"] = summary_json(summary)
-    return json.dumps(doc, indent=2, default=_jsonable)
+    return json.dumps(doc, indent=2, default=str)
 
 
 def summary_json(summary: StoreSummary) -> dict[str, Any]:

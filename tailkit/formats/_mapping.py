@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tailkit.errors import MappingError
-from tailkit.formats._sql import NUMERIC_TYPES, RawColumn, literal
+from tailkit.formats._sql import INTEGER_TYPES, NUMERIC_TYPES, RawColumn, literal
 from tailkit.record import SOURCE_COLUMNS
 
 
 MAPPABLE = tuple(c.name for c in SOURCE_COLUMNS)
 _KIND = {c.name: c.kind for c in SOURCE_COLUMNS}
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UBIGINT", "UINTEGER"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +169,7 @@ def read_type(target: str | None, sniffed: str) -> str:
     if kind == "duration" and numeric:
         return "DOUBLE"
     if kind == "int" and numeric:
-        return "BIGINT" if base in _INTEGER_TYPES else "DOUBLE"
+        return "BIGINT" if base in INTEGER_TYPES else "DOUBLE"
     if kind == "timestamp" and base.startswith("TIMESTAMP"):
         return sniffed.upper()
     if kind == "timestamp" and numeric:

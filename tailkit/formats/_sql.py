@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES, Column
 
 
-_INTEGER_TYPES = frozenset(
+INTEGER_TYPES = frozenset(
     {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
      "UBIGINT"}
 )  # fmt: skip
@@ -131,7 +131,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     """
     name, v, r = col.name, f"v_{col.name}", f"r_{col.name}"
     typed = raw.sql_type.upper()
-    whole = typed.split("(")[0] in _INTEGER_TYPES
+    whole = typed.split("(")[0] in INTEGER_TYPES
     checks: list[_Check] = []
     if col.kind in ("duration", "int") and not whole:
         parsed = "" if _is_numeric(typed) else f"{v} IS NULL OR "
