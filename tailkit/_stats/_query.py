@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tailkit.errors import ConfigError
 from tailkit.record import CALL_COLUMNS, Buckets
-from tailkit.store import bucket_columns_sql
+from tailkit.store import calls_with_buckets_sql
 
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -62,12 +62,7 @@ class TableQuery:
         """
         Calls with their buckets, filtered.
         """
-        filt = f" WHERE ({self.where})" if self.where else ""
-        cols = ", ".join(c.name for c in CALL_COLUMNS)
-        return (
-            f"(SELECT {cols}, {bucket_columns_sql(self.buckets or Buckets())} "
-            f"FROM calls{filt}) AS c"
-        )
+        return f"({calls_with_buckets_sql(self.buckets, where=self.where)}) AS c"
 
 
 def _keys_sql(keys: Sequence[str]) -> str:

@@ -7,6 +7,7 @@ from tailkit.store._store import DEFAULT_DB as DEFAULT_DB
 from tailkit.store._store import IngestRecord as IngestRecord
 from tailkit.store._store import Store as Store
 from tailkit.store._store import bucket_columns_sql as bucket_columns_sql
+from tailkit.store._store import calls_with_buckets_sql as calls_with_buckets_sql
 from tailkit.store._summary import RouteSummary as RouteSummary
 from tailkit.store._summary import StoreSummary as StoreSummary
 from tailkit.store._summary import summarize as summarize
@@ -20,5 +21,6 @@ __all__ = [
     "Store",
     "StoreSummary",
     "bucket_columns_sql",
+    "calls_with_buckets_sql",
     "summarize",
 ]

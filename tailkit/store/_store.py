@@ -58,6 +58,22 @@ def bucket_columns_sql(buckets: Buckets) -> str:
     )
 
 
+def calls_with_buckets_sql(buckets: Buckets | None = None, *, where: str | None = None) -> str:
+    """
+    SQL for every call with ``gen_s`` and its ``input_bucket`` / ``output_bucket`` labels.
+
+    Args:
+        buckets: Bucket edges; the defaults of DESIGN.md §1 when ``None``.
+        where: An optional SQL filter on the call-record columns.
+    """
+    names = ", ".join(c.name for c in CALL_COLUMNS)
+    filt = f" WHERE ({where})" if where else ""
+    return (
+        f"SELECT {names}, total_s - ttft_s AS gen_s, "
+        f"{bucket_columns_sql(buckets or Buckets())} FROM calls{filt}"
+    )
+
+
 class Store:
     """
     A tailkit store: one DuckDB file (default ``./tailkit.duckdb``).
@@ -243,13 +259,7 @@ class Store:
         Returns:
             A lazy relation over ``calls`` plus the derived columns.
         """
-        buckets = buckets or Buckets()
-        names = ", ".join(c.name for c in CALL_COLUMNS)
-        filt = f" WHERE {where}" if where else ""
-        return self.relation(
-            f"SELECT {names}, total_s - ttft_s AS gen_s, {bucket_columns_sql(buckets)} "
-            f"FROM calls{filt}"
-        )
+        return self.relation(calls_with_buckets_sql(buckets, where=where))
 
     def find_ingest(self, content_hash: str, options_json: str) -> IngestRecord | None:
         """
