@@ -231,3 +231,20 @@ def test_unknown_format_name_is_refused(store: Store) -> None:
     """
     with pytest.raises(IngestError, match=r"--format must be auto or one of jsonl, json"):
         ingest_paths(store, [CORPUS], format="xml")
+
+
+@pytest.mark.parametrize(
+    "names", [("reason", "v_total_s"), ("r_model", "attrs"), ("detail", "raw")]
+)
+def test_source_names_cannot_shadow_working_columns(
+    store: Store, tmp_path: Path, names: tuple[str, str]
+) -> None:
+    """
+    Source columns named like the validator's own columns map like any other.
+    """
+    rows = [{names[0]: "gpt-4o", names[1]: 1.5, "provider": "openai"}]
+    options = ScanOptions(mapping={"model": names[0], "total_s": names[1]})
+    report = ingest_paths(store, [_write(tmp_path, "jsonl", rows)], options=options)
+
+    assert report.ok, report.errors
+    assert [("gpt-4o", 1.5)] == store.fetchall("SELECT model, total_s FROM calls")

@@ -129,7 +129,7 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
     """
     The checks one column needs; none that its source type already guarantees.
     """
-    name, v, r = col.name, f"v_{col.name}", f"r_{col.name}"
+    name, v, r = col.name, f"_tk_v_{col.name}", f"_tk_r_{col.name}"
     typed = raw.sql_type.upper()
     whole = typed.split("(")[0] in INTEGER_TYPES
     checks: list[_Check] = []
@@ -241,6 +241,7 @@ def normalize_sql(
         SQL yielding the source columns of the call record (`SOURCE_COLUMNS`), ``attrs`` and
         ``source_row``.
     """
+    # Working columns carry a _tk_ prefix so that no source column name can shadow them.
     inner: list[str] = []
     checks: list[_Check] = []
     if row_problem:
@@ -249,21 +250,21 @@ def normalize_sql(
         checks.append(
             _Check(
                 f"missing_{name}",
-                f"v_{name} IS NULL",
+                f"_tk_v_{name} IS NULL",
                 f"'{name} is missing (fill it with --map {name}=COLUMN or --set {name}=VALUE)'",
             )
         )
     for col in SOURCE_COLUMNS:
         source = raw.get(col.name)
         if source is None:
-            inner.append(f"NULL::{col.sql_type} AS v_{col.name}, NULL AS r_{col.name}")
+            inner.append(f"NULL::{col.sql_type} AS _tk_v_{col.name}, NULL AS _tk_r_{col.name}")
             continue
         r, v = _value(col, source, duration_scale)
-        inner.append(f"{r} AS r_{col.name}, {v} AS v_{col.name}")
+        inner.append(f"{r} AS _tk_r_{col.name}, {v} AS _tk_v_{col.name}")
         checks.extend(_column_checks(col, source))
     checks.extend(_cross_checks())
     if raw_text is None:
-        pairs = ", ".join(f"{literal(k)}, r_{k}" for k in raw)
+        pairs = ", ".join(f"{literal(k)}, _tk_r_{k}" for k in raw)
         raw_text = f"json_object({pairs})::VARCHAR" if pairs else "NULL"
     attrs = (
         "json_object(" + ", ".join(f"{literal(k)}, {e}" for k, e in extras) + ")"
@@ -273,13 +274,14 @@ def normalize_sql(
     reason = " ".join(f"WHEN {c.condition} THEN {literal(c.reason)}" for c in checks)
     detail = " ".join(f"WHEN {c.condition} THEN {c.detail}" for c in checks)
     out = ",\n  ".join(_stored(col) for col in SOURCE_COLUMNS if col.name != "status")
-    bad = f"json_object('reason', reason, 'detail', CASE {detail} END, 'raw', {raw_text})"
+    bad = f"json_object('reason', _tk_reason, 'detail', CASE {detail} END, 'raw', {raw_text})"
     return (
         f"SELECT\n  {out},\n"
-        f"  CASE WHEN reason IS NULL THEN {_STATUS} ELSE {literal(REJECT_STATUS)} END AS status,\n"
-        f"  CASE WHEN reason IS NULL THEN {attrs} ELSE {bad} END AS attrs,\n"
+        f"  CASE WHEN _tk_reason IS NULL THEN {_STATUS} "
+        f"ELSE {literal(REJECT_STATUS)} END AS status,\n"
+        f"  CASE WHEN _tk_reason IS NULL THEN {attrs} ELSE {bad} END AS attrs,\n"
         f"  {row_number} AS source_row\n"
-        f"FROM (SELECT *, CASE {reason} END AS reason "
+        f"FROM (SELECT *, CASE {reason} END AS _tk_reason "
         f"FROM (SELECT *, {', '.join(inner)} FROM {scan}) AS _src) AS _checked"
     )
 
@@ -289,23 +291,24 @@ def _cross_checks() -> list[_Check]:
     return [
         _Check(
             "bad_status",
-            "r_status IS NOT NULL AND v_status IS NULL",
-            f"'status ' || {_shown('r_status')} || ' is not one of {', '.join(STATUSES)}'",
+            "_tk_r_status IS NOT NULL AND _tk_v_status IS NULL",
+            f"'status ' || {_shown('_tk_r_status')} || ' is not one of {', '.join(STATUSES)}'",
         ),
         _Check(
             "bad_role",
-            f"v_role IS NOT NULL AND v_role NOT IN ({roles})",
-            f"'role ' || {_shown('v_role')} || ' is not one of {', '.join(ROLES)}'",
+            f"_tk_v_role IS NOT NULL AND _tk_v_role NOT IN ({roles})",
+            f"'role ' || {_shown('_tk_v_role')} || ' is not one of {', '.join(ROLES)}'",
         ),
         _Check(
             "ttft_after_total",
-            "v_ttft_s > v_total_s",
-            "'ttft_s ' || v_ttft_s::VARCHAR || ' is larger than total_s ' || v_total_s::VARCHAR",
+            "_tk_v_ttft_s > _tk_v_total_s",
+            "'ttft_s ' || _tk_v_ttft_s::VARCHAR || ' is larger than total_s ' "
+            "|| _tk_v_total_s::VARCHAR",
         ),
         _Check(
             "ok_without_total",
-            "coalesce(v_status, 'ok') = 'ok' AND v_total_s IS NULL AND v_censored_at_s IS NULL "
-            "AND coalesce(v_http_status, 0) < 400",
+            "coalesce(_tk_v_status, 'ok') = 'ok' AND _tk_v_total_s IS NULL "
+            "AND _tk_v_censored_at_s IS NULL AND coalesce(_tk_v_http_status, 0) < 400",
             "'total_s is empty but the call is not marked failed "
             "(give its latency, or a status such as error or timeout)'",
         ),
@@ -313,23 +316,23 @@ def _cross_checks() -> list[_Check]:
 
 
 _STATUS = (
-    "coalesce(v_status, CASE WHEN v_http_status = 429 THEN 'rate_limited' "
-    "WHEN v_http_status >= 400 THEN 'error' "
-    "WHEN v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END)"
+    "coalesce(_tk_v_status, CASE WHEN _tk_v_http_status = 429 THEN 'rate_limited' "
+    "WHEN _tk_v_http_status >= 400 THEN 'error' "
+    "WHEN _tk_v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END)"
 )
 """A row without a status: a 429 is rate-limited, other HTTP errors are errors, a cut is a
 timeout, and anything else finished."""
 
 
 def _stored(col: Column) -> str:
-    v = f"v_{col.name}"
+    v = f"_tk_v_{col.name}"
     if col.name == "ttft_s":
         # DESIGN.md §1: TTFT is NULL when unknown - never 0, never equal to the total.
-        return f"CASE WHEN {v} = 0 OR {v} = v_total_s THEN NULL ELSE {v} END AS ttft_s"
+        return f"CASE WHEN {v} = 0 OR {v} = _tk_v_total_s THEN NULL ELSE {v} END AS ttft_s"
     if col.name == "attempt":
-        return "coalesce(TRY_CAST(v_attempt AS INTEGER), 0) AS attempt"
+        return "coalesce(TRY_CAST(_tk_v_attempt AS INTEGER), 0) AS attempt"
     if col.name == "abandoned":
-        return "coalesce(v_abandoned, false) AS abandoned"
+        return "coalesce(_tk_v_abandoned, false) AS abandoned"
     if col.kind == "int":
         return f"TRY_CAST({v} AS {col.sql_type}) AS {col.name}"
     return f"{v} AS {col.name}"
