@@ -22,7 +22,7 @@ _HEAVY = ("duckdb", "polars", "pyarrow", "numpy", "scipy", "matplotlib", "typer"
 
 
 @pytest.mark.parametrize(
-    "module", ["tailkit", "tailkit.record", "tailkit.errors", "tailkit.formats"]
+    "module", ["tailkit", "tailkit.record", "tailkit.errors", "tailkit.formats", "tailkit.config"]
 )
 def test_import_is_cheap(module: str) -> None:
     """

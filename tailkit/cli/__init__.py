@@ -8,15 +8,15 @@ import json
 import sys
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-from tailkit.cli import _render
+from tailkit.cli import _render, _workflow
+from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
 from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
-from tailkit.record import Buckets
 from tailkit.store import DEFAULT_DB, Store, summarize
 
 
@@ -28,42 +28,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-DbOption = Annotated[Path, typer.Option("--db", help="The DuckDB store file.", show_default=True)]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-InputEdges = Annotated[
-    str | None,
-    typer.Option("--input-edges", help="Input-token bucket edges, e.g. 0,1k,4k,16k,64k."),
-]
-OutputEdges = Annotated[
-    str | None,
-    typer.Option("--output-edges", help="Output-token bucket edges, e.g. 0,64,256,600,1200,2400."),
-]
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(1)
-
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in values or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            _fail(f"{flag} takes COLUMN=VALUE, got {item!r}")
+            fail(f"{flag} takes COLUMN=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
-
-
-def _buckets(input_edges: str | None, output_edges: str | None) -> Buckets:
-    try:
-        default = Buckets()
-        return Buckets(
-            Buckets.parse_edges(input_edges) if input_edges else default.input_edges,
-            Buckets.parse_edges(output_edges) if output_edges else default.output_edges,
-        )
-    except ValueError as exc:
-        _fail(str(exc))
 
 
 @app.command()
@@ -107,7 +80,7 @@ def ingest(
         tailkit ingest latency.csv --map total_s=latency_ms --unit ms --set provider=openai
     """
     options = ScanOptions(mapping=_pairs(map_, "--map"), sets=_pairs(set_, "--set"), unit=unit)
-    buckets = _buckets(input_edges, output_edges)
+    buckets = buckets_of(input_edges, output_edges)
     try:
         with Store.open(db) as store:
             files, _ = expand_paths(paths)
@@ -119,7 +92,7 @@ def ingest(
                 )  # fmt: skip
             summary = None if quiet else summarize(store, buckets)
     except TailkitError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         typer.echo(_render.ingest_json(report, summary))
     elif quiet:
@@ -149,12 +122,12 @@ def summary(
 
         tailkit summary --db calls.duckdb --output-edges 0,256,1k
     """
-    buckets = _buckets(input_edges, output_edges)
+    buckets = buckets_of(input_edges, output_edges)
     try:
         with Store.open(db, read_only=True) as store:
             result = summarize(store, buckets)
     except TailkitError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(_render.summary_json(result), indent=2))
         return
@@ -193,7 +166,7 @@ def rejects(
                 [*params, limit],
             )
     except TailkitError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         keys = ("source_file", "source_row", "reason", "detail", "raw")
         typer.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
@@ -211,7 +184,7 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
     if text.strip().lower() == "none":
         return ()
     if not names:
-        _fail(f"{flag} takes comma-separated names, got {text!r}")
+        fail(f"{flag} takes comma-separated names, got {text!r}")
     return names
 
 
@@ -253,16 +226,16 @@ def stats(
     from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
 
-    buckets = _buckets(input_edges, output_edges)
+    buckets = buckets_of(input_edges, output_edges)
     bucket_names = ("input", "output") if bucket.strip() == "both" else _names(bucket, "--bucket")
     try:
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
         with Store.open(db, read_only=True) as store:
             report = tail_report(store, query, min_calls=min_calls)
     except QueryError as exc:
-        _fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
+        fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if parquet is not None:
         report.table.write_parquet(parquet)
         typer.echo(f"wrote {len(report.table)} rows to {parquet}")
@@ -274,6 +247,10 @@ def stats(
         # A terminal gets its own width; a pipe or file gets a wide, unwrapped table.
         console = Console() if sys.stdout.isatty() else Console(width=200)
         _stats_view.render_table(report, list(query.keys), console)
+
+
+app.command()(_workflow.calibrate)
+app.command(name="simulate")(_workflow.simulate)
 
 
 def main() -> None:

@@ -1,0 +1,3 @@
+"""
+Implementation of `tailkit.config`: the plan model, its YAML reader, validator and writer.
+"""

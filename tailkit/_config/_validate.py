@@ -1,0 +1,327 @@
+"""
+Check a plan document against DESIGN.md §2 and build its `Plan`; every problem gets reported.
+
+Each mapping is read by `Fields`: types and ranges first, each bad value once. The rules across
+fields (a cutoff below the deadline, an action that needs its route) then look only at fields
+that read cleanly, so one typo gives one message, not a cascade.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
+
+from tailkit._config import _fields as conv
+from tailkit._config._fields import Fields, Invalid
+from tailkit._config._model import (
+    ACTIONS,
+    PLAN_VERSION,
+    SIGNALS,
+    Basis,
+    Plan,
+    PlanPrediction,
+    Route,
+    Step,
+    StepPrediction,
+    Tokens,
+)
+from tailkit._config._report import Report, did_you_mean, format_float
+
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+
+T = TypeVar("T")
+
+_TOP = ("tailkit_plan", *(f.name for f in fields(Plan)))
+_STEP = tuple(f.name for f in fields(Step) if f.name != "name")
+_FIRST_FIELDS = "tailkit_plan, workflow, deadline_s, routes and steps"
+
+
+def build_plan(data: object, report: Report) -> Plan | None:
+    """
+    Read a plan from the values of a YAML document.
+
+    Args:
+        data: The document as read by `tailkit._config._yaml.read`.
+        report: Gets every problem found, with its line.
+
+    Returns:
+        The plan; ``None`` when the document is too broken to read on (already reported).
+    """
+    if data is None:
+        report.add((), f"the plan is empty: it needs {_FIRST_FIELDS}")
+        return None
+    if not isinstance(data, dict):
+        report.add((), f"a plan is a mapping of {_FIRST_FIELDS}", value=data)
+        return None
+    if not _version_is_readable(data, report):
+        return None
+    top = Fields(report, data, (), _TOP, "plan fields")
+    workflow = top.need("workflow", conv.text, "", "name the workflow (workflow: my-agent)")
+    deadline_s = top.need("deadline_s", conv.seconds, math.inf, "give the run budget in seconds")
+    hedge_budget = top.get("hedge_budget", conv.share, 0.05)
+    routes = _routes(top)
+    steps = _steps(
+        top,
+        routes if top.ok("routes") and routes else None,
+        deadline_s if top.ok("deadline_s") else None,
+    )
+    predicted = _record(top, "predicted", _plan_prediction, PlanPrediction)
+    return Plan(workflow, deadline_s, routes, steps, hedge_budget=hedge_budget, predicted=predicted)
+
+
+def _version_is_readable(data: dict[str, object], report: Report) -> bool:
+    if "tailkit_plan" not in data:
+        report.add(("tailkit_plan",), f"missing: start the file with tailkit_plan: {PLAN_VERSION}")
+        return True
+    version = data["tailkit_plan"]
+    if type(version) is int and version > PLAN_VERSION:
+        fix = f"this tailkit reads plan version {PLAN_VERSION}: upgrade tailkit"
+        report.add(("tailkit_plan",), f"the plan is newer than this tailkit ({fix})", value=version)
+        return False
+    if type(version) is not int or version != PLAN_VERSION:
+        report.add(("tailkit_plan",), f"must be {PLAN_VERSION}", value=version)
+    return True
+
+
+def _mapping(what: str) -> Callable[[object], dict[str, object]]:
+    def convert(value: object) -> dict[str, object]:
+        if not isinstance(value, dict):
+            msg = f"must be a mapping of {what}"
+            raise Invalid(msg)
+        return value
+
+    return convert
+
+
+def _name_ok(top: Fields, section: str, name: str) -> bool:
+    if name.strip():
+        return True
+    top.report.add((section, name), "a name must not be blank", key=True)
+    return False
+
+
+def _routes(top: Fields) -> dict[str, Route]:
+    what = "route name -> {provider: …, model: …}"
+    raw: dict[str, object] = top.need("routes", _mapping(what), {}, f"list the routes ({what})")
+    if top.ok("routes") and not raw:
+        top.problem("routes", "must list at least one route")
+    routes = {}
+    for name, value in raw.items():
+        f = Fields(top.report, value, ("routes", name), ("provider", "model"), "provider, model")
+        provider = f.need("provider", conv.text, "", "name the provider, as in the call logs")
+        model = f.need("model", conv.text, "", "name the model, as in the call logs")
+        if _name_ok(top, "routes", name):
+            routes[name] = Route(provider, model)
+    return routes
+
+
+def _steps(
+    top: Fields, routes: dict[str, Route] | None, deadline_s: float | None
+) -> dict[str, Step]:
+    what = "step name -> step fields"
+    raw: dict[str, object] = top.need(
+        "steps", _mapping(what), {}, f"list the workflow's steps ({what})"
+    )
+    if top.ok("steps") and not raw:
+        top.problem("steps", "must list at least one step")
+    route = conv.text if routes is None else conv.one_of(routes, "routes")
+    fix = "name the route of the step's first attempt"
+    if routes:
+        fix += f" (one of the routes: {', '.join(routes)})"
+    steps = {}
+    for name, value in raw.items():
+        f = Fields(top.report, value, ("steps", name), _STEP, "step fields (route, …)")
+        step = _step(f, name=name, names=list(raw), route=route, fix=fix, deadline_s=deadline_s)
+        if _name_ok(top, "steps", name):
+            steps[name] = step
+    _report_cycles(top.report, steps)
+    return steps
+
+
+def _step(
+    f: Fields,
+    *,
+    name: str,
+    names: list[str],
+    route: Callable[[object], str],
+    fix: str,
+    deadline_s: float | None,
+) -> Step:
+    step = Step(
+        name,
+        f.need("route", route, "", fix),
+        depends_on=_depends_on(f, name, names),
+        required=f.get("required", conv.flag, True),
+        expected_tokens=_record(f, "expected_tokens", _tokens, Tokens) or Tokens(),
+        idempotent=f.get("idempotent", conv.flag, True),
+        signal=f.get("signal", conv.one_of(SIGNALS, "signals"), "total"),
+        ttft_cutoff_s=f.get("ttft_cutoff_s", conv.optional(conv.seconds), None),
+        stall_cutoff_s=f.get("stall_cutoff_s", conv.optional(conv.seconds), None),
+        cutoff_s=f.get("cutoff_s", conv.optional(conv.seconds), None),
+        on_cutoff=f.get("on_cutoff", conv.one_of(ACTIONS, "actions"), "wait"),
+        hedge_route=f.get("hedge_route", conv.optional(route), None),
+        downgrade_route=f.get("downgrade_route", conv.optional(route), None),
+        upgrade_route=f.get("upgrade_route", conv.optional(route), None),
+        predicted=_record(f, "predicted", _step_prediction, StepPrediction),
+        basis=_record(f, "basis", _basis, Basis),
+    )
+    if f.valid:
+        _check_cutoffs(f, step, deadline_s)
+        _check_actions(f, step)
+    return step
+
+
+def _depends_on(f: Fields, name: str, names: list[str]) -> tuple[str, ...]:
+    raw = f.raw.get("depends_on", [])
+    if not isinstance(raw, list):
+        f.problem("depends_on", "must be a list of step names ([] for none)")
+        return ()
+    found: list[str] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, str) or not item:
+            problem = "must be a step name"
+        elif item == name:
+            problem = "a step cannot depend on itself"
+        elif item in found:
+            problem = "listed twice: keep one"
+        elif item not in names:
+            others = [n for n in names if n != name]
+            problem = f"no such step ({did_you_mean(item, others, label='steps')})"
+        else:
+            found.append(item)
+            continue
+        f.failed.add("depends_on")
+        f.report.add((*f.path, "depends_on", i), problem, value=item)
+    return tuple(found)
+
+
+def _check_cutoffs(f: Fields, step: Step, deadline_s: float | None) -> None:
+    cutoff = step.cutoff_s if f.ok("cutoff_s") else None
+    for key, value in (
+        ("ttft_cutoff_s", step.ttft_cutoff_s),
+        ("stall_cutoff_s", step.stall_cutoff_s),
+    ):
+        if value is None or not f.ok(key):
+            continue
+        if cutoff is not None and value >= cutoff:
+            f.problem(
+                key,
+                f"must be less than cutoff_s ({format_float(cutoff)}): "
+                "it watches for a stuck attempt before the step's cutoff",
+            )
+        elif deadline_s is not None and value >= deadline_s:
+            f.problem(key, f"must be less than deadline_s ({format_float(deadline_s)})")
+    if cutoff is not None and deadline_s is not None and cutoff >= deadline_s:
+        f.problem(
+            "cutoff_s",
+            f"must be less than deadline_s ({format_float(deadline_s)}): "
+            "a cutoff at or past the deadline never acts",
+        )
+
+
+def _check_actions(f: Fields, step: Step) -> None:
+    if f.ok("signal", "ttft_cutoff_s") and step.signal == "ttft" and step.ttft_cutoff_s is None:
+        f.problem("signal", "needs ttft_cutoff_s: set it, or watch signal: total")
+    action = step.on_cutoff
+    if f.ok("on_cutoff") and action != "wait":
+        if f.ok("signal", "cutoff_s") and step.signal == "total" and step.cutoff_s is None:
+            f.problem("on_cutoff", f"{action} needs cutoff_s: set it, or use on_cutoff: wait")
+        if action == "hedge" and f.ok("hedge_route") and step.hedge_route is None:
+            f.problem("on_cutoff", "hedge needs hedge_route: name the route to hedge to")
+        if action == "downgrade" and f.ok("downgrade_route") and step.downgrade_route is None:
+            f.problem("on_cutoff", "downgrade needs downgrade_route: name the cheaper route")
+        if action in {"hedge", "retry"} and f.ok("idempotent") and not step.idempotent:
+            f.problem(
+                "on_cutoff",
+                f"the step is not idempotent: a {action} could repeat its "
+                "side effects; use downgrade, fail or wait",
+            )
+    if f.ok("route", "hedge_route") and step.hedge_route == step.route:
+        f.problem("hedge_route", "hedge routes go to an independent provider: pick another route")
+
+
+def _report_cycles(report: Report, steps: dict[str, Step]) -> None:
+    # Peel off every step whose dependencies can all finish; what is left waits on a cycle.
+    # From each step left, following its first dependency that is left must reach a cycle.
+    left = dict.fromkeys(steps)
+    peeled = True
+    while peeled:
+        peeled = False
+        for name in list(left):
+            if not any(d in left for d in steps[name].depends_on):
+                del left[name]
+                peeled = True
+    named: set[str] = set()
+    for start in left:
+        trail = [start]
+        while (dep := next(d for d in steps[trail[-1]].depends_on if d in left)) not in trail:
+            trail.append(dep)
+        cycle = [*trail[trail.index(dep) :], dep]
+        if named.isdisjoint(cycle):
+            named.update(cycle)
+            report.add(
+                ("steps", cycle[0], "depends_on"),
+                f"cycle {' -> '.join(cycle)}: steps cannot wait on each other; "
+                "remove one of these dependencies",
+            )
+
+
+def _record(
+    f: Fields, key: str, read: Callable[[Fields], T], kind: type[DataclassInstance]
+) -> T | None:
+    value = f.raw.get(key)
+    if value is None:
+        return None
+    known = [field.name for field in fields(kind)]
+    sub = Fields(f.report, value, (*f.path, key), known, ", ".join(known))
+    if not sub.valid:
+        f.failed.add(key)
+        return None
+    result = read(sub)
+    if sub.failed:
+        f.failed.add(key)
+    return result
+
+
+def _tokens(f: Fields) -> Tokens:
+    count = conv.optional(conv.count)
+    return Tokens(f.get("input", count, None), f.get("output", count, None))
+
+
+def _step_prediction(f: Fields) -> StepPrediction:
+    p50_s, p99_s = _p50_p99(f)
+    hedge_rate = f.need("hedge_rate", conv.share, 0.0, "add hedge_rate (a share in [0, 1])")
+    return StepPrediction(p50_s=p50_s, p99_s=p99_s, hedge_rate=hedge_rate)
+
+
+def _plan_prediction(f: Fields) -> PlanPrediction:
+    p50_s, p99_s = _p50_p99(f)
+    return PlanPrediction(
+        p50_s=p50_s,
+        p99_s=p99_s,
+        miss_rate=f.need("miss_rate", conv.share, 0.0, "add miss_rate (a share in [0, 1])"),
+        extra_attempts=f.need("extra_attempts", conv.ratio, 0.0, "add extra_attempts (>= 0)"),
+    )
+
+
+def _p50_p99(f: Fields) -> tuple[float, float]:
+    p50_s = f.need("p50_s", conv.duration, 0.0, "add p50_s (seconds)")
+    p99_s = f.need("p99_s", conv.duration, 0.0, "add p99_s (seconds)")
+    if f.ok("p50_s", "p99_s") and p99_s < p50_s:
+        f.problem("p99_s", f"must be at least p50_s ({format_float(p50_s)})")
+    return p50_s, p99_s
+
+
+def _basis(f: Fields) -> Basis:
+    return Basis(
+        calls=f.need("calls", conv.count, 0, "add calls (the sample size)"),
+        bucket=f.need("bucket", conv.text, "", "add bucket (e.g. 'in 4k-16k / out 600-1200')"),
+        quantile=f.need("quantile", conv.optional(conv.share), None, "add quantile (or null)"),
+        censored=f.need("censored", conv.share, 0.0, "add censored (a share in [0, 1])"),
+    )

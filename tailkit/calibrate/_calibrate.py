@@ -1,0 +1,200 @@
+"""
+`calibrate`: from a workflow and the store's measured tails to a plan with cutoffs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
+from tailkit.config import Basis, Plan, PlanPrediction, Step, StepPrediction
+from tailkit.errors import ConfigError
+from tailkit.record import Buckets
+from tailkit.simulate import (
+    DEFAULT_MIN_CALLS,
+    RouteSample,
+    SampleKey,
+    SimResult,
+    load_samples,
+    simulate_model,
+    workflow_model,
+)
+from tailkit.store import Store
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Calibration:
+    """
+    A calibrated plan and how it was found.
+
+    Args:
+        plan: The workflow with every step's signal, cutoffs and action filled in, and the
+            ``predicted`` and ``basis`` fields.
+        result: The plan simulated on fresh runs (the source of ``predicted``).
+        search: The search's choices, score and effort.
+        samples: The route samples it was calibrated on.
+    """
+
+    plan: Plan
+    result: SimResult
+    search: SearchResult
+    samples: dict[SampleKey, RouteSample]
+
+
+def workflow_of(plan: Plan) -> Plan:
+    """
+    The plan with every calibrated field cleared: each step waits, nothing is predicted.
+    """
+    steps = {
+        name: dataclasses.replace(
+            step,
+            signal="total",
+            ttft_cutoff_s=None,
+            stall_cutoff_s=None,
+            cutoff_s=None,
+            on_cutoff="wait",
+            predicted=None,
+            basis=None,
+        )
+        for name, step in plan.steps.items()
+    }
+    return dataclasses.replace(plan, steps=steps, predicted=None)
+
+
+def hedge_candidates(plan: Plan, step: Step) -> tuple[str, ...]:
+    """
+    Routes a step may hedge on.
+
+    Its declared ``hedge_route``, else every route serving the same model through another
+    provider (an independent rate-limit pool).
+    """
+    if step.hedge_route is not None:
+        return (step.hedge_route,)
+    own = plan.routes[step.route]
+    return tuple(
+        name
+        for name, route in plan.routes.items()
+        if route.model == own.model and route.provider != own.provider
+    )
+
+
+def calibrate(
+    store: Store,
+    plan: Plan,
+    *,
+    budget: float | None = None,
+    deadline_s: float | None = None,
+    runs: int = 20_000,
+    check_runs: int = 100_000,
+    seed: int = 0,
+    buckets: Buckets | None = None,
+    min_calls: int = DEFAULT_MIN_CALLS,
+    latency: str = "empirical",
+    progress: Callable[[int, int], None] | None = None,
+) -> Calibration:
+    """
+    Choose each step's signal, cutoffs and action; fill in the plan's predictions.
+
+    Args:
+        store: An open store with calls of the plan's routes.
+        plan: The workflow (calibrated fields, if any, are recomputed).
+        budget: Extra attempts per first attempt allowed (``None``: the plan's hedge_budget).
+        deadline_s: End-to-end deadline in seconds (``None``: the plan's deadline_s).
+        runs: Simulated runs per candidate in the search.
+        check_runs: Fresh runs that check the plan found (its ``predicted`` fields).
+        seed: Seed; the same seed and store give the same plan.
+        buckets: Token bucket edges (DESIGN.md §1 defaults when ``None``).
+        min_calls: Fewest calls a step's route needs in its bucket.
+        latency: ``empirical`` (resample the measured calls) or ``lognormal`` (fitted).
+        progress: Called with (candidates tried, candidates per pass).
+
+    Raises:
+        ThinSampleError: A step's route has too few calls in its bucket.
+        ConfigError: An override is out of range.
+    """
+    if budget is not None and not 0.0 <= budget <= 1.0:
+        msg = f"--budget must be between 0 and 1 (extra attempts per first attempt), got {budget}"
+        raise ConfigError(msg)
+    if deadline_s is not None and not deadline_s > 0.0:
+        msg = f"--deadline must be a positive number of seconds, got {deadline_s}"
+        raise ConfigError(msg)
+    plan = workflow_of(plan)
+    plan = dataclasses.replace(
+        plan,
+        hedge_budget=plan.hedge_budget if budget is None else budget,
+        deadline_s=plan.deadline_s if deadline_s is None else deadline_s,
+    )
+    hedges = {
+        name: hedge_candidates(plan, step) if step.idempotent else ()
+        for name, step in plan.steps.items()
+    }
+    samples = load_samples(
+        store, plan, buckets=buckets, min_calls=min_calls, candidates=hedges, seed=seed,
+        latency=latency,
+    )  # fmt: skip
+    options = {
+        name: StepOptions(
+            hedge_routes=tuple(r for r in hedges[name] if (name, r) in samples),
+            downgrade_route=step.downgrade_route,
+            may_repeat=step.idempotent,
+            may_fail=not step.required,
+        )
+        for name, step in plan.steps.items()
+    }
+    base = workflow_model(plan, samples)
+    found = search(
+        base, samples, options, budget=plan.hedge_budget, runs=runs, seed=seed, progress=progress
+    )
+    chosen = dataclasses.replace(
+        plan,
+        steps={n: _with_choice(s, found.choices.get(n, WAIT)) for n, s in plan.steps.items()},
+    )
+    result = simulate_model(workflow_model(chosen, samples), runs=check_runs, seed=seed + 1)
+    return Calibration(_predicted(chosen, result, found, samples), result, found, samples)
+
+
+def _with_choice(step: Step, choice: Choice) -> Step:
+    if choice.action == "wait":
+        return step
+    ttft = choice.signal == "ttft"
+    return dataclasses.replace(
+        step,
+        signal=choice.signal,
+        ttft_cutoff_s=round(choice.cutoff_s, 3) if ttft else None,
+        cutoff_s=None if ttft else round(choice.cutoff_s, 3),
+        on_cutoff=choice.action,
+        hedge_route=choice.route if choice.action == "hedge" else step.hedge_route,
+    )
+
+
+def _predicted(
+    plan: Plan, result: SimResult, found: SearchResult, samples: dict[SampleKey, RouteSample]
+) -> Plan:
+    steps = {}
+    by_name = {s.name: s for s in result.steps}
+    for name, step in plan.steps.items():
+        sim, sample = by_name[name], samples[(name, step.route)]
+        steps[name] = dataclasses.replace(
+            step,
+            predicted=StepPrediction(
+                p50_s=round(sim.p50_s, 3),
+                p99_s=round(sim.p99_s, 3),
+                hedge_rate=round(sim.hedge_rate, 4),
+            ),
+            basis=Basis(
+                calls=sample.calls,
+                bucket=sample.bucket,
+                quantile=found.choices[name].quantile,
+                censored=round(sample.censored, 4),
+            ),
+        )
+    predicted = PlanPrediction(
+        p50_s=round(result.p50_s, 3),
+        p99_s=round(result.p99_s, 3),
+        miss_rate=round(result.miss_rate, 5),
+        extra_attempts=round(result.extra_attempts, 4),
+    )
+    return dataclasses.replace(plan, steps=steps, predicted=predicted)

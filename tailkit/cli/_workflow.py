@@ -1,0 +1,287 @@
+"""
+``tailkit calibrate`` and ``tailkit simulate``: a workflow file in, a plan and its numbers out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
+from tailkit.errors import TailkitError
+from tailkit.store import DEFAULT_DB, Store
+
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tailkit.calibrate import Calibration
+    from tailkit.config import Plan
+    from tailkit.simulate import SimResult
+
+
+RunsOption = Annotated[int, typer.Option("--runs", help="Simulated workflow runs.", min=1)]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed: the same seed, the same numbers.")]
+Latency = Annotated[
+    str,
+    typer.Option(
+        "--latency",
+        help="empirical: resample the measured calls; lognormal: each route's fitted lognormal.",
+    ),
+]
+MinCalls = Annotated[
+    int,
+    typer.Option("--min-calls", help="Fewest calls a step's route needs in its bucket.", min=2),
+]
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(width=200) if not os.isatty(1) else Console()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """
+    Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _seconds(value: float) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
+
+
+def calibrate(
+    workflow: Annotated[Path, typer.Argument(help="The workflow (or plan) YAML file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan.")],
+    db: DbOption = DEFAULT_DB,
+    budget: Annotated[
+        float | None,
+        typer.Option(help="Extra attempts per first attempt allowed (default: the file's)."),
+    ] = None,
+    deadline: Annotated[
+        float | None, typer.Option(help="End-to-end deadline in seconds (default: the file's).")
+    ] = None,
+    runs: RunsOption = 20_000,
+    check_runs: Annotated[
+        int, typer.Option("--check-runs", help="Fresh runs that check the plan found.", min=1)
+    ] = 100_000,
+    seed: SeedOption = 0,
+    min_calls: MinCalls = 200,
+    latency: Latency = "empirical",
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Choose each step's cutoff and action so the workflow keeps its deadline; write the plan.
+
+    Reads each step's route latency from the store (in the bucket of its expected tokens),
+    searches every step's signal (total or TTFT), cutoff and action (hedge, retry, downgrade,
+    fail, wait) by simulating the whole workflow, within the hedge budget, and writes the
+    plan with its predictions. Then compares it with no cutoffs, sequential retry at p95 and
+    hedging at p95 everywhere.
+
+    Example:
+
+        tailkit calibrate data_samples/workflow.yaml --out plan.yaml --budget 0.05 --deadline 90
+    """
+    from tailkit.calibrate import calibrate as run_calibration
+    from tailkit.config import dump_plan, load_plan
+    from tailkit.simulate import compare_policies
+
+    buckets = buckets_of(input_edges, output_edges)
+    try:
+        plan = load_plan(workflow)
+        with Store.open(db, read_only=True) as store, _SearchProgress(enabled=not as_json) as bar:
+            found = run_calibration(
+                store, plan, budget=budget, deadline_s=deadline, runs=runs,
+                check_runs=check_runs, seed=seed, buckets=buckets, min_calls=min_calls,
+                latency=latency, progress=bar.update,
+            )  # fmt: skip
+        policies = compare_policies(found.plan, found.samples, runs=check_runs, seed=seed + 1)
+        write_atomically(out, dump_plan(found.plan))
+    except TailkitError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(_calibration_json(found, policies, out), indent=2))
+        return
+    console = _console()
+    _plan_table(found.plan, console)
+    _policy_table(found.plan, policies, console)
+    console.print(
+        f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
+        f"({runs:,} runs each); checked on {check_runs:,} fresh runs"
+    )
+    console.print(f"wrote {out}")
+
+
+def simulate(
+    plan_file: Annotated[Path, typer.Argument(help="The plan (or workflow) YAML file.")],
+    db: DbOption = DEFAULT_DB,
+    runs: RunsOption = 100_000,
+    seed: SeedOption = 0,
+    min_calls: MinCalls = 200,
+    latency: Latency = "empirical",
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Simulate a plan next to no cutoffs, sequential retry at p95 and hedging at p95 everywhere.
+
+    Every policy runs on the same random numbers against the store's measured latency; the
+    table shows each one's deadline miss rate, end-to-end p50/p90/p99 and extra attempts.
+
+    Example:
+
+        tailkit simulate plan.yaml --runs 200000
+    """
+    from tailkit.config import load_plan
+    from tailkit.simulate import compare_policies, load_samples
+
+    buckets = buckets_of(input_edges, output_edges)
+    try:
+        plan = load_plan(plan_file)
+        with Store.open(db, read_only=True) as store:
+            samples = load_samples(
+                store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency
+            )
+        policies = compare_policies(plan, samples, runs=runs, seed=seed)
+    except TailkitError as exc:
+        fail(str(exc))
+    if as_json:
+        payload = {"plan": str(plan_file), "workflow": plan.workflow,
+                   "policies": {k: v.as_dict() for k, v in policies.items()}}  # fmt: skip
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    _policy_table(plan, policies, _console())
+
+
+def _calibration_json(
+    found: Calibration, policies: dict[str, SimResult], out: Path
+) -> dict[str, Any]:
+    import yaml
+
+    from tailkit.config import dump_plan
+
+    plan = yaml.safe_load(dump_plan(found.plan))
+    return {
+        "out": str(out),
+        "plan": plan,
+        "search": {"evaluated": found.search.evaluated, "passes": found.search.passes},
+        "policies": {k: v.as_dict() for k, v in policies.items()},
+    }
+
+
+def _plan_table(plan: Plan, console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"plan {plan.workflow} (deadline {plan.deadline_s:g} s)")
+    for name in ("step", "route", "bucket", "calls", "watch", "cutoff s", "action", "p50 s",
+                 "p99 s", "hedge rate"):  # fmt: skip
+        table.add_column(name, justify="right" if name.endswith(("s", "calls", "rate")) else "left")
+    for name in plan.order():
+        step = plan.steps[name]
+        cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+        action = step.on_cutoff
+        if action == "hedge":
+            action = f"hedge on {step.hedge_route}"
+        elif action == "downgrade":
+            action = f"downgrade to {step.downgrade_route}"
+        pred, basis = step.predicted, step.basis
+        table.add_row(
+            name + ("" if step.required else " (optional)"),
+            step.route,
+            basis.bucket if basis else "",
+            f"{basis.calls:,}" if basis else "",
+            step.signal if cutoff is not None else "-",
+            _seconds(cutoff) if cutoff is not None else "-",
+            action,
+            _seconds(pred.p50_s) if pred else "",
+            _seconds(pred.p99_s) if pred else "",
+            f"{pred.hedge_rate:.1%}" if pred else "",
+        )
+    console.print(table)
+
+
+def _policy_table(plan: Plan, policies: dict[str, SimResult], console: Console) -> None:
+    from rich.table import Table
+
+    from tailkit.simulate import POLICY_TITLES
+
+    some = next(iter(policies.values()))
+    table = Table(
+        title=f"{plan.workflow}: {some.runs:,} simulated runs, deadline {plan.deadline_s:g} s, "
+        f"hedge budget {plan.hedge_budget:.0%}"
+    )
+    for name in ("policy", "miss rate", "p50 s", "p90 s", "p99 s", "extra attempts",
+                 "extra tokens/run"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for key, result in policies.items():
+        over = result.extra_attempts > plan.hedge_budget + 1e-9
+        table.add_row(
+            POLICY_TITLES.get(key, key),
+            f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}",
+            _seconds(result.p50_s),
+            _seconds(result.p90_s),
+            _seconds(result.p99_s),
+            f"{result.extra_attempts:.1%}" + (" (over budget)" if over else ""),
+            f"{result.extra_tokens:,.0f}",
+        )
+    console.print(table)
+
+
+class _SearchProgress:
+    """
+    A progress bar over the search's candidates (one pass at a time), on stderr.
+    """
+
+    def __init__(self, *, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        console = Console(stderr=True)
+        self._bar = Progress(
+            TextColumn("calibrate pass {task.fields[pass_no]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+            disable=not enabled or not console.is_terminal,
+        )
+        self._task = self._bar.add_task("search", total=None, pass_no=1)
+
+    def __enter__(self) -> _SearchProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def update(self, done: int, per_pass: int) -> None:
+        """
+        ``done`` candidates tried so far, ``per_pass`` in each pass.
+        """
+        self._bar.update(
+            self._task,
+            total=per_pass,
+            completed=(done - 1) % per_pass + 1,
+            pass_no=(done - 1) // per_pass + 1,
+        )

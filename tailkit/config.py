@@ -1,0 +1,53 @@
+"""
+The plan file (DESIGN.md §2): its schema, and reading, checking and writing it.
+
+One schema serves both directions: the user writes the workflow (routes, steps, deadline, hedge
+budget), ``tailkit calibrate`` returns the same document with each step's cutoffs, action and
+predictions filled in, and the executor runs it. Reading a plan checks it completely and names
+the line, field, value and fix of every problem.
+
+This module imports only the standard library, PyYAML (when a plan is read or written) and
+`tailkit.errors`: the executor, which has no other dependencies, imports it.
+
+Example::
+
+    plan = load_plan("plan.yaml")
+    for name in plan.order():
+        step = plan.steps[name]
+        print(name, step.route, step.cutoff_s, step.on_cutoff)
+    Path("plan.yaml").write_text(dump_plan(plan), encoding="utf-8")
+"""
+
+from __future__ import annotations
+
+from tailkit._config._dump import dump_plan
+from tailkit._config._load import load_plan, parse_plan
+from tailkit._config._model import (
+    ACTIONS,
+    PLAN_VERSION,
+    SIGNALS,
+    Basis,
+    Plan,
+    PlanPrediction,
+    Route,
+    Step,
+    StepPrediction,
+    Tokens,
+)
+
+
+__all__ = [
+    "ACTIONS",
+    "PLAN_VERSION",
+    "SIGNALS",
+    "Basis",
+    "Plan",
+    "PlanPrediction",
+    "Route",
+    "Step",
+    "StepPrediction",
+    "Tokens",
+    "dump_plan",
+    "load_plan",
+    "parse_plan",
+]

@@ -1,0 +1,59 @@
+"""
+Monte Carlo of a workflow DAG against measured latency tails (DESIGN.md §5 ``simulate``).
+
+Each step draws its latency from its route's sample in the store (the bucket of its expected
+tokens; cut calls filled in from the censoring-aware fit) or from a fitted model; the policies
+are none, sequential retry, hedge, downgrade and fail at a (deadline-aware) cutoff. Every run
+is simulated at once with numpy; only steps are looped over.
+"""
+
+from tailkit.simulate._api import compare_policies as compare_policies
+from tailkit.simulate._api import simulate as simulate
+from tailkit.simulate._api import simulate_model as simulate_model
+from tailkit.simulate._build import POLICIES as POLICIES
+from tailkit.simulate._build import POLICY_TITLES as POLICY_TITLES
+from tailkit.simulate._build import SampleKey as SampleKey
+from tailkit.simulate._build import policy_model as policy_model
+from tailkit.simulate._build import step_routes as step_routes
+from tailkit.simulate._build import workflow_model as workflow_model
+from tailkit.simulate._engine import Draws as Draws
+from tailkit.simulate._engine import RunOutcome as RunOutcome
+from tailkit.simulate._engine import StepModel as StepModel
+from tailkit.simulate._engine import StepOutcome as StepOutcome
+from tailkit.simulate._engine import WorkflowModel as WorkflowModel
+from tailkit.simulate._engine import run_workflow as run_workflow
+from tailkit.simulate._load import DEFAULT_MIN_CALLS as DEFAULT_MIN_CALLS
+from tailkit.simulate._load import ThinSampleError as ThinSampleError
+from tailkit.simulate._load import load_samples as load_samples
+from tailkit.simulate._load import route_sample as route_sample
+from tailkit.simulate._result import SimResult as SimResult
+from tailkit.simulate._result import StepSummary as StepSummary
+from tailkit.simulate._result import summarize as summarize
+from tailkit.simulate._sample import RouteSample as RouteSample
+
+
+__all__ = [
+    "DEFAULT_MIN_CALLS",
+    "POLICIES",
+    "POLICY_TITLES",
+    "Draws",
+    "RouteSample",
+    "RunOutcome",
+    "SampleKey",
+    "SimResult",
+    "StepModel",
+    "StepOutcome",
+    "StepSummary",
+    "ThinSampleError",
+    "WorkflowModel",
+    "compare_policies",
+    "load_samples",
+    "policy_model",
+    "route_sample",
+    "run_workflow",
+    "simulate",
+    "simulate_model",
+    "step_routes",
+    "summarize",
+    "workflow_model",
+]

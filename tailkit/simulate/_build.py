@@ -1,0 +1,146 @@
+"""
+From a plan to the simulator's model, and the policies a calibrated plan is compared with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from collections.abc import Mapping
+
+from tailkit.config import Plan, Step
+from tailkit.errors import ConfigError
+from tailkit.simulate._engine import StepModel, WorkflowModel
+from tailkit.simulate._sample import RouteSample
+
+
+SampleKey = tuple[str, str]  # (step name, route name): a route's sample in that step's bucket
+POLICIES = ("none", "retry_p95", "hedge_p95", "plan")
+POLICY_TITLES = {
+    "none": "no cutoffs",
+    "retry_p95": "sequential retry at p95",
+    "hedge_p95": "hedge at p95 everywhere",
+    "plan": "the plan",
+}
+
+
+def step_routes(step: Step) -> tuple[str, ...]:
+    """
+    Every route a step may send an attempt to, its own first.
+    """
+    routes = [step.route]
+    for name in (step.hedge_route, step.downgrade_route, step.upgrade_route):
+        if name is not None and name not in routes:
+            routes.append(name)
+    return tuple(routes)
+
+
+def _sample(
+    samples: Mapping[SampleKey, RouteSample], step: str, route: str | None
+) -> RouteSample | None:
+    if route is None:
+        return None
+    try:
+        return samples[(step, route)]
+    except KeyError:
+        msg = f"no latency sample for route {route!r} of step {step!r}"
+        raise ConfigError(msg) from None
+
+
+def workflow_model(
+    plan: Plan,
+    samples: Mapping[SampleKey, RouteSample],
+    *,
+    error_retries: int = 1,
+) -> WorkflowModel:
+    """
+    The simulator's model of ``plan``, each route drawn from its sample.
+
+    Args:
+        plan: A loaded plan (a workflow without cutoffs is a plan whose steps all wait).
+        samples: Latency per (step, route) for every route the steps use.
+        error_retries: Immediate retries after an attempt fails before its cutoff.
+
+    Raises:
+        ConfigError: A route of a step has no sample.
+    """
+    order = plan.order()
+    index = {name: i for i, name in enumerate(order)}
+    medians = {name: samples_median(samples, plan.steps[name]) for name in order}
+    reserve = _reserves(plan, order, medians)
+    steps = []
+    for name in order:
+        step = plan.steps[name]
+        second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
+        cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+        steps.append(
+            StepModel(
+                name=name,
+                deps=tuple(index[d] for d in step.depends_on),
+                required=step.required,
+                primary=_sample(samples, name, step.route),  # type: ignore[arg-type]
+                signal=step.signal,
+                cutoff_s=math.inf if cutoff is None else cutoff,
+                action=step.on_cutoff,
+                second=_sample(samples, name, second),
+                upgrade=_sample(samples, name, step.upgrade_route),
+                hedge=_sample(samples, name, step.hedge_route),
+                idempotent=step.idempotent,
+                reserve_s=reserve[name],
+                tokens=float(
+                    (step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)
+                ),
+            )
+        )
+    return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def samples_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> float:
+    """
+    Median seconds of a step's own route.
+    """
+    sample = _sample(samples, step.name, step.route)
+    assert sample is not None  # noqa: S101 - a step always has a route
+    return sample.quantile(0.5)
+
+
+def _reserves(plan: Plan, order: tuple[str, ...], medians: Mapping[str, float]) -> dict[str, float]:
+    """
+    Per step, the median seconds of the longest chain of steps still waiting on it.
+    """
+    reserve: dict[str, float] = {}
+    for name in reversed(order):
+        after = [medians[d] + reserve[d] for d in plan.dependents(name)]
+        reserve[name] = max(after, default=0.0)
+    return reserve
+
+
+def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -> WorkflowModel:
+    """
+    The same workflow under a reference policy.
+
+    Args:
+        model: The workflow (as planned).
+        policy: ``none`` (no cutoffs), ``retry_p95`` (sequential retry on the same route at
+            each step's p95), ``hedge_p95`` (hedge at each step's p95, on its hedge route or
+            else its own), ``plan`` (as given).
+        quantile: The cutoff quantile of the two fixed policies.
+    """
+    if policy == "plan":
+        return model
+    if policy not in POLICIES:
+        msg = f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}"
+        raise ConfigError(msg)
+    steps = []
+    for step in model.steps:
+        if policy == "none" or not step.idempotent:
+            steps.append(dataclasses.replace(step, action="wait", cutoff_s=math.inf))
+            continue
+        cutoff = step.primary.quantile(quantile)
+        action = "retry" if policy == "retry_p95" else "hedge"
+        second = step.hedge if action == "hedge" else None
+        steps.append(
+            dataclasses.replace(step, signal="total", cutoff_s=cutoff, action=action, second=second)
+        )
+    return dataclasses.replace(model, steps=tuple(steps))

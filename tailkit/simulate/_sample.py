@@ -1,0 +1,263 @@
+"""
+What the simulator draws from: one route's latency for one step's token bucket.
+
+A `RouteSample` is an inverse CDF held as a sorted array. Drawing is indexing: a uniform
+``u`` picks ``total_s[floor(u * n)]``, so the same ``u`` gives the same rank on every route
+(common random numbers across candidate plans). The time to first token travels with its
+call, so a TTFT cutoff and the total it implies stay consistent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from tailkit.errors import ConfigError
+
+
+Array = npt.NDArray[np.float64]
+_GRID = 100_000  # points of a fitted model's quantile grid: resolves quantiles to 1e-5
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RouteSample:
+    """
+    One route's latency sample, ready to draw from.
+
+    Args:
+        total_s: Seconds from the start of an attempt to its last token, sorted ascending;
+            finished calls, plus cut calls with their latency drawn from the fitted tail
+            beyond the cut.
+        ttft_s: Seconds to the first content token of the same calls (aligned with
+            ``total_s``). For a call that did not stream, the whole answer is its first
+            token, so it equals ``total_s``.
+        error_rate: Share of attempts that fail (error, rate limited).
+        error_s: Sorted seconds an attempt takes to fail, drawn like ``total_s``.
+        invalid_rate: Share of finished attempts whose output fails validation.
+        calls: Calls behind the sample (finished and cut).
+        censored: Share of those calls that were cut.
+        bucket: The token bucket the calls come from, e.g. ``"in 4k-16k / out 600-1200"``.
+        streamed: Share of calls with a real first token (0: a TTFT cutoff cannot work).
+        measured: The measured latencies and cut ages behind the sample, when it has cut
+            calls (for a censoring-aware refit); ``None`` otherwise.
+    """
+
+    total_s: Array
+    ttft_s: Array
+    error_rate: float = 0.0
+    error_s: Array = field(default_factory=lambda: np.ones(1))
+    invalid_rate: float = 0.0
+    calls: int = 0
+    censored: float = 0.0
+    bucket: str = "all"
+    streamed: float = 1.0
+    measured: tuple[Array, Array] | None = None
+
+    def __post_init__(self) -> None:
+        if self.total_s.size == 0 or self.ttft_s.shape != self.total_s.shape:
+            msg = "a route sample needs at least one latency, with one TTFT per latency"
+            raise ConfigError(msg)
+        if not 0.0 <= self.error_rate + self.invalid_rate <= 1.0:
+            msg = f"error_rate + invalid_rate must be in [0, 1], got {self.error_rate!r} + "
+            msg += f"{self.invalid_rate!r}"
+            raise ConfigError(msg)
+
+    @classmethod
+    def from_latencies(
+        cls,
+        total_s: npt.ArrayLike,
+        *,
+        ttft_s: npt.ArrayLike | None = None,
+        censored_at_s: npt.ArrayLike | None = None,
+        error_rate: float = 0.0,
+        error_s: npt.ArrayLike | None = None,
+        invalid_rate: float = 0.0,
+        bucket: str = "all",
+        seed: int = 0,
+    ) -> RouteSample:
+        """
+        Build a sample from measured calls; cut calls get a latency beyond their cut.
+
+        A cut call's latency is drawn from the lognormal fitted to all calls (censoring
+        aware), conditioned on exceeding its cut: the empirical body stays as measured and
+        the tail beyond the cap comes from the fit, never from dropping the cut calls.
+
+        Args:
+            total_s: Latency of each call in seconds; NaN for a call that was cut.
+            ttft_s: Time to first token per call (NaN: not streamed, or unknown); ``None``
+                when no call streamed.
+            censored_at_s: Cut age per call, NaN for calls that finished; ``None``: none cut.
+            error_rate: Share of attempts that fail.
+            error_s: Seconds failed attempts took (``None``: 1 s each).
+            invalid_rate: Share of finished attempts with invalid output.
+            bucket: Label of the calls' token bucket.
+            seed: Seed of the draws beyond the cut.
+
+        Raises:
+            ConfigError: Fewer than two finished calls.
+        """
+        total = np.asarray(total_s, dtype=np.float64)
+        ttft = np.full(total.shape, np.nan) if ttft_s is None else np.asarray(ttft_s, float)
+        cut = (
+            np.full(total.shape, np.nan)
+            if censored_at_s is None
+            else np.asarray(censored_at_s, float)
+        )
+        is_cut = np.isfinite(cut) & (cut > 0)
+        done = np.isfinite(total) & (total > 0) & ~is_cut
+        if np.count_nonzero(done) < 2:
+            msg = f"bucket {bucket}: a route sample needs at least 2 finished calls"
+            raise ConfigError(msg)
+        filled = total.copy()
+        if is_cut.any():
+            filled[is_cut] = _beyond_cut(total[done], cut[is_cut], seed=seed)
+        keep = done | is_cut
+        filled, first = filled[keep], ttft[keep]
+        streamed = np.isfinite(first) & (first > 0)
+        first = np.where(streamed, np.minimum(first, filled), filled)
+        order = np.argsort(filled, kind="stable")
+        errors = np.ones(1) if error_s is None else np.asarray(error_s, dtype=np.float64)
+        errors = np.sort(errors[np.isfinite(errors) & (errors >= 0)])
+        return cls(
+            total_s=filled[order],
+            ttft_s=first[order],
+            error_rate=float(error_rate),
+            error_s=errors if errors.size else np.ones(1),
+            invalid_rate=float(invalid_rate),
+            calls=int(keep.sum()),
+            censored=float(is_cut[keep].mean()),
+            bucket=bucket,
+            streamed=float(streamed.mean()),
+            measured=(total[keep], cut[keep]) if is_cut.any() else None,
+        )
+
+    @classmethod
+    def lognormal(
+        cls,
+        median_s: float,
+        sigma: float,
+        *,
+        ttft_share: float | None = None,
+        error_rate: float = 0.0,
+        invalid_rate: float = 0.0,
+        points: int = _GRID,
+    ) -> RouteSample:
+        """
+        A fitted lognormal as a quantile grid (a model instead of measured calls).
+
+        Args:
+            median_s: Median latency in seconds (``exp(mu)``).
+            sigma: Standard deviation of log latency.
+            ttft_share: TTFT as this share of each total; ``None``: not streamed.
+            error_rate: Share of attempts that fail (after 1 s).
+            invalid_rate: Share of finished attempts with invalid output.
+            points: Grid size.
+        """
+        from scipy import special
+
+        grid = (np.arange(points) + 0.5) / points
+        total = median_s * np.exp(sigma * math.sqrt(2.0) * special.erfinv(2.0 * grid - 1.0))
+        return cls.from_grid(
+            total, ttft_share=ttft_share, error_rate=error_rate, invalid_rate=invalid_rate
+        )
+
+    @classmethod
+    def from_grid(
+        cls,
+        total_s: npt.ArrayLike,
+        *,
+        ttft_share: float | None = None,
+        error_rate: float = 0.0,
+        invalid_rate: float = 0.0,
+        bucket: str = "model",
+    ) -> RouteSample:
+        """
+        A sample from latencies that are already a quantile grid or a large draw.
+        """
+        total = np.sort(np.asarray(total_s, dtype=np.float64))
+        first = total if ttft_share is None else total * ttft_share
+        return cls(
+            total_s=total,
+            ttft_s=first,
+            error_rate=error_rate,
+            invalid_rate=invalid_rate,
+            calls=total.size,
+            bucket=bucket,
+            streamed=0.0 if ttft_share is None else 1.0,
+        )
+
+    def as_lognormal(self) -> RouteSample:
+        """
+        The same route as its fitted lognormal (cut calls right-censored in the fit).
+
+        Error and invalid rates stay as measured; for a streamed route the TTFT is its
+        median share of the total.
+        """
+        from tailkit.fit import fit_lognormal
+
+        fit = fit_lognormal(self.total_s)
+        if self.measured is not None:
+            latency, cut = self.measured
+            fit = fit_lognormal(latency, censored_at_s=cut)
+        share = None
+        if self.streamed >= 0.5:
+            share = float(np.median(self.ttft_s / self.total_s))
+        model = RouteSample.lognormal(
+            math.exp(fit.mu), fit.sigma, ttft_share=share,
+            error_rate=self.error_rate, invalid_rate=self.invalid_rate,
+        )  # fmt: skip
+        return dataclasses.replace(
+            model, error_s=self.error_s, calls=self.calls, censored=self.censored,
+            bucket=f"{self.bucket} (lognormal fit)",
+        )  # fmt: skip
+
+    def quantile(self, q: float, *, signal: str = "total") -> float:
+        """
+        The ``q`` quantile of the sample's total latency (or of its TTFT), in seconds.
+        """
+        values = self.total_s if signal == "total" else np.sort(self.ttft_s)
+        return float(values[min(int(q * values.size), values.size - 1)])
+
+    def draw(
+        self, u: npt.NDArray[np.floating], *, ttft: bool = False
+    ) -> tuple[Array, Array | None]:
+        """
+        Total (and, with ``ttft``, TTFT) of the calls at ranks ``u`` (uniforms in [0, 1)).
+        """
+        index = np.multiply(u, self.total_s.size, dtype=np.float64).astype(np.intp)
+        return self.total_s[index], self.ttft_s[index] if ttft else None
+
+    def draw_error(self, u: npt.NDArray[np.floating]) -> Array:
+        """
+        Seconds failed attempts at ranks ``u`` take to fail.
+        """
+        index = np.multiply(u, self.error_s.size, dtype=np.float64).astype(np.intp)
+        out: Array = self.error_s[index]
+        return out
+
+
+def _beyond_cut(finished: Array, cuts: Array, *, seed: int) -> Array:
+    """
+    Latencies beyond each cut, from the censoring-aware lognormal fit of all the calls.
+    """
+    from scipy import special
+
+    from tailkit.fit import fit_lognormal
+
+    latency = np.concatenate([finished, np.full(cuts.size, np.nan)])
+    censored = np.concatenate([np.full(finished.size, np.nan), cuts])
+    fit = fit_lognormal(latency, censored_at_s=censored)
+    rng = np.random.default_rng(seed)
+    # Inverse CDF above the cut: u' = F(cut) + u (1 - F(cut)).
+    z_cut = (np.log(cuts) - fit.mu) / fit.sigma
+    f_cut = 0.5 * special.erfc(-z_cut / math.sqrt(2.0))
+    u = f_cut + rng.random(cuts.size) * (1.0 - f_cut)
+    u = np.clip(u, 1e-12, 1.0 - 1e-12)
+    z = math.sqrt(2.0) * special.erfinv(2.0 * u - 1.0)
+    filled: Array = np.maximum(np.exp(fit.mu + fit.sigma * z), cuts)
+    return filled

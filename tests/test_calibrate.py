@@ -1,0 +1,172 @@
+"""
+The calibrator on the bundled sample workflow and production log, and its refusals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from typer.testing import CliRunner
+
+from tailkit.calibrate import QUANTILES, calibrate, workflow_of
+from tailkit.cli import app
+from tailkit.config import Plan, Route, Step, Tokens, dump_plan, load_plan, parse_plan
+from tailkit.ingest import ingest_paths
+from tailkit.simulate import (
+    ThinSampleError,
+    compare_policies,
+    policy_model,
+    simulate_model,
+    workflow_model,
+)
+from tailkit.store import Store
+
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / "data_samples" / "workflow.yaml"
+RUNS, CHECK_RUNS = 8_000, 40_000
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled production sample in a store."""
+    path = tmp_path_factory.mktemp("calibrate") / "calls.duckdb"
+    with Store.open(path) as store:
+        report = ingest_paths(store, [ROOT / "data_samples" / "production" / "calls.parquet"])
+    assert report.ok
+    return path
+
+
+@pytest.fixture(scope="module")
+def calibrated(db: Path):  # type: ignore[no-untyped-def]
+    """The sample workflow, calibrated once for the module."""
+    with Store.open(db, read_only=True) as store:
+        return calibrate(store, load_plan(WORKFLOW), runs=RUNS, check_runs=CHECK_RUNS, seed=3)
+
+
+def test_calibrated_plan_beats_hedging_at_p95_everywhere(calibrated) -> None:  # type: ignore[no-untyped-def]
+    """The calibrated plan misses less than hedge-at-p95 with no more extra attempts."""
+    policies = compare_policies(calibrated.plan, calibrated.samples, runs=CHECK_RUNS, seed=9)
+    plan, hedge, none = policies["plan"], policies["hedge_p95"], policies["none"]
+    assert plan.extra_attempts <= hedge.extra_attempts
+    assert plan.extra_attempts <= calibrated.plan.hedge_budget * 1.05
+    gap = plan.miss_rate_se + hedge.miss_rate_se
+    assert plan.miss_rate < hedge.miss_rate - 4 * gap
+    assert plan.miss_rate < 0.5 * none.miss_rate
+
+
+def test_search_is_not_one_quantile_for_every_step(calibrated) -> None:  # type: ignore[no-untyped-def]
+    """No single 'hedge at q everywhere' within the budget does as well as the search."""
+    base = workflow_model(workflow_of(calibrated.plan), calibrated.samples)
+    ours = simulate_model(
+        workflow_model(calibrated.plan, calibrated.samples), runs=CHECK_RUNS, seed=5
+    )
+    for q in QUANTILES:
+        fixed = simulate_model(policy_model(base, "hedge_p95", quantile=q), runs=CHECK_RUNS, seed=5)
+        if fixed.extra_attempts <= calibrated.plan.hedge_budget:
+            assert ours.miss_rate <= fixed.miss_rate, q
+    choices = {(s.on_cutoff, s.basis.quantile) for s in calibrated.plan.steps.values()}  # type: ignore[union-attr]
+    assert len(choices) > 2
+
+
+def test_plan_fields_are_filled_and_round_trip(calibrated) -> None:  # type: ignore[no-untyped-def]
+    """Every step gets predicted and basis; the plan dumps and loads back equal."""
+    plan = calibrated.plan
+    assert plan.predicted is not None
+    assert plan.predicted.miss_rate == pytest.approx(calibrated.result.miss_rate, abs=1e-5)
+    for step in plan.steps.values():
+        assert step.predicted is not None
+        assert step.basis is not None
+        assert step.basis.calls >= 200
+        assert step.basis.bucket.startswith("in ")
+        if step.on_cutoff in ("hedge", "retry"):
+            assert step.idempotent
+        if step.on_cutoff == "fail":
+            assert not step.required
+        assert step.on_cutoff != "hedge" or step.hedge_route != step.route
+    assert parse_plan(dump_plan(plan)) == plan
+
+
+def test_non_idempotent_steps_are_never_repeated(db: Path) -> None:
+    """A step marked idempotent: false is never hedged or retried, whatever its tail."""
+    plan = load_plan(WORKFLOW)
+    steps = dict(plan.steps)
+    steps["draft"] = dataclasses.replace(steps["draft"], idempotent=False)
+    with Store.open(db, read_only=True) as store:
+        found = calibrate(store, dataclasses.replace(plan, steps=steps), runs=4000, check_runs=4000)
+    assert found.plan.steps["draft"].on_cutoff in ("wait", "downgrade", "fail")
+
+
+def test_thin_bucket_is_refused_with_the_fix(db: Path) -> None:
+    """A step whose route has too few calls in its bucket is refused, naming the fix."""
+    plan = Plan(
+        workflow="thin",
+        deadline_s=60.0,
+        routes={"openai/gpt-4.1": Route("openai", "gpt-4.1")},
+        steps={
+            "huge": Step(name="huge", route="openai/gpt-4.1", expected_tokens=Tokens(90_000, 5000))
+        },
+    )
+    with Store.open(db, read_only=True) as store, pytest.raises(ThinSampleError) as err:
+        calibrate(store, plan, runs=1000, check_runs=1000)
+    message = str(err.value)
+    expected = r"step 'huge': route openai/gpt-4.1 has \d+ calls in bucket in 64k\+ / out 2400\+"
+    assert re.search(expected + r" \(needs 200\)", message)
+    assert "Ingest more logs" in message
+    assert "--min-calls" in message
+
+
+def test_cli_calibrate_writes_the_plan_and_json(db: Path, tmp_path: Path) -> None:
+    """`tailkit calibrate --json` writes a loadable plan and prints the policy comparison."""
+    out = tmp_path / "plan.yaml"
+    result = CliRunner().invoke(
+        app,
+        ["calibrate", str(WORKFLOW), "--out", str(out), "--db", str(db), "--runs", "3000",
+         "--check-runs", "5000", "--deadline", "100", "--budget", "0.03", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert set(payload["policies"]) == {"none", "retry_p95", "hedge_p95", "plan"}
+    plan = load_plan(out)
+    assert plan.deadline_s == 100.0
+    assert plan.hedge_budget == 0.03
+    assert payload["plan"] == yaml.safe_load(out.read_text())
+
+
+def test_cli_simulate_table(db: Path, tmp_path: Path) -> None:
+    """`tailkit simulate` prints one row per policy with miss rate and extra attempts."""
+    result = CliRunner().invoke(app, ["simulate", str(WORKFLOW), "--db", str(db), "--runs", "4000"])
+    assert result.exit_code == 0, result.output
+    for title in ("no cutoffs", "sequential retry at p95", "hedge at p95 everywhere", "the plan"):
+        assert title in result.output
+    assert "4,000 simulated runs, deadline 90 s" in result.output
+
+
+def test_cli_errors_name_the_problem(db: Path, tmp_path: Path) -> None:
+    """Missing files, bad overrides and thin buckets end in one Error: line, exit 1."""
+    runner = CliRunner()
+    out = tmp_path / "never.yaml"
+    cases = [
+        (
+            ["calibrate", str(tmp_path / "nope.yaml"), "--out", str(out), "--db", str(db)],
+            "nope.yaml",
+        ),
+        (
+            ["calibrate", str(WORKFLOW), "--out", str(out), "--db", str(db), "--budget", "2"],
+            "--budget",
+        ),
+        (["simulate", str(WORKFLOW), "--db", str(db), "--latency", "weibull"], "--latency"),
+    ]
+    for args, needle in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("Error: ")
+        assert needle in result.output
+        assert not out.exists()
