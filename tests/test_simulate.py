@@ -189,11 +189,11 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
             )
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 30.0])))
-    draws = Draws(400, seed=seed)
+    draws = Draws(400, seed=seed, keep=True)
     outcome = run_workflow(model, draws)
     uniforms = [draws.stack(s.name) for s in model.steps]
     for r in range(400):
-        end, ok, _ = reference_run(model, [[float(x) for x in u[:, r]] for u in uniforms])
+        end, ok, _ = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
         assert outcome.end_s[r] == pytest.approx(end, rel=1e-12, abs=1e-12)
         assert outcome.ok[r] == ok
 

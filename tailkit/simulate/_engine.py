@@ -29,17 +29,18 @@ from __future__ import annotations
 import math
 import zlib
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.simulate._sample import Array, RouteSample
+from tailkit.simulate._sample import Array, Index, RouteSample
 
 
 Bools = npt.NDArray[np.bool_]
 ACTING = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
-SLOTS = 6  # uniforms per step and run: (latency rank, outcome coin) x three attempts
+SLOTS = 3  # draws per step and run: one per attempt it may make
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -97,65 +98,51 @@ class WorkflowModel:
 @dataclass(slots=True)
 class Draws:
     """
-    Uniforms for every step and run, seeded per step name and slot (common random numbers).
+    Draws for every step and run, one stream per step name and slot (common random numbers).
 
-    A step has six slots: (latency rank, outcome coin) for its first attempt, for the attempt
-    its cutoff or an error starts, and for the attempt that re-does invalid output. Each slot
-    has its own seed, so a slot a plan does not use is never drawn, and two plans that use
-    different slots still share the draws of the slots they both use.
+    A step has three slots, one per attempt it may make: its first attempt, the attempt its
+    cutoff or an error starts, and the attempt that re-does invalid output. A draw is a
+    uniform 16-bit index into the route's outcome table (`RouteSample`). Each slot is its own
+    seeded stream, read ``runs`` draws at a time, so a slot a plan does not use is never
+    drawn, and two plans that use different slots still share the draws of the slots they
+    both use. `run_step` reads the same slots for every block of runs, so the streams stay
+    aligned block by block.
 
     Args:
-        runs: Number of runs.
+        runs: Runs per block: each `slot` call returns the next ``runs`` draws.
         seed: Base seed.
-        keep: Keep draws after first use (for the calibrator's many passes).
+        keep: Draw each slot once and return the same draws every time (for the
+            calibrator, which replays one block of runs for every candidate).
     """
 
     runs: int
     seed: int = 0
     keep: bool = False
-    _cache: dict[tuple[str, int], npt.NDArray[np.float32]] = field(default_factory=dict)
+    _streams: dict[tuple[str, int], np.random.Generator] = field(default_factory=dict)
+    _cache: dict[tuple[str, int], Index] = field(default_factory=dict)
 
-    def slot(self, name: str, k: int) -> npt.NDArray[np.float32]:
+    def slot(self, name: str, k: int) -> Index:
         """
-        The uniforms of slot ``k`` (0-5) of step ``name``, one per run.
+        The next block of draws of slot ``k`` (0-2) of step ``name``, one per run.
         """
         key = (name, k)
         if key in self._cache:
             return self._cache[key]
-        rng = np.random.default_rng([self.seed, zlib.crc32(name.encode()), k])
-        u = rng.random(self.runs, dtype=np.float32)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = np.random.default_rng([self.seed, zlib.crc32(name.encode()), k])
+            self._streams[key] = stream
+        # the raw 64-bit output read as four 16-bit draws: one per entry of a 2**16 table
+        u = stream.bit_generator.random_raw((self.runs + 3) // 4).view(np.uint16)[: self.runs]
         if self.keep:
             self._cache[key] = u
         return u
 
-    def step(self, name: str) -> StepDraws:
+    def stack(self, name: str) -> Index:
         """
-        The slots of step ``name``, drawn when first read.
-        """
-        return StepDraws(self, name)
-
-    def stack(self, name: str) -> npt.NDArray[np.float32]:
-        """
-        All six slots of step ``name`` as a ``(6, runs)`` array.
+        All three slots of step ``name`` as a ``(3, runs)`` array (kept draws, if any).
         """
         return np.stack([self.slot(name, k) for k in range(SLOTS)])
-
-
-class StepDraws:
-    """
-    One step's slots, drawn on first use and held for the step's simulation.
-    """
-
-    __slots__ = ("_draws", "_held", "_name")
-
-    def __init__(self, draws: Draws, name: str) -> None:
-        self._draws, self._name = draws, name
-        self._held: dict[int, npt.NDArray[np.float32]] = {}
-
-    def __getitem__(self, k: int) -> npt.NDArray[np.float32]:
-        if k not in self._held:
-            self._held[k] = self._draws.slot(self._name, k)
-        return self._held[k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,121 +165,201 @@ class StepOutcome:
     recovery: npt.NDArray[np.int8]
 
 
-def _attempt(
-    route: RouteSample, u: StepDraws, k: int, *, ttft: bool = False
-) -> tuple[Array, Array | None, Bools, Bools | None]:
+@dataclass(frozen=True, slots=True)
+class _Attempts:
     """
-    Draw attempts from slots ``k`` (rank) and ``k + 1`` (coin).
-
-    Returns seconds to their end, seconds to first token (when ``ttft``), whether they
-    failed, and whether their output is invalid (``None`` when the route never is). A failing
-    attempt ends after the route's error time; an invalid one ends as a good one.
+    Strictly private: one attempt per run. ``None`` flags are all false (saves the work).
     """
-    rank = u[k]
-    total, first = route.draw(rank, ttft=ttft)
-    if route.error_rate <= 0.0 and route.invalid_rate <= 0.0:
-        return total, first, np.zeros(total.shape, dtype=np.bool_), None
-    coin = u[k + 1]
-    err = coin < np.float64(route.error_rate)  # compared in float64, as the reference does
-    if route.error_rate > 0.0:
-        spent = route.draw_error(rank)
-        total = np.where(err, spent, total)
-        if first is not None:
-            first = np.where(err, spent, first)
-    invalid = None
-    if route.invalid_rate > 0.0:
-        low, high = np.float64(route.error_rate), np.float64(route.error_rate + route.invalid_rate)
-        invalid = (coin >= low) & (coin < high)
-    return total, first, err, invalid
+
+    index: Index
+    end_s: Array  # when it ends: with its result, or failed
+    err: Bools | None  # it failed
+    invalid: Bools | None  # its result fails validation
 
 
-def run_step(step: StepModel, start_s: Array, u: StepDraws, model: WorkflowModel) -> StepOutcome:
+def _attempt(route: RouteSample, index: Index) -> _Attempts:
+    return _Attempts(
+        index,
+        route.end_table[index],
+        index >= route.ok_entries if route.fails else None,
+        route.invalid_table[index] if route.invalid_rate > 0.0 else None,
+    )
+
+
+def _pick(cond: Bools, a: Bools | None, b: Bools | None) -> Bools | None:
+    """
+    ``where(cond, a, b)`` for flags where ``None`` means all false.
+    """
+    if a is None and b is None:
+        return None
+    if a is None:
+        return b & ~cond  # type: ignore[operator]
+    if b is None:
+        return a & cond
+    return np.where(cond, a, b)
+
+
+def _cut(step: StepModel, start_s: Array, model: WorkflowModel) -> Array | float:
+    """
+    The age at which the step acts: its cutoff, earlier when the run is late (DESIGN.md §3).
+    """
+    if not math.isfinite(model.deadline_s):
+        return step.cutoff_s
+    room = np.subtract(model.deadline_s - step.reserve_s, start_s)
+    return np.clip(room, 0.0, step.cutoff_s, out=room)
+
+
+def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel) -> StepOutcome:
     """
     Play one step in every run, starting at ``start_s`` (seconds into each run).
+
+    Most attempts neither fail nor return invalid output, so every run is first played as if
+    none did, in a few whole-array operations; the runs where some attempt did fail or was
+    invalid are then played again in full by `general_step` and written over. Both paths
+    agree exactly on the runs they share (a test checks every run against a plain-Python
+    reference).
     """
-    n = start_s.size
-    end1, first1, err1, inv1 = _attempt(step.primary, u, 0, ttft=step.signal == "ttft")
-    none = np.zeros(n, dtype=np.bool_)
-    acts = step.action != "wait" and math.isfinite(step.cutoff_s)
-    fired, duration, failed, invalid = none, end1, err1, inv1
-    if acts:
-        cut: Array | float = step.cutoff_s
-        if math.isfinite(model.deadline_s):
-            cut = np.minimum(
-                step.cutoff_s, np.maximum(model.deadline_s - step.reserve_s - start_s, 0.0)
-            )
-        watch = first1 if first1 is not None else end1
-        fired = watch > cut
-        duration, failed, invalid = _act(step, cut, end1, err1, inv1, u, fired)
-    recovery = np.zeros(n, dtype=np.int8)
-    if model.error_retries and step.primary.error_rate > 0.0:
-        # failed before any cutoff fired: retry at once on the same route
-        retry = err1 & ~fired
-        end2, _, err2, inv2 = _attempt(step.primary, u, 2)
-        duration = np.where(retry, end1 + end2, duration)
-        failed = np.where(retry, err2, failed)
-        if inv2 is not None:
-            invalid = np.where(retry, inv2, False if invalid is None else invalid)
-        recovery += retry
-    if invalid is not None:
-        duration, failed, upgraded = _upgrade(step, duration, failed, invalid, u)
-        recovery += upgraded
-    extra = fired if step.action in ACTING else none
+    name, primary = step.name, step.primary
+    held: dict[int, Index] = {}
+
+    def slot(k: int) -> Index:
+        if k not in held:
+            held[k] = draws.slot(name, k)
+        return held[k]
+
+    # Read every slot this step may need, needed in this block or not: streams stay aligned.
+    first = slot(0)
+    acting = step.action != "wait" and math.isfinite(step.cutoff_s)
+    if (acting and step.action != "fail") or (primary.fails and model.error_retries):
+        slot(1)
+    routes = (primary, step.second or primary, step.upgrade or primary)
+    if any(r.invalid_rate > 0.0 for r in routes):
+        slot(2)
+    end1 = primary.end_table[first]
+    by_total = step.signal == "total"
+    fired = np.zeros(start_s.size, dtype=np.bool_)
+    failed = np.zeros(start_s.size, dtype=np.bool_)
+    duration, second = end1, None
+    route = step.second or primary
+    if acting:
+        cut = _cut(step, start_s, model)
+        fired = (end1 if by_total else primary.ttft_table[first]) > cut
+        if step.action == "fail":
+            duration = np.minimum(end1, cut) if by_total else np.where(fired, cut, end1)
+            failed |= fired
+        else:
+            second = slot(1)
+            start2 = route.end_table[second]
+            start2 += cut
+            if step.action != "hedge":
+                duration = np.where(fired, start2, end1)
+            elif by_total:  # an attempt that did not fire ended before the hedge could start
+                duration = np.minimum(end1, start2, out=start2)
+            else:
+                duration = np.where(fired, np.minimum(end1, start2), end1)
+    special = _special(step, first, second, fired)
+    recovery = np.zeros(start_s.size, dtype=np.int8)
+    if special is not None:
+        rows = np.flatnonzero(special)
+        if rows.size:
+            sub = general_step(step, start_s[rows], lambda k: slot(k)[rows], model)
+            duration[rows], failed[rows], recovery[rows] = sub.duration_s, sub.failed, sub.recovery
+    extra = fired if step.action in ACTING else np.zeros(start_s.size, dtype=np.bool_)
     return StepOutcome(duration, failed, fired, extra, recovery)
 
 
-def _act(  # noqa: PLR0917 - private; one call site passes the first attempt through
-    step: StepModel,
-    cut: Array | float,
-    end1: Array,
-    err1: Bools,
-    inv1: Bools | None,
-    u: StepDraws,
-    fired: Bools,
-) -> tuple[Array, Bools, Bools | None]:
+def _special(step: StepModel, first: Index, second: Index | None, fired: Bools) -> Bools | None:
+    """
+    Runs in which an attempt the step used failed or returned invalid output (None: none).
+    """
+    primary, route = step.primary, step.second or step.primary
+    special = None
+    if primary.fails:
+        special = first >= primary.ok_entries
+    if primary.invalid_rate > 0.0:
+        bad = primary.invalid_table[first]
+        special = bad if special is None else special | bad
+    if second is not None:
+        if route.fails:
+            bad = fired & (second >= route.ok_entries)
+            special = bad if special is None else special | bad
+        if route.invalid_rate > 0.0:
+            bad = fired & route.invalid_table[second]
+            special = bad if special is None else special | bad
+    return special
+
+
+def general_step(
+    step: StepModel, start_s: Array, slot: Callable[[int], Index], model: WorkflowModel
+) -> StepOutcome:
+    """
+    Play one step in the runs ``slot`` draws for, every outcome considered (errors, invalid).
+    """
+    one = _attempt(step.primary, slot(0))
+    none = np.zeros(start_s.size, dtype=np.bool_)
+    fired, duration, failed, invalid = none, one.end_s, one.err, one.invalid
+    if step.action != "wait" and math.isfinite(step.cutoff_s):
+        cut = _cut(step, start_s, model)
+        watch = step.primary.ttft_table[one.index] if step.signal == "ttft" else one.end_s
+        fired = watch > cut
+        duration, failed, invalid = _act(step, cut, one, fired, slot)
+    recovery = np.zeros(start_s.size, dtype=np.int8)
+    if one.err is not None and model.error_retries:
+        # failed before any cutoff fired: retry at once on the same route
+        retry = one.err & ~fired
+        two = _attempt(step.primary, slot(1))
+        duration = np.where(retry, one.end_s + two.end_s, duration)
+        failed = _pick(retry, two.err, failed)
+        invalid = _pick(retry, two.invalid, invalid)
+        recovery += retry
+    if invalid is not None:
+        redo = invalid if failed is None else invalid & ~failed
+        three = _attempt(step.upgrade or step.primary, slot(2))
+        bad = (
+            _pick(redo, three.err, None)
+            if three.invalid is None
+            else redo & (three.invalid if three.err is None else three.err | three.invalid)
+        )
+        duration = np.where(redo, duration + three.end_s, duration)
+        failed = bad if failed is None else failed if bad is None else failed | bad
+        recovery += redo
+    extra = fired if step.action in ACTING else none
+    return StepOutcome(duration, none if failed is None else failed, fired, extra, recovery)
+
+
+def _act(
+    step: StepModel, cut: Array | float, one: _Attempts, fired: Bools, slot: Callable[[int], Index]
+) -> tuple[Array, Bools | None, Bools | None]:
     """
     Duration, failure and invalid output once the step's action has run where it fired.
     """
     if step.action == "fail":
-        return np.where(fired, cut, end1), err1 | fired, inv1
+        gave_up = fired if one.err is None else fired | one.err
+        return np.where(fired, cut, one.end_s), gave_up, one.invalid
     route = step.second or step.primary
-    end2, _, err2, inv2 = _attempt(route, u, 2)
-    started = cut + end2
-    if step.action == "hedge":
-        # first good result wins; when both fail the step ends with the later failure
-        good1 = np.where(err1, np.inf, end1)
-        good2 = np.where(err2, np.inf, started)
-        won = np.minimum(good1, good2)
-        both_failed = err1 & err2
-        hedged = np.where(both_failed, np.maximum(end1, started), won)
-        duration = np.where(fired, hedged, end1)
-        failed = np.where(fired, both_failed, err1)
-        if inv1 is None and inv2 is None:
-            return duration, failed, None
-        winner_invalid = np.where(good1 <= good2, _or_none(inv1, end1), _or_none(inv2, end1))
-        return duration, failed, np.where(fired, winner_invalid, _or_none(inv1, end1))
-    # retry / downgrade: the first attempt is cancelled at the cut, a fresh one starts
-    duration = np.where(fired, started, end1)
-    failed = np.where(fired, err2, err1)
-    if inv1 is None and inv2 is None:
-        return duration, failed, None
-    return duration, failed, np.where(fired, _or_none(inv2, end1), _or_none(inv1, end1))
-
-
-def _or_none(flags: Bools | None, like: Array) -> Bools:
-    return np.zeros(like.shape, dtype=np.bool_) if flags is None else flags
-
-
-def _upgrade(
-    step: StepModel, duration: Array, failed: Bools, invalid: Bools, u: StepDraws
-) -> tuple[Array, Bools, Bools]:
-    """
-    Re-do invalid results on the upgrade route; a second failure fails the step.
-    """
-    redo = invalid & ~failed
-    end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, u, 4)
-    bad = err3 if inv3 is None else err3 | inv3
-    return np.where(redo, duration + end3, duration), failed | (redo & bad), redo
+    two = _attempt(route, slot(1))
+    start2 = cut + two.end_s
+    if step.action != "hedge":
+        # retry / downgrade: the first attempt is cancelled at the cut, a fresh one starts
+        duration = np.where(fired, start2, one.end_s)
+        return duration, _pick(fired, two.err, one.err), _pick(fired, two.invalid, one.invalid)
+    # hedge: the first good result wins; when both fail, the step ends with the later failure
+    good1 = one.end_s if one.err is None else step.primary.good_table[one.index]
+    good2 = start2 if two.err is None else cut + route.good_table[two.index]
+    won = np.minimum(good1, good2)
+    if step.signal == "total" and one.err is None:
+        duration = won  # an attempt that did not fire ended before the hedge could start
+    else:
+        duration = np.where(fired, won, one.end_s)
+    failed: Bools | None = None
+    if one.err is not None:
+        failed = one.err & ~fired  # failed before the cut: the error retry takes over
+        if two.err is not None:
+            both = one.err & fired & two.err
+            duration = np.where(both, np.maximum(one.end_s, start2), duration)
+            failed |= both
+    second_won = fired & (good2 < good1)
+    return duration, failed, _pick(second_won, two.invalid, one.invalid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,16 +406,19 @@ def run_workflow(
         if reuse is not None and i < changed:
             start, outcome = reuse.starts[i], reuse.steps[i]
         else:
-            start = zero
-            for d in step.deps:
+            start = ends[step.deps[0]] if step.deps else zero
+            for d in step.deps[1:]:
                 start = np.maximum(start, ends[d])
-            outcome = run_step(step, start, draws.step(step.name), model)
+            outcome = run_step(step, start, draws, model)
         starts.append(start)
         outcomes.append(outcome)
         ends.append(start + outcome.duration_s)
-    end = np.maximum.reduce(ends) if len(ends) > 1 else ends[0]
-    ok = np.ones(runs, dtype=np.bool_)
+    # a step ends after the steps it waits for: the run ends with the last of its sinks
+    waited = {d for step in model.steps for d in step.deps}
+    sinks = [e for i, e in enumerate(ends) if i not in waited]
+    end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
+    bad = np.zeros(runs, dtype=np.bool_)
     for step, outcome in zip(model.steps, outcomes, strict=True):
         if step.required:
-            ok &= ~outcome.failed
-    return RunOutcome(end, ok, tuple(starts), tuple(outcomes))
+            bad |= outcome.failed
+    return RunOutcome(end, ~bad, tuple(starts), tuple(outcomes))

@@ -14,6 +14,9 @@ import numpy as np
 from tailkit.simulate._engine import RunOutcome, WorkflowModel
 
 
+STEP_QUANTILE_RUNS = 65_536
+
+
 @dataclass(frozen=True, slots=True)
 class StepSummary:
     """
@@ -21,7 +24,8 @@ class StepSummary:
 
     Args:
         name: Step name.
-        p50_s: Median seconds from the step's start to its result.
+        p50_s: Median seconds from the step's start to its result (over at most the first
+            65,536 runs: 655 beyond its p99; the end-to-end quantiles use every run).
         p99_s: 99th percentile of the same.
         action_rate: Share of runs in which its cutoff fired.
         hedge_rate: Share of runs in which it started an extra attempt at its cutoff.
@@ -95,48 +99,89 @@ class SimResult:
         return out
 
 
+class Tally:
+    """
+    Adds up runs chunk by chunk (`run_workflow` outcomes) into a `SimResult`.
+
+    Keeps every run's end-to-end time (for exact quantiles), each step's durations over the
+    first 65,536 runs, and running counts of everything else.
+    """
+
+    def __init__(self, model: WorkflowModel) -> None:
+        self._model = model
+        self._ends: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+        self._durations: list[list[np.ndarray[Any, np.dtype[np.float64]]]] = [
+            [] for _ in model.steps
+        ]
+        self._counts = np.zeros((len(model.steps), 4))  # fired, extra, recovery, failed
+        self._runs = self._missed = 0
+
+    def add(self, outcome: RunOutcome) -> Tally:
+        """
+        Count one chunk of runs.
+        """
+        room = STEP_QUANTILE_RUNS - self._runs
+        self._ends.append(outcome.end_s)
+        self._missed += int(
+            np.count_nonzero(~outcome.ok | (outcome.end_s > self._model.deadline_s))
+        )
+        self._runs += outcome.end_s.size
+        for i, o in enumerate(outcome.steps):
+            fired = np.count_nonzero(o.fired)
+            self._counts[i] += (
+                fired,
+                fired if o.extra is o.fired else np.count_nonzero(o.extra),
+                int(o.recovery.sum()),
+                np.count_nonzero(o.failed),
+            )
+            if room > 0:
+                self._durations[i].append(o.duration_s[:room])
+        return self
+
+    def result(self) -> SimResult:
+        """
+        The numbers a plan is judged by, over every run added.
+        """
+        runs = self._runs
+        rates = self._counts / runs
+        steps = []
+        for i, step in enumerate(self._model.steps):
+            p50, p99 = np.quantile(np.concatenate(self._durations[i]), [0.5, 0.99])
+            fired, extra, recovery, failed = (float(x) for x in rates[i])
+            steps.append(
+                StepSummary(
+                    name=step.name,
+                    p50_s=float(p50),
+                    p99_s=float(p99),
+                    action_rate=fired,
+                    hedge_rate=extra,
+                    recovery_rate=recovery,
+                    failure_rate=failed,
+                    extra_tokens=extra * step.tokens,
+                )
+            )
+        end = np.concatenate(self._ends) if len(self._ends) > 1 else self._ends[0]
+        p50, p90, p99 = np.quantile(end, [0.5, 0.9, 0.99])
+        first = max(len(steps), 1)
+        miss = self._missed / runs
+        return SimResult(
+            runs=runs,
+            deadline_s=self._model.deadline_s,
+            miss_rate=miss,
+            miss_rate_se=math.sqrt(max(miss * (1.0 - miss), 1.0 / runs) / runs),
+            p50_s=float(p50),
+            p90_s=float(p90),
+            p99_s=float(p99),
+            extra_attempts=sum(s.hedge_rate for s in steps) / first,
+            recovery_attempts=sum(s.recovery_rate for s in steps) / first,
+            extra_tokens=sum(s.extra_tokens for s in steps),
+            steps=tuple(steps),
+            end_s=end,
+        )
+
+
 def summarize(model: WorkflowModel, outcome: RunOutcome) -> SimResult:
     """
-    Reduce the runs of `run_workflow` to the numbers a plan is judged by.
+    Reduce the runs of one `run_workflow` to the numbers a plan is judged by.
     """
-    runs = outcome.end_s.size
-    missed = ~outcome.ok | (outcome.end_s > model.deadline_s)
-    miss = float(missed.mean())
-    steps = []
-    extra = recovery = tokens = 0.0
-    for step, o in zip(model.steps, outcome.steps, strict=True):
-        p50, p99 = np.quantile(o.duration_s, [0.5, 0.99])
-        hedge_rate = float(o.extra.mean())
-        recovery_rate = float(o.recovery.mean())
-        step_tokens = hedge_rate * step.tokens
-        steps.append(
-            StepSummary(
-                name=step.name,
-                p50_s=float(p50),
-                p99_s=float(p99),
-                action_rate=float(o.fired.mean()),
-                hedge_rate=hedge_rate,
-                recovery_rate=recovery_rate,
-                failure_rate=float(o.failed.mean()),
-                extra_tokens=step_tokens,
-            )
-        )
-        extra += hedge_rate
-        recovery += recovery_rate
-        tokens += step_tokens
-    p50, p90, p99 = np.quantile(outcome.end_s, [0.5, 0.9, 0.99])
-    first = max(len(model.steps), 1)
-    return SimResult(
-        runs=runs,
-        deadline_s=model.deadline_s,
-        miss_rate=miss,
-        miss_rate_se=math.sqrt(max(miss * (1.0 - miss), 1.0 / runs) / runs),
-        p50_s=float(p50),
-        p90_s=float(p90),
-        p99_s=float(p99),
-        extra_attempts=extra / first,
-        recovery_attempts=recovery / first,
-        extra_tokens=tokens,
-        steps=tuple(steps),
-        end_s=outcome.end_s,
-    )
+    return Tally(model).add(outcome).result()

@@ -21,13 +21,22 @@ from tailkit.errors import ConfigError
 
 
 Array = npt.NDArray[np.float64]
+Index = npt.NDArray[np.uint16]
 _GRID = 100_000  # points of a fitted model's quantile grid: resolves quantiles to 1e-5
+TABLE = 1 << 16  # outcomes per route table: one uint16 draw picks one
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # spreads invalid outcomes evenly over latency ranks
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RouteSample:
     """
     One route's latency sample, ready to draw from.
+
+    Drawing is one table lookup. The sample becomes a table of 65,536 outcomes: the first
+    ``(1 - error_rate)`` of it is the latency quantile grid of the finished calls (each entry
+    the call at that rank, its TTFT with it), the rest the error times. A uniform 16-bit draw
+    picks an entry; entries past ``ok_entries`` are failures; ``invalid_rate`` of the latency
+    entries, spread evenly over the ranks, are results that fail validation.
 
     Args:
         total_s: Seconds from the start of an attempt to its last token, sorted ascending;
@@ -57,15 +66,34 @@ class RouteSample:
     bucket: str = "all"
     streamed: float = 1.0
     measured: tuple[Array, Array] | None = None
+    ok_entries: int = field(init=False, repr=False)
+    end_table: Array = field(init=False, repr=False)
+    good_table: Array = field(init=False, repr=False)
+    ttft_table: Array = field(init=False, repr=False)
+    invalid_table: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.total_s.size == 0 or self.ttft_s.shape != self.total_s.shape:
             msg = "a route sample needs at least one latency, with one TTFT per latency"
             raise ConfigError(msg)
-        if not 0.0 <= self.error_rate + self.invalid_rate <= 1.0:
-            msg = f"error_rate + invalid_rate must be in [0, 1], got {self.error_rate!r} + "
-            msg += f"{self.invalid_rate!r}"
+        if not (0.0 <= self.error_rate < 1.0 and 0.0 <= self.invalid_rate <= 1.0):
+            msg = "error_rate must be in [0, 1) and invalid_rate in [0, 1], got "
+            msg += f"{self.error_rate!r} and {self.invalid_rate!r}"
             raise ConfigError(msg)
+        ok = TABLE - round(self.error_rate * TABLE)
+        rank = ((np.arange(ok) + 0.5) * (self.total_s.size / ok)).astype(np.intp)
+        fails = np.arange(TABLE - ok)
+        spread = self.error_s.size / max(fails.size, 1)
+        failed_s = self.error_s[((fails + 0.5) * spread).astype(np.intp)]
+        end = np.concatenate([self.total_s[rank], failed_s])
+        good = np.concatenate([end[:ok], np.full(fails.size, np.inf)])
+        invalid = np.zeros(TABLE, dtype=np.bool_)
+        invalid[:ok] = ((np.arange(ok) + 0.5) * _GOLDEN) % 1.0 < self.invalid_rate
+        object.__setattr__(self, "ok_entries", ok)
+        object.__setattr__(self, "end_table", end)
+        object.__setattr__(self, "good_table", good)
+        object.__setattr__(self, "ttft_table", np.concatenate([self.ttft_s[rank], failed_s]))
+        object.__setattr__(self, "invalid_table", invalid)
 
     @classmethod
     def from_latencies(
@@ -223,22 +251,12 @@ class RouteSample:
         values = self.total_s if signal == "total" else np.sort(self.ttft_s)
         return float(values[min(int(q * values.size), values.size - 1)])
 
-    def draw(
-        self, u: npt.NDArray[np.floating], *, ttft: bool = False
-    ) -> tuple[Array, Array | None]:
+    @property
+    def fails(self) -> bool:
         """
-        Total (and, with ``ttft``, TTFT) of the calls at ranks ``u`` (uniforms in [0, 1)).
+        Whether any attempt on this route fails.
         """
-        index = np.multiply(u, self.total_s.size, dtype=np.float64).astype(np.intp)
-        return self.total_s[index], self.ttft_s[index] if ttft else None
-
-    def draw_error(self, u: npt.NDArray[np.floating]) -> Array:
-        """
-        Seconds failed attempts at ranks ``u`` take to fail.
-        """
-        index = np.multiply(u, self.error_s.size, dtype=np.float64).astype(np.intp)
-        out: Array = self.error_s[index]
-        return out
+        return self.ok_entries < TABLE
 
 
 def _beyond_cut(finished: Array, cuts: Array, *, seed: int) -> Array:
