@@ -22,7 +22,9 @@ from tailkit.ingest import ingest_paths
 from tailkit.simulate import (
     ThinSampleError,
     compare_policies,
+    load_samples,
     policy_model,
+    route_sample,
     simulate_model,
     workflow_model,
 )
@@ -170,3 +172,43 @@ def test_cli_errors_name_the_problem(db: Path, tmp_path: Path) -> None:
         assert result.output.startswith("Error: ")
         assert needle in result.output
         assert not out.exists()
+
+
+def test_route_sample_is_the_bucket_plus_its_share_of_cut_calls(db: Path) -> None:
+    """A step's sample: finished calls of its bucket, plus cut calls in the input bucket's ratio."""
+    plan = load_plan(WORKFLOW)
+    step = plan.steps["draft"]
+    with Store.open(db, read_only=True) as store:
+        sample = route_sample(store, plan.routes[step.route], step)
+        done, cut_in, done_in = store.fetchone(
+            "SELECT count(*) FILTER (status = 'ok' AND output_tokens >= 1200 AND "
+            "output_tokens < 2400), count(censored_at_s), count(*) FILTER (status = 'ok') "
+            "FROM calls WHERE provider = 'openai' AND model = 'gpt-4.1' "
+            "AND input_tokens >= 4000 AND input_tokens < 16000"
+        )  # type: ignore[misc]
+        median = store.fetchone(
+            "SELECT median(total_s) FROM calls WHERE provider = 'openai' AND model = 'gpt-4.1' "
+            "AND status = 'ok' AND input_tokens >= 4000 AND input_tokens < 16000 "
+            "AND output_tokens >= 1200 AND output_tokens < 2400"
+        )[0]  # type: ignore[index]
+    assert sample is not None
+    assert sample.bucket == "in 4k-16k / out 1200-2400"
+    assert sample.calls == done + round(cut_in * done / done_in)
+    assert sample.censored == pytest.approx(cut_in / (cut_in + done_in), rel=0.05)
+    assert sample.quantile(0.5) == pytest.approx(median, rel=0.02)
+    assert sample.quantile(0.999) > 90.0  # cut at the 90 s cap, filled in beyond it
+
+
+def test_lognormal_source_replays_the_censored_fit(db: Path) -> None:
+    """--latency lognormal draws each route from its censoring-aware lognormal fit."""
+    plan = load_plan(WORKFLOW)
+    with Store.open(db, read_only=True) as store:
+        empirical = load_samples(store, plan)
+        fitted = load_samples(store, plan, latency="lognormal")
+    for key, sample in fitted.items():
+        measured = empirical[key]
+        assert sample.bucket.endswith("(lognormal fit)")
+        assert sample.error_rate == measured.error_rate and sample.calls == measured.calls
+        # the grid's quantiles are exp(mu + sigma z): log-symmetric around the median
+        p50 = sample.quantile(0.5)
+        assert sample.quantile(0.9) / p50 == pytest.approx(p50 / sample.quantile(0.1), rel=1e-3)
