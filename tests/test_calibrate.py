@@ -208,7 +208,8 @@ def test_lognormal_source_replays_the_censored_fit(db: Path) -> None:
     for key, sample in fitted.items():
         measured = empirical[key]
         assert sample.bucket.endswith("(lognormal fit)")
-        assert sample.error_rate == measured.error_rate and sample.calls == measured.calls
+        assert sample.error_rate == measured.error_rate
+        assert sample.calls == measured.calls
         # the grid's quantiles are exp(mu + sigma z): log-symmetric around the median
         p50 = sample.quantile(0.5)
         assert sample.quantile(0.9) / p50 == pytest.approx(p50 / sample.quantile(0.1), rel=1e-3)
