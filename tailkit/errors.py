@@ -9,12 +9,14 @@ from __future__ import annotations
 
 
 __all__ = [
+    "AllAttemptsFailed",
     "ConfigError",
     "IngestError",
     "InputFileError",
     "MappingError",
     "MissingExtraError",
     "QueryError",
+    "StepTimeout",
     "StoreError",
     "StoreVersionError",
     "StrictModeError",
@@ -87,3 +89,36 @@ class StrictModeError(IngestError):
     """
     ``--strict`` was given and a file has bad rows; nothing from it was stored.
     """
+
+
+class StepTimeout(TailkitError, TimeoutError):  # noqa: N818 - the name the issue gives it
+    """
+    A step ran out of time: its cutoff (with action ``fail``) or the run deadline.
+
+    Attributes:
+        step: The step's name.
+        spent_s: Seconds from the step's start to giving up.
+        cutoff_s: The cutoff in force when it gave up (``None``: the run deadline).
+    """
+
+    def __init__(self, message: str, *, step: str, spent_s: float, cutoff_s: float | None) -> None:
+        super().__init__(message)
+        self.step, self.spent_s, self.cutoff_s = step, spent_s, cutoff_s
+
+
+class AllAttemptsFailed(TailkitError):  # noqa: N818 - the name the issue gives it
+    """
+    Every attempt of a step failed (errors, invalid output); the causes are in ``__cause__``.
+
+    Attributes:
+        step: The step's name.
+        spent_s: Seconds from the step's start to the last failure.
+        exceptions: The attempts' errors, in the order they happened (also raised as the
+            ``ExceptionGroup`` in ``__cause__``).
+    """
+
+    def __init__(
+        self, message: str, *, step: str, spent_s: float, exceptions: tuple[BaseException, ...]
+    ) -> None:
+        super().__init__(message)
+        self.step, self.spent_s, self.exceptions = step, spent_s, exceptions

@@ -22,7 +22,15 @@ _HEAVY = ("duckdb", "polars", "pyarrow", "numpy", "scipy", "matplotlib", "typer"
 
 
 @pytest.mark.parametrize(
-    "module", ["tailkit", "tailkit.record", "tailkit.errors", "tailkit.formats", "tailkit.config"]
+    "module",
+    [
+        "tailkit",
+        "tailkit.record",
+        "tailkit.errors",
+        "tailkit.formats",
+        "tailkit.config",
+        "tailkit.executor",
+    ],
 )
 def test_import_is_cheap(module: str) -> None:
     """

@@ -44,7 +44,7 @@ def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns.")],
     db: DbOption = DEFAULT_DB,
     format: Annotated[
-        str, typer.Option("--format", help="auto, jsonl, json, csv, parquet or llmperf.")
+        str, typer.Option("--format", help="auto, jsonl, json, csv, parquet, llmperf or trace.")
     ] = "auto",
     map_: Annotated[
         list[str] | None,

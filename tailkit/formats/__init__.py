@@ -18,10 +18,11 @@ from tailkit.formats._mapping import ScanOptions as ScanOptions
 from tailkit.formats._mapping import check_options as check_options
 from tailkit.formats._sql import REJECT_STATUS as REJECT_STATUS
 from tailkit.formats._sql import literal as literal
+from tailkit.formats._trace import Trace
 
 
 FORMATS: dict[str, FileFormat] = {
-    f.name: f for f in (JsonLines(), JsonDocument(), Csv(), Parquet(), Llmperf())
+    f.name: f for f in (JsonLines(), JsonDocument(), Csv(), Parquet(), Llmperf(), Trace())
 }
 """Format name → adapter with ``sniff_sql(path)`` and ``scan(path, sniffed, options)``."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailkit.errors import InputFileError
+from tailkit.formats._trace import DETECT_KEYS
 
 
 HEAD_BYTES = 64 * 1024
@@ -36,8 +37,8 @@ class Detected:
     The format of one file and why it was chosen.
 
     Args:
-        format: A format name (``jsonl``, ``json``, ``csv``, ``parquet``, ``llmperf``) or
-            ``skip`` for a file that holds no calls (an llmperf summary).
+        format: A format name (``jsonl``, ``json``, ``csv``, ``parquet``, ``llmperf``,
+            ``trace``) or ``skip`` for a file that holds no calls (an llmperf summary).
         why: One phrase for the user, e.g. ``"llmperf keys in a JSON array"``.
     """
 
@@ -111,9 +112,11 @@ def detect_format(path: Path, head: bytes) -> Detected:
             return Detected("skip", "an llmperf summary (read for model names)")
         first = text.split("\n", 1)[0]
         try:
-            json.loads(first)
+            obj = json.loads(first)
         except ValueError:
             return Detected("json", "JSON objects spanning several lines")
+        if isinstance(obj, dict) and all(key in obj for key in DETECT_KEYS):
+            return Detected("trace", "a tailkit executor ledger (idempotency_key and winner)")
         return Detected("jsonl", "one JSON object per line")
     if suffix in (".csv", ".tsv") or "," in text.split("\n", 1)[0]:
         return Detected("csv", "comma-separated text" if suffix != ".tsv" else "tab-separated text")

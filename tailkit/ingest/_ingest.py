@@ -134,7 +134,7 @@ def ingest_paths(
         store: An open store.
         paths: Files, folders (searched recursively) and glob patterns.
         format: ``auto`` (detect per file) or one of ``jsonl``, ``json``, ``csv``, ``parquet``,
-            ``llmperf``.
+            ``llmperf``, ``trace``.
         options: ``--map`` / ``--set`` / ``--unit``.
         strict: Store nothing from a file that has any bad row.
         progress: Receives a start and a finish event per file.

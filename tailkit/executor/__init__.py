@@ -1,0 +1,79 @@
+"""
+The embedded executor (DESIGN.md §3, §4): deadlines, cutoffs, hedging, budgets and the ledger.
+
+Standard library only (plus `tailkit.config` and `tailkit.errors`): this is what runs in
+production, next to the user's own code. `Executor` holds a plan, its hedge budget, the
+per-provider throttle and the ledger; `Executor.run_step` runs one logical call of a step,
+`Executor.run` a whole workflow under one deadline.
+"""
+
+from tailkit.errors import AllAttemptsFailed as AllAttemptsFailed
+from tailkit.errors import StepTimeout as StepTimeout
+from tailkit.executor._budget import HedgeBudget as HedgeBudget
+from tailkit.executor._budget import ProviderThrottle as ProviderThrottle
+from tailkit.executor._budget import retry_after_fits as retry_after_fits
+from tailkit.executor._deadline import DEADLINE_HEADER as DEADLINE_HEADER
+from tailkit.executor._deadline import REMAINING_HEADER as REMAINING_HEADER
+from tailkit.executor._deadline import current_deadline as current_deadline
+from tailkit.executor._deadline import deadline_after as deadline_after
+from tailkit.executor._deadline import deadline_at as deadline_at
+from tailkit.executor._deadline import deadline_from_headers as deadline_from_headers
+from tailkit.executor._deadline import deadline_headers as deadline_headers
+from tailkit.executor._deadline import now as now
+from tailkit.executor._deadline import remaining as remaining
+from tailkit.executor._executor import Executor as Executor
+from tailkit.executor._executor import idempotency_key as idempotency_key
+from tailkit.executor._executor import run_step as run_step
+from tailkit.executor._ledger import AttemptRecord as AttemptRecord
+from tailkit.executor._ledger import CallbackSink as CallbackSink
+from tailkit.executor._ledger import JsonlSink as JsonlSink
+from tailkit.executor._ledger import Ledger as Ledger
+from tailkit.executor._ledger import MemorySink as MemorySink
+from tailkit.executor._step import InvalidOutput as InvalidOutput
+from tailkit.executor._step import StepPolicy as StepPolicy
+from tailkit.executor._types import FINAL as FINAL
+from tailkit.executor._types import Attempt as Attempt
+from tailkit.executor._types import AttemptError as AttemptError
+from tailkit.executor._types import AttemptFn as AttemptFn
+from tailkit.executor._types import Chunk as Chunk
+from tailkit.executor._types import StreamResult as StreamResult
+from tailkit.executor._types import TruncatedStream as TruncatedStream
+from tailkit.executor._workflow import RunResult as RunResult
+from tailkit.executor._workflow import run_workflow as run_workflow
+
+
+__all__ = [
+    "DEADLINE_HEADER",
+    "FINAL",
+    "REMAINING_HEADER",
+    "AllAttemptsFailed",
+    "Attempt",
+    "AttemptError",
+    "AttemptFn",
+    "AttemptRecord",
+    "CallbackSink",
+    "Chunk",
+    "Executor",
+    "HedgeBudget",
+    "InvalidOutput",
+    "JsonlSink",
+    "Ledger",
+    "MemorySink",
+    "ProviderThrottle",
+    "RunResult",
+    "StepPolicy",
+    "StepTimeout",
+    "StreamResult",
+    "TruncatedStream",
+    "current_deadline",
+    "deadline_after",
+    "deadline_at",
+    "deadline_from_headers",
+    "deadline_headers",
+    "idempotency_key",
+    "now",
+    "remaining",
+    "retry_after_fits",
+    "run_step",
+    "run_workflow",
+]

@@ -1,0 +1,185 @@
+"""
+The executor: a plan, its budgets and its ledger; runs single steps and whole workflows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+
+from collections.abc import Mapping
+from typing import Any
+
+from tailkit.config import Plan
+from tailkit.errors import ConfigError
+from tailkit.executor._budget import HedgeBudget, ProviderThrottle
+from tailkit.executor._deadline import current_deadline
+from tailkit.executor._ledger import Ledger
+from tailkit.executor._step import Shared, StepPolicy, StepRun
+from tailkit.executor._types import AttemptFn
+
+
+def idempotency_key(run_id: str | None, step: str, index: int = 0) -> str:
+    """
+    The key every attempt of one logical call shares: a hash of (run, step, call index).
+    """
+    text = f"{run_id or ''}\x1f{step}\x1f{index}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class Executor:
+    """
+    Runs a plan's steps in production: cutoffs, hedges, budgets, one ledger line per attempt.
+
+    Args:
+        plan: The (calibrated) plan.
+        ledger: Where attempt lines go (``None``: counted, then dropped).
+        budget: The global hedge budget (``None``: the plan's ``hedge_budget`` over 60 s).
+        throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
+        policies: Per step name, a validator and what happens to losing attempts.
+
+    Example::
+
+        executor = Executor(load_plan("plan.yaml"), ledger=Ledger(JsonlSink("ledger.jsonl")))
+        answer = await executor.run_step("extract", call_model)
+        run = await executor.run({"extract": call_model, "draft": call_model})
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        ledger: Ledger | None = None,
+        budget: HedgeBudget | None = None,
+        throttle: ProviderThrottle | None = None,
+        policies: Mapping[str, StepPolicy] | None = None,
+    ) -> None:
+        unknown = sorted(set(policies or {}) - set(plan.steps))
+        if unknown:
+            known = ", ".join(plan.steps)
+            msg = f"policies name unknown step(s) {', '.join(unknown)}; the plan has {known}"
+            raise ConfigError(msg)
+        self.plan = plan
+        self.shared = Shared(
+            plan,
+            budget or HedgeBudget(plan.hedge_budget),
+            throttle or ProviderThrottle(),
+            ledger or Ledger(),
+            dict(policies or {}),
+        )
+        self.reserve_s = reserves(plan)
+
+    @property
+    def ledger(self) -> Ledger:
+        """
+        The ledger every attempt is written to.
+        """
+        return self.shared.ledger
+
+    async def run_step(
+        self,
+        name: str,
+        attempt_fn: AttemptFn,
+        *,
+        run_id: str | None = None,
+        call_index: int = 0,
+        inputs: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> Any:
+        """
+        Run one logical call of step ``name`` under its plan; return the winning result.
+
+        Args:
+            name: A step of the plan.
+            attempt_fn: Called once per attempt with an `Attempt`; returns the answer or an
+                async iterator of chunks.
+            run_id: The workflow run (part of the idempotency key).
+            call_index: Which logical call of the step this is within the run (part of the key).
+            inputs: Results of the steps it depends on, passed to every attempt.
+            deadline: Run deadline, an instant on the loop clock (``None``: the current one;
+                never later than it).
+
+        Raises:
+            StepTimeout: The deadline passed, or the step's action is ``fail`` and it fired.
+            AllAttemptsFailed: Every attempt failed or returned invalid output.
+            ConfigError: ``name`` is not a step of the plan.
+        """
+        step = self.plan.steps.get(name)
+        if step is None:
+            known = ", ".join(self.plan.steps)
+            msg = f"step {name!r} is not in plan {self.plan.workflow!r}; it has {known}"
+            raise ConfigError(msg)
+        limit = current_deadline() if deadline is None else min(deadline, current_deadline())
+        run = StepRun(
+            self.shared, step, attempt_fn,
+            key=idempotency_key(run_id, name, call_index), deadline=limit, run_id=run_id,
+            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0),
+        )  # fmt: skip
+        return await run.run()
+
+    async def run(
+        self,
+        attempt_fns: Mapping[str, AttemptFn] | AttemptFn,
+        *,
+        run_id: str | None = None,
+        deadline_s: float | None = None,
+    ) -> Any:
+        """
+        Run the plan's workflow once (see `tailkit.executor.run_workflow`).
+        """
+        from tailkit.executor._workflow import run_workflow
+
+        return await run_workflow(
+            self, attempt_fns, run_id=run_id or uuid.uuid4().hex[:16], deadline_s=deadline_s
+        )
+
+
+def reserves(plan: Plan) -> dict[str, float]:
+    """
+    Per step, the predicted median seconds of the longest chain of steps still waiting on it.
+
+    The plan's ``predicted.p50_s`` per step (0 for steps without a prediction). A step acts
+    on its cutoff no later than ``deadline - reserve``, so the steps after it still fit.
+    """
+    order = plan.order()
+    reserve: dict[str, float] = {}
+    for name in reversed(order):
+        after = []
+        for d in plan.dependents(name):
+            predicted = plan.steps[d].predicted
+            after.append((predicted.p50_s if predicted else 0.0) + reserve[d])
+        reserve[name] = max(after, default=0.0)
+    return reserve
+
+
+_DEFAULT: dict[int, Executor] = {}
+
+
+async def run_step(
+    name: str,
+    attempt_fn: AttemptFn,
+    *,
+    plan: Plan,
+    executor: Executor | None = None,
+    run_id: str | None = None,
+    call_index: int = 0,
+) -> Any:
+    """
+    Run one logical call of a step under ``plan`` (one shared executor per plan object).
+
+    Args:
+        name: A step of the plan.
+        attempt_fn: Called once per attempt with an `Attempt`.
+        plan: The plan.
+        executor: Use this executor (its budgets and ledger) instead of the shared one.
+        run_id: The workflow run (part of the idempotency key).
+        call_index: Which logical call of the step this is within the run.
+    """
+    if executor is None:
+        executor = _DEFAULT.get(id(plan))
+        if executor is None or executor.plan is not plan:
+            executor = _DEFAULT[id(plan)] = Executor(plan)
+    return await executor.run_step(
+        name, attempt_fn, run_id=run_id, call_index=call_index, deadline=math.inf
+    )

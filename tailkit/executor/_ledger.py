@@ -1,0 +1,363 @@
+"""
+The ledger: one JSON line per attempt, in the columns of the call record (DESIGN.md §1, §4).
+
+Every attempt the executor starts ends in exactly one `AttemptRecord`: a winner, a loser that
+was cancelled (``censored_at_s``: its true latency is longer), a loser that was allowed to finish
+(``abandoned``), or a failure. `Ledger` validates each record, renders it once with
+`AttemptRecord.to_json`, and hands the line to every sink. A sink that fails must not take the
+executor down with it: its first failure is logged, later ones are not, and the other sinks and
+the counts carry on. ``tailkit ingest --format trace`` reads the lines back into the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from tailkit.errors import ConfigError
+from tailkit.record import ROLES, STATUSES
+
+
+__all__ = [
+    "LEDGER_FIELDS",
+    "AttemptRecord",
+    "CallbackSink",
+    "JsonlSink",
+    "Ledger",
+    "MemorySink",
+    "Sink",
+    "check_record",
+]
+
+LEDGER_FIELDS: tuple[str, ...] = (
+    "call_id",
+    "run_id",
+    "step",
+    "attempt",
+    "role",
+    "provider",
+    "model",
+    "started_at",
+    "ttft_s",
+    "total_s",
+    "input_tokens",
+    "output_tokens",
+    "status",
+    "error_type",
+    "http_status",
+    "censored_at_s",
+    "abandoned",
+    "idempotency_key",
+    "deadline_at",
+    "winner",
+    "attrs",
+)
+"""The keys of a ledger line, in order: the call record's source columns, then the executor's."""
+
+_SECONDS = ("ttft_s", "total_s", "censored_at_s")
+logger = logging.getLogger("tailkit.executor")
+
+
+def _iso(name: str, value: datetime) -> str:
+    """
+    ``2026-11-29T12:00:03.123456Z``: UTC, always with microseconds, as DuckDB reads it.
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        msg = f"{name} must be a timezone-aware datetime (UTC), got naive {value.isoformat()}"
+        raise ConfigError(msg)
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    """
+    One attempt as the ledger writes it: the call record plus the executor's own fields.
+
+    Args:
+        call_id: Unique id of this attempt.
+        run_id: The workflow run (``None``: the call ran outside a workflow).
+        step: The step name (``None``: outside a workflow).
+        attempt: 0 for the first attempt of a logical call, then 1, 2, …
+        role: ``primary``, ``hedge``, ``retry``, ``downgrade`` or ``upgrade``.
+        provider: Serving path, e.g. ``openai``.
+        model: Model id.
+        started_at: When the attempt started, timezone-aware (written as UTC).
+        ttft_s: Seconds to the first content token; ``None`` when not streamed or never seen.
+        total_s: Seconds from start to the end; ``None`` when the attempt never finished.
+        input_tokens: Prompt tokens (provider usage), ``None`` when unknown.
+        output_tokens: Completion tokens, ``None`` when unknown.
+        status: ``ok``, ``error``, ``timeout``, ``cancelled``, ``invalid`` or ``rate_limited``.
+        error_type: The exception class or provider error code, ``None`` for a success.
+        http_status: The provider's HTTP status, ``None`` when there was no response.
+        censored_at_s: Age in seconds at which the attempt was cut (cutoff, lost a hedge
+            race); its true latency is longer. ``None`` when it was not cut.
+        abandoned: It finished after its caller had stopped waiting for it.
+        idempotency_key: Shared by every retry and hedge of one logical call.
+        deadline_at: The run deadline as an absolute instant; ``None``: no deadline.
+        winner: Its result is the one the step returned.
+        attrs: Anything else worth keeping; values JSON cannot encode are written as ``str()``.
+    """
+
+    call_id: str
+    run_id: str | None
+    step: str | None
+    attempt: int
+    role: str
+    provider: str
+    model: str
+    started_at: datetime
+    ttft_s: float | None = None
+    total_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    status: str = "ok"
+    error_type: str | None = None
+    http_status: int | None = None
+    censored_at_s: float | None = None
+    abandoned: bool = False
+    idempotency_key: str = ""
+    deadline_at: datetime | None = None
+    winner: bool = False
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """
+        One line of JSON (no newline), keys in `LEDGER_FIELDS` order.
+
+        Datetimes are ISO-8601 UTC with microseconds and ``Z``; floats are written exactly
+        (their ``repr``). ``source`` is not written: ingest sets the provenance columns.
+
+        Raises:
+            ConfigError: A datetime is naive, or a number is NaN or infinite (JSON has no
+                such values).
+        """
+        values: dict[str, Any] = {name: getattr(self, name) for name in LEDGER_FIELDS}
+        values["started_at"] = _iso("started_at", self.started_at)
+        if self.deadline_at is not None:
+            values["deadline_at"] = _iso("deadline_at", self.deadline_at)
+        for name in _SECONDS:
+            value = values[name]
+            if value is not None and not math.isfinite(value):
+                msg = f"{name} must be a finite number of seconds or None, got {value!r}"
+                raise ConfigError(msg)
+        return json.dumps(values, separators=(",", ":"), default=str)
+
+
+def check_record(record: AttemptRecord) -> None:
+    """
+    Refuse a record whose status or role is not a call-record value.
+
+    Raises:
+        ConfigError: Naming the field, the value, the valid values and the call.
+    """
+    for name, value, valid in (
+        ("status", record.status, STATUSES),
+        ("role", record.role, ROLES),
+    ):
+        if value not in valid:
+            msg = (
+                f"{name} must be one of {', '.join(valid)}, got {value!r} "
+                f"for call {record.call_id!r}"
+            )
+            raise ConfigError(msg)
+
+
+class Sink(Protocol):
+    """
+    Where ledger lines go. ``write`` may raise: the ledger logs it and carries on.
+    """
+
+    def write(self, line: str, record: AttemptRecord) -> None:
+        """
+        Take one record and its JSON line (without the newline).
+        """
+
+    def close(self) -> None:
+        """
+        Release what the sink holds; no writes follow.
+        """
+
+
+class JsonlSink:
+    """
+    Append ledger lines to a file, one line per record, flushed per line.
+
+    The file is opened for appending, so several runs (and several processes: each line is one
+    write to a file opened with ``O_APPEND``) add to the same ledger. Threads of one process
+    share the sink safely: a lock keeps each line whole.
+
+    Args:
+        path: The ledger file; missing parent folders are created.
+
+    Raises:
+        ConfigError: The file cannot be created or opened for appending.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            msg = f"ledger file {str(path)!r}: cannot open it for appending ({exc.strerror})"
+            raise ConfigError(msg) from None
+
+    def write(self, line: str, record: AttemptRecord) -> None:
+        """
+        Append ``line`` and a newline in one write, then flush.
+        """
+        del record
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        """
+        Close the file (again is a no-op).
+        """
+        with self._lock:
+            self._fh.close()
+
+    def __repr__(self) -> str:
+        return f"JsonlSink({str(self.path)!r})"
+
+
+class CallbackSink:
+    """
+    Call ``fn(record)`` for every record, e.g. to feed metrics or a queue.
+
+    Args:
+        fn: Receives each `AttemptRecord`; what it raises is logged once, not propagated.
+    """
+
+    def __init__(self, fn: Callable[[AttemptRecord], None]) -> None:
+        self.fn = fn
+
+    def write(self, line: str, record: AttemptRecord) -> None:
+        """
+        Pass the record on.
+        """
+        del line
+        self.fn(record)
+
+    def close(self) -> None:
+        """
+        Nothing to release.
+        """
+
+    def __repr__(self) -> str:
+        return f"CallbackSink({self.fn!r})"
+
+
+class MemorySink:
+    """
+    Keep every record and line in memory (tests, notebooks).
+    """
+
+    def __init__(self) -> None:
+        self.records: list[AttemptRecord] = []
+        self.lines: list[str] = []
+
+    def write(self, line: str, record: AttemptRecord) -> None:
+        """
+        Keep the record and its line.
+        """
+        self.records.append(record)
+        self.lines.append(line)
+
+    def close(self) -> None:
+        """
+        Nothing to release; the records stay readable.
+        """
+
+    def __repr__(self) -> str:
+        return f"MemorySink({len(self.records)} records)"
+
+
+class Ledger:
+    """
+    Validate attempt records, count them, and write each to every sink.
+
+    Args:
+        *sinks: Where lines go. With none, records are still validated and counted.
+    """
+
+    def __init__(self, *sinks: Sink) -> None:
+        self.sinks: tuple[Sink, ...] = sinks
+        self._lock = threading.Lock()
+        self._failed: set[int] = set()
+        self._counts: dict[str, int] = dict.fromkeys(
+            ("attempts", *STATUSES, "abandoned", "winners"), 0
+        )
+
+    def write(self, record: AttemptRecord) -> None:
+        """
+        Record one attempt.
+
+        A sink that raises is logged (the first time only) on the ``tailkit.executor`` logger
+        and skipped for this record; the record still counts and the other sinks get it.
+
+        Raises:
+            ConfigError: ``status`` or ``role`` is not a call-record value, a datetime is
+                naive, or a duration is not finite.
+        """
+        check_record(record)
+        line = record.to_json()
+        with self._lock:
+            counts = self._counts
+            counts["attempts"] += 1
+            counts[record.status] += 1
+            counts["abandoned"] += int(record.abandoned)
+            counts["winners"] += int(record.winner)
+        for sink in self.sinks:
+            try:
+                sink.write(line, record)
+            except Exception:
+                self._failed_once(sink, "write")
+
+    def counts(self) -> dict[str, int]:
+        """
+        Attempts written so far: ``attempts``, one count per status, ``abandoned``, ``winners``.
+
+        The status counts add up to ``attempts``.
+        """
+        with self._lock:
+            return dict(self._counts)
+
+    def close(self) -> None:
+        """
+        Close every sink; one that fails to close is logged like a failed write.
+        """
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                self._failed_once(sink, "close")
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _failed_once(self, sink: Sink, action: str) -> None:
+        with self._lock:
+            first = id(sink) not in self._failed
+            self._failed.add(id(sink))
+        if first:
+            logger.exception(
+                "ledger sink %r failed to %s; the executor goes on, and later failures of "
+                "this sink are not logged",
+                sink,
+                action,
+            )

@@ -1,0 +1,363 @@
+"""
+One logical call of a step under its plan: cutoffs, then the step's action, within the deadline.
+
+How a step runs. The first attempt goes to the step's route. The runner sleeps until the
+earliest instant that matters -- the TTFT cutoff while no content token has come, the stall
+cutoff after the last chunk, the total cutoff, the run deadline -- or until an attempt ends,
+and then decides:
+
+- an attempt with a good result wins (its validator agreeing); the others are cancelled, or,
+  for a step whose losers may finish, left to run and written to the ledger as abandoned when
+  they land (they are still cut at the run deadline);
+- a result that fails validation escalates once to the upgrade route (or the same route);
+- an attempt that fails is retried once at once on the same route, if the step is idempotent
+  (a non-idempotent step is retried only after a 429, which means the call never ran), and
+  only if a Retry-After still fits the deadline;
+- the first cutoff that passes (watched on the first attempt only) triggers the step's action:
+  ``hedge`` starts an attempt on the hedge route if the hedge budget grants it and the hedge
+  provider is not throttled; ``retry`` and ``downgrade`` cancel and start again (same route,
+  or the downgrade route: also as soon as a stream's projected finish overruns the cutoff);
+  ``fail`` gives up; ``wait`` does nothing;
+- at the run deadline everything still running is cancelled and the step times out.
+
+Every attempt gets the same run deadline and idempotency key; nothing starts a fresh clock.
+Every attempt gets exactly one ledger line, whatever ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailkit.config import Plan, Step
+from tailkit.errors import AllAttemptsFailed, StepTimeout
+from tailkit.executor._attempt import Live, record_of, start
+from tailkit.executor._budget import HedgeBudget, ProviderThrottle, retry_after_fits
+from tailkit.executor._deadline import now
+from tailkit.executor._ledger import Ledger
+from tailkit.executor._types import Attempt, AttemptError, AttemptFn, Validator, classify
+
+
+_MIN_PROJECTION_TOKENS = 8  # tokens before a stream's rate is trusted for a projection
+_PROVIDER_FAILURES = ("error", "rate_limited", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class StepPolicy:
+    """
+    How the executor treats a step beyond what the plan says.
+
+    Args:
+        validator: Checks a result; a falsy return value escalates to the upgrade route.
+        losers: ``cancel`` a losing attempt, or let it ``finish`` (recorded as abandoned).
+        error_retries: Immediate retries after an attempt fails (0 or more).
+    """
+
+    validator: Validator | None = None
+    losers: str = "cancel"
+    error_retries: int = 1
+
+
+class InvalidOutput(AttemptError):  # noqa: N818 - reads as the status it maps to
+    """
+    An attempt's result failed the step's validator.
+    """
+
+
+@dataclass(slots=True, eq=False)
+class Shared:
+    """
+    What every step of one executor shares: the plan, budgets, ledger.
+    """
+
+    plan: Plan
+    budget: HedgeBudget
+    throttle: ProviderThrottle
+    ledger: Ledger
+    policies: dict[str, StepPolicy] = field(default_factory=dict)
+
+
+class StepRun:
+    """
+    One logical call of one step (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        shared: Shared,
+        step: Step,
+        fn: AttemptFn,
+        *,
+        key: str,
+        deadline: float,
+        run_id: str | None,
+        inputs: dict[str, Any],
+        reserve_s: float,
+    ) -> None:
+        self.s, self.step, self.fn = shared, step, fn
+        self.key, self.deadline, self.run_id, self.inputs = key, deadline, run_id, inputs
+        self.policy = shared.policies.get(step.name) or StepPolicy()
+        self.start = now()
+        self.lives: list[Live] = []
+        self.running: list[Live] = []
+        self.errors: list[BaseException] = []
+        self.fired = self.upgraded = False
+        self.retries_left = self.policy.error_retries
+        room = deadline - reserve_s - self.start if step.on_cutoff != "wait" else math.inf
+        self.ttft_at = self._instant(step.ttft_cutoff_s, room if step.signal == "ttft" else None)
+        self.total_at = self._instant(step.cutoff_s, room if step.signal == "total" else None)
+        self.stall_s = step.stall_cutoff_s if step.stall_cutoff_s is not None else math.inf
+        self._projects = step.on_cutoff == "downgrade" and step.expected_tokens.output is not None
+
+    def _instant(self, cutoff: float | None, room: float | None) -> float:
+        seconds = math.inf if cutoff is None else cutoff
+        if room is not None and cutoff is not None:
+            seconds = min(seconds, max(room, 0.0))
+        return self.start + seconds
+
+    def _launch(self, route_name: str, role: str, *, delay_s: float = 0.0) -> Live:
+        route = self.s.plan.routes[route_name]
+        attempt = Attempt(
+            self.step.name, route_name, route.provider, route.model, len(self.lives), role,
+            self.key, self.deadline, self.run_id, self.inputs,
+        )  # fmt: skip
+        live = start(attempt, self.fn, delay_s=delay_s)
+        self.lives.append(live)
+        self.running.append(live)
+        return live
+
+    def _write(self, live: Live, status: str, at: float, **kw: Any) -> None:
+        live.recorded = True
+        self.s.ledger.write(record_of(live, status=status, at=at, **kw))
+
+    async def run(self) -> Any:
+        """
+        The winning result; raises `StepTimeout` or `AllAttemptsFailed`.
+        """
+        first = self._launch(self.step.route, "primary")
+        if math.isfinite(self.stall_s) or self._projects:
+            first.changed = asyncio.Event()
+        self.s.budget.record_first()
+        try:
+            while self.running:
+                done = await self._wait(first)
+                winner = self._settle(done)
+                if winner is not None:
+                    return unwrap(winner)
+                if not self.running:
+                    break
+                await self._watch(first)
+        finally:
+            self._cut_all("timeout" if now() >= self.deadline else "cancelled")
+        raise self._all_failed()
+
+    async def _wait(self, first: Live) -> list[Live]:
+        at = now()
+        until = self.deadline
+        watching = not self.fired and first in self.running
+        if watching:
+            until = min(until, self.total_at)
+            if first.first_token is None:
+                until = min(until, self.ttft_at)
+            elif first.last_chunk is not None:
+                until = min(until, first.last_chunk + self.stall_s)
+        waiters: set[asyncio.Future[Any]] = {live.task for live in self.running if live.task}
+        projector = None
+        if watching and first.changed is not None and (first.first_token is None or self._projects):
+            # wake on chunks: the first content token starts the stall timer, and every chunk
+            # updates a downgrade projection
+            first.changed.clear()
+            projector = asyncio.ensure_future(first.changed.wait())
+            waiters.add(projector)
+        timeout = None if math.isinf(until) else max(until - at, 0.0)
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if projector is not None:
+                projector.cancel()
+        return [live for live in self.running if live.task is not None and live.task.done()]
+
+    def _settle(self, done: list[Live]) -> Any:
+        """
+        Handle finished attempts (in start order); return a winning result or ``None``.
+        """
+        for live in done:
+            self.running.remove(live)
+            assert live.task is not None  # noqa: S101 - started with a task
+            at = now()
+            error = live.task.exception() if not live.task.cancelled() else asyncio.CancelledError()
+            if error is None:
+                value = live.task.result()
+                if self._valid(value):
+                    self._write(live, "ok", at, winner=True)
+                    self.s.throttle.on_success(live.attempt.provider)
+                    return _Won(value) if value is None else value
+                error = InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
+                                      status="invalid")  # fmt: skip
+                self._write(live, "invalid", at, error=error)
+                self.errors.append(error)
+                if not self.upgraded:
+                    self.upgraded = True
+                    self._launch(self.step.upgrade_route or live.attempt.route, "upgrade")
+                continue
+            status, http, retry_after = classify(error)
+            self._write(live, status, at, error=error, http_status=http)
+            self.errors.append(error)
+            if status in _PROVIDER_FAILURES:
+                self.s.throttle.on_failure(live.attempt.provider)
+            if not self.running:
+                self._retry_after_error(live, status, retry_after)
+        return None
+
+    def _valid(self, value: Any) -> bool:
+        check = self.policy.validator
+        if check is None:
+            return True
+        verdict = check(value)
+        return verdict is None or bool(verdict)
+
+    def _retry_after_error(self, live: Live, status: str, retry_after: float | None) -> None:
+        if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
+            return
+        if not retry_after_fits(retry_after, self.deadline - now()):
+            return
+        self.retries_left -= 1
+        # Retry-After is waited inside the retry's own task, so the deadline still cuts it
+        self._launch(live.attempt.route, "retry", delay_s=retry_after or 0.0)
+
+    async def _watch(self, first: Live) -> None:
+        at = now()
+        if at >= self.deadline:
+            spent = at - self.start
+            self._cut_all("timeout")
+            msg = (f"step {self.step.name!r} ran out of run deadline after {spent:.3f} s "
+                   f"({len(self.lives)} attempt(s))")  # fmt: skip
+            raise StepTimeout(msg, step=self.step.name, spent_s=spent, cutoff_s=None)
+        if self.fired or first not in self.running:
+            return
+        why = self._why(first, at)
+        if why is not None:
+            self.fired = True
+            first.extra["cutoff"] = why
+            self._act(first, why, at)
+
+    def _why(self, first: Live, at: float) -> str | None:
+        if at >= self.total_at:
+            return "total"
+        if first.first_token is None and at >= self.ttft_at:
+            return "ttft"
+        if first.last_chunk is not None and at - first.last_chunk >= self.stall_s:
+            return "stall"
+        if self.step.on_cutoff == "downgrade" and self._overruns(first):
+            return "projected"
+        return None
+
+    def _overruns(self, first: Live) -> bool:
+        expected = self.step.expected_tokens.output
+        if expected is None or first.first_token is None or first.last_chunk is None:
+            return False
+        if first.tokens < _MIN_PROJECTION_TOKENS or first.tokens >= expected:
+            return False
+        elapsed = first.last_chunk - first.first_token
+        if elapsed <= 0.0:
+            return False
+        rate = (first.tokens - 1) / elapsed
+        finish = first.last_chunk + (expected - first.tokens) / rate
+        return finish > min(self.total_at, self.deadline)
+
+    def _act(self, first: Live, why: str, at: float) -> None:
+        action, step = self.step.on_cutoff, self.step
+        if action == "wait":
+            return
+        if action == "fail":
+            spent = at - self.start
+            self._cut_all("cancelled")
+            msg = f"step {step.name!r} gave up at its {why} cutoff after {spent:.3f} s"
+            msg += " (on_cutoff: fail)"
+            raise StepTimeout(msg, step=step.name, spent_s=spent, cutoff_s=spent)
+        route = {"hedge": step.hedge_route, "retry": step.route, "downgrade": step.downgrade_route}[
+            action
+        ]
+        if route is None or (not step.idempotent and action != "downgrade"):
+            first.extra["action_skipped"] = "not idempotent" if route else "no route"
+            return
+        provider = self.s.plan.routes[route].provider
+        if action == "hedge" and self.s.throttle.throttled(provider):
+            first.extra["action_skipped"] = f"provider {provider} throttled"
+            return
+        if not self.s.budget.try_extra():
+            first.extra["action_skipped"] = "hedge budget spent"
+            return
+        if action != "hedge":
+            self._cut(first, "cancelled", at)
+        self._launch(route, action)
+
+    def _cut(self, live: Live, status: str, at: float) -> None:
+        if live.task is not None:
+            live.task.cancel()
+        if live in self.running:
+            self.running.remove(live)
+        if not live.recorded:
+            self._write(live, status, at, censored=True)
+
+    def _cut_all(self, status: str) -> None:
+        at = now()
+        for live in list(self.running):
+            if self.policy.losers == "finish" and status == "cancelled" and live.task is not None:
+                self._abandon(live)
+            else:
+                self._cut(live, status, at)
+
+    def _abandon(self, live: Live) -> None:
+        """
+        Let a loser finish; its line is written, as abandoned, when it lands (or is cut).
+        """
+        self.running.remove(live)
+        task = live.task
+        assert task is not None  # noqa: S101 - only called with a task
+        if not math.isinf(self.deadline):
+            asyncio.get_running_loop().call_at(self.deadline, task.cancel)
+
+        def landed(done: asyncio.Task[Any]) -> None:
+            at = now()
+            if done.cancelled():
+                self._write(live, "timeout", at, abandoned=True, censored=True)
+                return
+            error = done.exception()
+            status = "ok" if error is None else classify(error)[0]
+            self._write(live, status, at, error=error, abandoned=True)
+
+        task.add_done_callback(landed)
+
+    def _all_failed(self) -> AllAttemptsFailed:
+        spent = now() - self.start
+        causes = "; ".join(f"{type(e).__name__}: {e}" for e in self.errors)
+        msg = f"step {self.step.name!r}: all {len(self.lives)} attempt(s) failed in {spent:.3f} s"
+        msg += f": {causes}"
+        error = AllAttemptsFailed(msg, step=self.step.name, spent_s=spent,
+                                  exceptions=tuple(self.errors))  # fmt: skip
+        errors = [e for e in self.errors if isinstance(e, Exception)]
+        if errors:
+            error.__cause__ = ExceptionGroup(f"attempts of step {self.step.name!r}", errors)
+        return error
+
+
+class _Won:
+    """
+    Strictly private: wraps a winning ``None`` so ``None`` still means "no winner yet".
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def unwrap(result: Any) -> Any:
+    """
+    The step's value (see `_Won`).
+    """
+    return result.value if isinstance(result, _Won) else result
