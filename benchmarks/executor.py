@@ -53,11 +53,14 @@ steps:
 """
 
 
+WORK_S = 0.0  # --work-ms: how long the coroutine sleeps (0: it only yields to the loop once)
+
+
 async def work(_: Attempt | None = None) -> int:
     """
-    The coroutine every variant runs: one trip through the loop.
+    The coroutine every variant runs: one trip through the loop, or a short sleep.
     """
-    await asyncio.sleep(0)
+    await asyncio.sleep(WORK_S)
     return 1
 
 
@@ -167,8 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="report the median (default 5)")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--work-ms", type=float, default=0.0,
+        help="the coroutine sleeps this long (default 0: it only yields once, the strictest)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
+    global WORK_S  # noqa: PLW0603 - the coroutine under test reads it
+    WORK_S = args.work_ms / 1000.0
     with tempfile.TemporaryDirectory() as tmp:
         over = overhead(args.steps, args.repeat, Path(tmp))
         big = scale(args.runs, Path(tmp), args.seed)
@@ -176,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"per-step overhead: {args.steps:,} steps, median of {args.repeat}")
+    print(f"per-step overhead: {args.steps:,} steps, coroutine sleeps {args.work_ms:g} ms, "
+          f"median of {args.repeat}")  # fmt: skip
     print("| variant | µs per step | ratio to bare | |")
     print("|---|---:|---:|---|")
     print(f"| bare create_task + wait | {over['us_per_step']['bare']:.1f} | 1.00 | |")

@@ -69,6 +69,8 @@ class Executor:
             dict(policies or {}),
         )
         self.reserve_s = reserves(plan)
+        self.order = plan.order()
+        self.dependents = {name: plan.dependents(name) for name in self.order}
 
     @property
     def ledger(self) -> Ledger:
@@ -86,6 +88,7 @@ class Executor:
         call_index: int = 0,
         inputs: Mapping[str, Any] | None = None,
         deadline: float | None = None,
+        enforce: bool = True,
     ) -> Any:
         """
         Run one logical call of step ``name`` under its plan; return the winning result.
@@ -99,6 +102,8 @@ class Executor:
             inputs: Results of the steps it depends on, passed to every attempt.
             deadline: Run deadline, an instant on the loop clock (``None``: the current one;
                 never later than it).
+            enforce: Cut the step at the deadline here (``False``: the caller does, as a
+                workflow run does for all its steps at once).
 
         Raises:
             StepTimeout: The deadline passed, or the step's action is ``fail`` and it fired.
@@ -114,7 +119,7 @@ class Executor:
         run = StepRun(
             self.shared, step, attempt_fn,
             key=idempotency_key(run_id, name, call_index), deadline=limit, run_id=run_id,
-            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0),
+            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), enforce=enforce,
         )  # fmt: skip
         return await run.run()
 

@@ -159,15 +159,21 @@ def check_record(record: AttemptRecord) -> None:
     Raises:
         ConfigError: Naming the field, the value, the valid values and the call.
     """
-    for name, value, valid in (
-        ("status", record.status, STATUSES),
-        ("role", record.role, ROLES),
-    ):
-        if value not in valid:
-            msg = (
-                f"{name} must be one of {', '.join(valid)}, got {value!r} "
-                f"for call {record.call_id!r}"
-            )
+    if record.status not in STATUSES or record.role not in ROLES:
+        for name, value, valid in (
+            ("status", record.status, STATUSES),
+            ("role", record.role, ROLES),
+        ):
+            if value not in valid:
+                msg = (
+                    f"{name} must be one of {', '.join(valid)}, got {value!r} "
+                    f"for call {record.call_id!r}"
+                )
+                raise ConfigError(msg)
+    for name in _SECONDS:
+        value = getattr(record, name)
+        if value is not None and not math.isfinite(value):
+            msg = f"{name} must be a finite number of seconds or None, got {value!r}"
             raise ConfigError(msg)
 
 
@@ -312,7 +318,7 @@ class Ledger:
                 naive, or a duration is not finite.
         """
         check_record(record)
-        line = record.to_json()
+        line = record.to_json() if self.sinks else ""  # no sink: counted, never rendered
         with self._lock:
             counts = self._counts
             counts["attempts"] += 1

@@ -61,6 +61,9 @@ class StepPolicy:
     error_retries: int = 1
 
 
+_DEFAULT_POLICY = StepPolicy()
+
+
 class InvalidOutput(AttemptError):  # noqa: N818 - reads as the status it maps to
     """
     An attempt's result failed the step's validator.
@@ -85,6 +88,12 @@ class StepRun:
     One logical call of one step (see the module docstring).
     """
 
+    __slots__ = (
+        "_projects", "deadline", "enforce", "errors", "fired", "fn", "inputs", "key", "lives",
+        "loop", "policy", "retries_left", "run_id", "running", "s", "stall_s", "start", "step",
+        "total_at", "ttft_at", "upgraded",
+    )  # fmt: skip
+
     def __init__(
         self,
         shared: Shared,
@@ -96,11 +105,16 @@ class StepRun:
         run_id: str | None,
         inputs: dict[str, Any],
         reserve_s: float,
+        enforce: bool = True,
     ) -> None:
         self.s, self.step, self.fn = shared, step, fn
         self.key, self.deadline, self.run_id, self.inputs = key, deadline, run_id, inputs
-        self.policy = shared.policies.get(step.name) or StepPolicy()
-        self.start = now()
+        # A workflow enforces its deadline once for all its steps (one timer per run, not
+        # one per step); a step run on its own enforces it here.
+        self.enforce = enforce
+        self.policy = shared.policies.get(step.name) or _DEFAULT_POLICY
+        self.loop = asyncio.get_running_loop()
+        self.start = self.loop.time()
         self.lives: list[Live] = []
         self.running: list[Live] = []
         self.errors: list[BaseException] = []
@@ -151,12 +165,13 @@ class StepRun:
                     break
                 await self._watch(first)
         finally:
-            self._cut_all("timeout" if now() >= self.deadline else "cancelled")
+            if self.running:
+                self._cut_all("timeout" if now() >= self.deadline else "cancelled")
         raise self._all_failed()
 
     async def _wait(self, first: Live) -> list[Live]:
-        at = now()
-        until = self.deadline
+        at = self.loop.time()
+        until = self.deadline if self.enforce else math.inf
         watching = not self.fired and first in self.running
         if watching:
             until = min(until, self.total_at)
@@ -164,7 +179,11 @@ class StepRun:
                 until = min(until, self.ttft_at)
             elif first.last_chunk is not None:
                 until = min(until, first.last_chunk + self.stall_s)
-        waiters: set[asyncio.Future[Any]] = {live.task for live in self.running if live.task}
+        running = self.running
+        waiters: set[asyncio.Future[Any]] = (
+            {running[0].task} if len(running) == 1 and running[0].task
+            else {live.task for live in running if live.task}
+        )  # fmt: skip
         projector = None
         if watching and first.changed is not None and (first.first_token is None or self._projects):
             # wake on chunks: the first content token starts the stall timer, and every chunk
@@ -172,13 +191,13 @@ class StepRun:
             first.changed.clear()
             projector = asyncio.ensure_future(first.changed.wait())
             waiters.add(projector)
-        timeout = None if math.isinf(until) else max(until - at, 0.0)
+        timeout = None if until == math.inf else max(until - at, 0.0)
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if projector is not None:
                 projector.cancel()
-        return [live for live in self.running if live.task is not None and live.task.done()]
+        return [live for live in running if live.task is not None and live.task.done()]
 
     def _settle(self, done: list[Live]) -> Any:
         """

@@ -76,6 +76,9 @@ async def run_workflow(
     """
     Run the executor's plan once, every step under the run's one deadline.
 
+    A step's task is created only when its last dependency is done (no task waits on
+    another), and one timer -- the run deadline -- cuts whatever is still running.
+
     Args:
         executor: The executor (plan, budgets, ledger).
         attempt_fns: One attempt function per step name, or one for every step (it reads
@@ -85,57 +88,98 @@ async def run_workflow(
             later than a deadline already in force.
     """
     plan = executor.plan
-    order = plan.order()
-    fns = _resolve(order, attempt_fns)
+    fns = _resolve(executor.order, attempt_fns)
     budget_s = plan.deadline_s if deadline_s is None else deadline_s
-    started = now()
-    deadline = min(started + budget_s, current_deadline())
-    results: dict[str, Any] = {}
-    failed: dict[str, BaseException] = {}
-    finished: list[str] = []
-    skipped: list[str] = []
-    done = {name: asyncio.Event() for name in order}
+    return await _Run(executor, fns, run_id, budget_s).go()
 
-    async def one(name: str) -> None:
-        step = plan.steps[name]
-        try:
-            for dep in step.depends_on:
-                await done[dep].wait()
-            if any(
-                d in skipped or (d in failed and plan.steps[d].required) for d in step.depends_on
-            ):
-                skipped.append(name)
-                return
-            inputs = {d: results[d] for d in step.depends_on if d in results}
-            value = await executor.run_step(
-                name, fns[name], run_id=run_id, inputs=inputs, deadline=deadline
+
+class _Run:
+    """
+    Strictly private: the state of one workflow run.
+    """
+
+    def __init__(
+        self, executor: Executor, fns: dict[str, AttemptFn], run_id: str, budget_s: float
+    ) -> None:
+        self.executor, self.plan, self.fns, self.run_id = executor, executor.plan, fns, run_id
+        self.budget_s = budget_s
+        self.started = now()
+        self.deadline = min(self.started + budget_s, current_deadline())
+        self.results: dict[str, Any] = {}
+        self.failed: dict[str, BaseException] = {}
+        self.finished: list[str] = []
+        self.skipped: list[str] = []
+        self.order = executor.order
+        self.dependents = executor.dependents
+        self.waiting = {name: len(self.plan.steps[name].depends_on) for name in self.order}
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.left = len(self.order)
+        self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def go(self) -> RunResult:
+        # every step task (created here or in a callback registered here) inherits the deadline
+        with deadline_at(self.deadline):
+            for name in self.order:
+                if self.waiting[name] == 0:
+                    self._begin(name)
+            await asyncio.wait({self.over}, timeout=max(self.deadline - now(), 0.0))
+        pending = [task for task in self.tasks.values() if not task.done()]
+        cancelled = [name for name, task in self.tasks.items() if task in pending]
+        cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        required = (n for n in self.order if self.plan.steps[n].required)
+        return RunResult(
+            run_id=self.run_id,
+            ok=all(name in self.results for name in required),
+            results=self.results,
+            finished=tuple(self.finished),
+            failed=self.failed,
+            skipped=tuple(self.skipped),
+            cancelled=tuple(cancelled),
+            elapsed_s=now() - self.started,
+            deadline_s=self.budget_s,
+        )
+
+    def _settle(self, name: str) -> None:
+        self.left -= 1
+        for child in self.dependents[name]:
+            self.waiting[child] -= 1
+            if self.waiting[child] == 0:
+                self._begin(child)
+        if self.left == 0 and not self.over.done():
+            self.over.set_result(None)
+
+    def _begin(self, name: str) -> None:
+        deps = self.plan.steps[name].depends_on
+        failed = self.failed
+        if any(d in self.skipped or (d in failed and self.plan.steps[d].required) for d in deps):
+            self.skipped.append(name)
+            self._settle(name)
+            return
+        inputs = {d: self.results[d] for d in deps if d in self.results}
+        task = asyncio.ensure_future(
+            self.executor.run_step(
+                name,
+                self.fns[name],
+                run_id=self.run_id,
+                inputs=inputs,
+                deadline=self.deadline,
+                enforce=False,
             )
-            results[name] = value
-            finished.append(name)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            failed[name] = error
-        finally:
-            done[name].set()
+        )
+        self.tasks[name] = task
+        task.add_done_callback(lambda t: self._landed(name, t))
 
-    with deadline_at(deadline):
-        tasks = {name: asyncio.ensure_future(one(name)) for name in order}
-    _, pending = await asyncio.wait(tasks.values(), timeout=max(deadline - now(), 0.0))
-    cancelled = tuple(name for name, task in tasks.items() if task in pending)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-    ok = all(name in results for name in order if plan.steps[name].required)
-    return RunResult(
-        run_id=run_id,
-        ok=ok,
-        results=results,
-        finished=tuple(finished),
-        failed=failed,
-        skipped=tuple(skipped),
-        cancelled=cancelled,
-        elapsed_s=now() - started,
-        deadline_s=budget_s,
-    )
+    def _landed(self, name: str, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return  # cut at the deadline: reported as cancelled
+        error = task.exception()
+        if error is None:
+            self.results[name] = task.result()
+            self.finished.append(name)
+        else:
+            self.failed[name] = error
+        self._settle(name)
