@@ -15,7 +15,8 @@ Part 2, scale: ``--runs`` (10,000) concurrent runs of the sample workflow
 (``data_samples/workflow.yaml``; every step sleeps a lognormal 5-50 ms) in one process, with a
 JSON-lines ledger; reports wall time, peak memory (growth of the process's max RSS over its
 value before the runs) and event-loop lag (how late a 10 ms ticker wakes). Target: under
-300 MB. (tracemalloc is not used: it doubles both the memory and the time it measures.) Exits 0 whatever the numbers, nonzero only on errors.
+300 MB. (tracemalloc is not used: it doubles both the memory and the time it measures.)
+Exits 0 whatever the numbers, nonzero only on errors.
 """
 
 from __future__ import annotations
