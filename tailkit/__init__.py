@@ -13,23 +13,39 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tailkit._stats import stats
+    from tailkit.calibrate import calibrate
+    from tailkit.config import Plan, dump_plan, load_plan
     from tailkit.errors import TailkitError
+    from tailkit.executor import Executor
     from tailkit.ingest import IngestReport, ScanOptions, ingest_paths
     from tailkit.record import Buckets
+    from tailkit.simulate import simulate
     from tailkit.store import Store
 
 __all__ = [
     "Buckets",
+    "Executor",
     "IngestReport",
+    "Plan",
     "ScanOptions",
     "Store",
     "TailkitError",
+    "calibrate",
+    "dump_plan",
     "ingest_paths",
+    "load_plan",
+    "simulate",
     "stats",
 ]
 
 _WHERE = {
     "Buckets": "tailkit.record",
+    "Executor": "tailkit.executor",
+    "Plan": "tailkit.config",
+    "calibrate": "tailkit.calibrate",
+    "dump_plan": "tailkit.config",
+    "load_plan": "tailkit.config",
+    "simulate": "tailkit.simulate",
     "IngestReport": "tailkit.ingest",
     "ScanOptions": "tailkit.ingest",
     "Store": "tailkit.store",
