@@ -30,6 +30,7 @@ _HEAVY = ("duckdb", "polars", "pyarrow", "numpy", "scipy", "matplotlib", "typer"
         "tailkit.formats",
         "tailkit.config",
         "tailkit.executor",
+        "tailkit.serve",
     ],
 )
 def test_import_is_cheap(module: str) -> None:

@@ -93,9 +93,14 @@ class StepOptions:
     may_fail: bool = False
 
 
-def candidates(sample: RouteSample, options: StepOptions) -> list[Choice]:
+def candidates(
+    sample: RouteSample, options: StepOptions, *, deadline_s: float = math.inf
+) -> list[Choice]:
     """
     Every choice the search tries for a step (``wait`` first).
+
+    Cutoffs at or past the deadline are left out: they could never act in time (and a plan
+    with one does not load).
     """
     actions: list[tuple[str, str | None]] = []
     if options.may_repeat:
@@ -112,7 +117,8 @@ def candidates(sample: RouteSample, options: StepOptions) -> list[Choice]:
     for signal in signals:
         for q in QUANTILES:
             cutoff = sample.quantile(q, signal=signal)
-            out += [Choice(a, signal, q, cutoff, r) for a, r in actions]
+            if cutoff < deadline_s:
+                out += [Choice(a, signal, q, cutoff, r) for a, r in actions]
     return out
 
 
@@ -189,7 +195,9 @@ def search(
     """
     draws = Draws(runs, seed=seed, keep=True)
     steps = list(model.steps)
-    choice_lists = [candidates(s.primary, options[s.name]) for s in steps]
+    choice_lists = [
+        candidates(s.primary, options[s.name], deadline_s=model.deadline_s) for s in steps
+    ]
     current = run_workflow(model, draws)
     best = score(model, current, budget)
     chosen = [WAIT] * len(steps)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tailkit.cli import _render, _workflow
+from tailkit.cli import _render, _serve, _workflow
 from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
@@ -251,6 +251,7 @@ def stats(
 
 app.command()(_workflow.calibrate)
 app.command(name="simulate")(_workflow.simulate)
+app.command(name="serve")(_serve.serve)
 
 
 def main() -> None:

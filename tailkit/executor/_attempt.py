@@ -42,7 +42,8 @@ class Live:
     streamed: bool = False
     first_token: float | None = None
     last_chunk: float | None = None
-    tokens: int = 0
+    tokens: int = 0  # content chunks counted (one token each unless a chunk says otherwise)
+    usage_output: int | None = None  # output tokens the provider reported, preferred
     input_tokens: int | None = None
     ended: float | None = None
     changed: asyncio.Event | None = None  # set on every chunk, when someone projects the finish
@@ -101,6 +102,7 @@ async def drive(live: Live, fn: AttemptFn) -> Any:
     if not final:
         raise TruncatedStream(live.attempt.step, len(chunks))
     output = usage_out if isinstance(usage_out, int) else live.tokens
+    live.usage_output = usage_out if isinstance(usage_out, int) else None
     return StreamResult("".join(parts), tuple(chunks), output, live.input_tokens)
 
 
@@ -157,7 +159,7 @@ def record_of(
         ttft_s=ttft,
         total_s=total,
         input_tokens=live.input_tokens,
-        output_tokens=live.tokens if status == "ok" and live.streamed else None,
+        output_tokens=_output_tokens(live) if status == "ok" and live.streamed else None,
         status=status,
         error_type=None if error is None else type(error).__name__,
         http_status=http_status,
@@ -168,6 +170,11 @@ def record_of(
         winner=winner,
         attrs=attrs,
     )
+
+
+def _output_tokens(live: Live) -> int:
+    # provider usage first (DESIGN.md §1), else the content chunks counted
+    return live.usage_output if live.usage_output is not None else live.tokens
 
 
 def start(attempt: Attempt, fn: AttemptFn, *, delay_s: float = 0.0) -> Live:

@@ -1,0 +1,135 @@
+"""
+Reading what OpenAI-compatible servers send back: answers, chunks, errors, Retry-After.
+
+Standard library only (plus the executor's `AttemptError`), so it is tested without httpx.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from tailkit.adapters._sse import DONE
+from tailkit.executor import AttemptError
+
+
+CLIP_CHARS = 300  # characters of a provider's message kept in an error
+
+
+def loads(text: str) -> Any:
+    """
+    The JSON value of ``text``, or ``None`` when it is not JSON.
+    """
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def error_message(body: Any) -> str | None:
+    """
+    The message of an error object, or ``None`` when the body is not one.
+
+    OpenAI, Azure and gateways send ``{"error": {"message": …}}`` (or ``{"error": "…"}``),
+    older vLLM ``{"object": "error", "message": …}``, FastAPI servers ``{"detail": …}``.
+    """
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        return str(message) if message else json.dumps(error)
+    if isinstance(error, str) and error:
+        return error
+    if body.get("object") == "error":
+        return str(body.get("message") or json.dumps(body))
+    if "detail" in body and "choices" not in body:
+        return str(body["detail"])
+    return None
+
+
+def clip(text: str) -> str:
+    """
+    ``text`` on one line, at most `CLIP_CHARS` characters (an ellipsis marks a cut).
+    """
+    text = " ".join(text.split())
+    return text if len(text) <= CLIP_CHARS else text[: CLIP_CHARS - 1] + "…"
+
+
+def retry_after_s(headers: Mapping[str, str], *, now_wall: float | None = None) -> float | None:
+    """
+    Seconds the server asks to wait, or ``None`` when it does not say (or says nonsense).
+
+    ``retry-after-ms`` (OpenAI, Azure) wins over ``Retry-After``, which is seconds or an HTTP
+    date. A date in the past gives 0.
+
+    Args:
+        headers: Response headers (a case-insensitive mapping, such as httpx's).
+        now_wall: Wall-clock epoch seconds now, for a date (``None``: ``time.time()``).
+    """
+    millis = headers.get("retry-after-ms")
+    if millis:
+        with contextlib.suppress(ValueError):
+            seconds = float(millis) / 1000.0
+            if math.isfinite(seconds):
+                return max(seconds, 0.0)
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # an HTTP date is GMT; a zoneless one is not an HTTP date
+            return None
+        seconds = when.timestamp() - (time.time() if now_wall is None else now_wall)
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def answer_of(text: str, http_status: int, where: str) -> dict[str, Any]:
+    """
+    A non-streamed answer, checked: JSON, no error object, a ``choices[0].message``.
+    """
+    body = loads(text)
+    if body is None and text.strip() != "null":
+        msg = f"{where}: the answer is not JSON: {clip(text)!r}"
+        raise AttemptError(msg, status="invalid", http_status=http_status)
+    error = error_message(body)
+    if error is not None:
+        msg = f"{where}: error in a {http_status} answer: {clip(error)}"
+        raise AttemptError(msg, http_status=http_status)
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(body, dict) or not isinstance(first, dict) or "message" not in first:
+        msg = f"{where}: the answer has no choices[0].message: {clip(text)!r}"
+        raise AttemptError(msg, status="invalid", http_status=http_status)
+    return body
+
+
+def chunk_of(event: str, data: str, where: str) -> dict[str, Any] | None:
+    """
+    One SSE event as a chunk dict (``None`` for ``[DONE]``), checked like an answer.
+    """
+    if data.strip() == DONE:
+        return None
+    chunk = loads(data)
+    if chunk is None:
+        msg = f"{where}: a stream event is not JSON: {clip(data)!r}"
+        raise AttemptError(msg, status="invalid")
+    error = error_message(chunk)
+    if event == "error" or error is not None:
+        msg = f"{where}: error in the stream: {clip(error or data)}"
+        raise AttemptError(msg, status="error")
+    if not isinstance(chunk, dict) or ("choices" not in chunk and "usage" not in chunk):
+        msg = f"{where}: a stream chunk has no choices: {clip(data)!r}"
+        raise AttemptError(msg, status="invalid")
+    return chunk

@@ -1,0 +1,109 @@
+"""
+``tailkit serve``: an OpenAI-compatible provider on loopback, with a latency tail and faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tailkit.cli._common import fail
+from tailkit.errors import TailkitError
+
+
+if TYPE_CHECKING:
+    from tailkit.serve import ServeConfig, Server
+
+
+def _config(
+    profile: Path | None, from_stats: Path | None, time_scale: float | None, seed: int | None
+) -> ServeConfig:
+    from tailkit.serve import load_profile, profile_from_stats
+
+    if (profile is None) == (from_stats is None):
+        fail("give either --profile FILE.yaml or --from-stats STATS.json (exactly one)")
+    if profile is not None:
+        config = load_profile(profile)
+    else:
+        assert from_stats is not None  # noqa: S101 - checked above
+        config = profile_from_stats(from_stats)
+    return dataclasses.replace(
+        config,
+        time_scale=config.time_scale if time_scale is None else time_scale,
+        seed=config.seed if seed is None else seed,
+    )
+
+
+async def _run(server: Server) -> None:
+    async with server:
+        config = server.config
+        typer.echo(
+            f"tailkit serve: {len(config.models)} model(s) at {server.url} "
+            f"(time scale {config.time_scale:g}, seed {config.seed}); Ctrl-C stops"
+        )
+        for name in config.models:
+            typer.echo(f"  {name}")
+        await asyncio.Event().wait()
+
+
+def serve(
+    profile: Annotated[
+        Path | None, typer.Option("--profile", help="The serve profile (YAML) to serve.")
+    ] = None,
+    from_stats: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-stats",
+            help="Replay `tailkit stats --by provider,model --bucket none --json` output.",
+        ),
+    ] = None,
+    port: Annotated[
+        int, typer.Option("--port", help="TCP port on 127.0.0.1 (0: any free port).", min=0)
+    ] = 8000,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(
+            "--time-scale", help="Real seconds per profile second (default: the profile's, or 1)."
+        ),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option("--log", help="Append each request's call record (JSON lines) to this file."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed (default: the profile's, or 0).")
+    ] = None,
+) -> None:
+    """
+    Serve an OpenAI-compatible chat API on loopback, with a latency tail and faults.
+
+    GET /v1/models and POST /v1/chat/completions (streamed or not) answer after a drawn TTFT
+    and decode time, stall or fail as the profile says, honour the x-tailkit deadline headers,
+    and log one call record per request. Runs until Ctrl-C.
+
+    Example:
+
+        tailkit serve --profile data_samples/serve_profile.yaml --time-scale 0.1
+
+        tailkit serve --from-stats stats.json --port 8001 --log access.jsonl
+    """
+    from tailkit.serve import Server
+
+    try:
+        config = _config(profile, from_stats, time_scale, seed)
+    except TailkitError as exc:
+        fail(str(exc))
+    server = Server(config, port=port, access_log=log)
+    try:
+        asyncio.run(_run(server))
+    except KeyboardInterrupt:
+        typer.echo(f"stopped after {len(server.records)} chat request(s)")
+    except TailkitError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")

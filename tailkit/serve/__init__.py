@@ -1,0 +1,27 @@
+"""
+``tailkit serve``: an OpenAI-compatible chat-completions provider on loopback, for tests and demos.
+
+It answers like a real provider with a latency tail: a lognormal TTFT and decode speed, a
+share of transient stalls, and faults (hangs, stalls mid-stream, 5xx, resets, garbage, bodies
+without choices, cut streams, a tokens-per-minute limit), all drawn from one seeded generator
+and scaled in time. It honours the deadline a request carries (``x-tailkit-deadline``,
+``x-tailkit-remaining-s``), stops work when the client leaves, and writes an access log in the
+call-record format. Standard library only (PyYAML to read profile files).
+
+Example::
+
+    config = ServeConfig(models={"m": ModelProfile(ttft_median_s=2.0)}, time_scale=0.01)
+    async with Server(config) as server:
+        ...  # point an OpenAI client at server.url
+    print(server.records)
+"""
+
+from tailkit.serve._profile import Faults as Faults
+from tailkit.serve._profile import ModelProfile as ModelProfile
+from tailkit.serve._profile import ServeConfig as ServeConfig
+from tailkit.serve._profile import load_profile as load_profile
+from tailkit.serve._replay import profile_from_stats as profile_from_stats
+from tailkit.serve._server import Server as Server
+
+
+__all__ = ["Faults", "ModelProfile", "ServeConfig", "Server", "load_profile", "profile_from_stats"]

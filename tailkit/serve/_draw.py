@@ -1,0 +1,134 @@
+"""
+What one request will do, drawn on receipt; and the tokens-per-minute bucket.
+
+Each request for a served model takes the same thirteen draws from the server's one
+generator, in arrival order, whatever its model or outcome: seven fault shares, the stall,
+three normal deviates (TTFT, decode speed, output length), the 5xx status and the point where
+a broken stream stops. So the same seed and the same requests in the same order give the same
+behaviour, and changing one model's profile does not reshuffle what the other models' requests
+draw.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from dataclasses import dataclass
+
+from tailkit.serve._profile import FAULT_NAMES, ModelProfile
+
+
+__all__ = ["LONG_OUTPUT_TOKENS", "Draw", "TokenBucket", "draw"]
+
+LONG_OUTPUT_TOKENS = 600  # DESIGN.md §1: where "long" calls begin; their stalls are in decode
+OUTPUT_SIGMA = 0.3  # log-scale spread of the output length
+ERROR_STATUSES = (500, 502, 503)
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """
+    One request's behaviour, in real seconds (time scaling applied).
+
+    Args:
+        fault: The fault it shows (a `FAULT_NAMES` entry), ``None`` for a good answer.
+        stalled: It is one of the stalled requests (``stall_share``).
+        ttft_s: Real seconds from receipt to the first content token.
+        gen_s: Real seconds from the first token to the last (all ``tokens``).
+        tokens: Completion tokens (at least 1, at most the request's ``max_tokens``).
+        finish_reason: ``stop``, or ``length`` when ``max_tokens`` cut the answer.
+        error_status: The status of an ``error_5xx`` fault: 500, 502 or 503.
+        cut_after: Tokens sent before a ``stall_mid`` or ``cut_stream`` stops (1 … tokens).
+    """
+
+    fault: str | None
+    stalled: bool
+    ttft_s: float
+    gen_s: float
+    tokens: int
+    finish_reason: str
+    error_status: int
+    cut_after: int
+
+
+def draw(
+    rng: random.Random, profile: ModelProfile, *, time_scale: float, max_tokens: int | None
+) -> Draw:
+    """
+    Draw one request's behaviour from ``profile`` (thirteen draws from ``rng``, always).
+
+    Args:
+        rng: The server's generator.
+        profile: The requested model's profile.
+        time_scale: Real seconds per profile second.
+        max_tokens: The request's cap on completion tokens, ``None`` for none.
+    """
+    hits = [rng.random() < share for _, share in profile.faults.shares()]
+    fault = next((name for name, hit in zip(FAULT_NAMES, hits, strict=True) if hit), None)
+    stalled = rng.random() < profile.stall_share
+    ttft = profile.ttft_median_s * math.exp(profile.ttft_sigma * rng.gauss(0.0, 1.0))
+    speed = profile.tokens_per_s * math.exp(profile.gen_sigma * rng.gauss(0.0, 1.0))
+    tokens = max(1, round(profile.output_tokens * math.exp(OUTPUT_SIGMA * rng.gauss(0.0, 1.0))))
+    error_status = ERROR_STATUSES[min(int(rng.random() * len(ERROR_STATUSES)), 2)]
+    cut_at = rng.random()
+    finish_reason = "stop"
+    if max_tokens is not None and tokens > max_tokens:
+        tokens, finish_reason = max_tokens, "length"
+    # A broken stream stops after 1 … tokens - 1 tokens (after its only token when it has one).
+    cut_after = min(1 + int(cut_at * max(tokens - 1, 1)), tokens)
+    if stalled and tokens >= LONG_OUTPUT_TOKENS:
+        speed /= profile.stall_factor
+    elif stalled:
+        ttft *= profile.stall_factor
+    return Draw(
+        fault=fault,
+        stalled=stalled,
+        ttft_s=ttft * time_scale,
+        gen_s=tokens / speed * time_scale,
+        tokens=tokens,
+        finish_reason=finish_reason,
+        error_status=error_status,
+        cut_after=cut_after,
+    )
+
+
+class TokenBucket:
+    """
+    A tokens-per-minute limit that refills continuously, in profile time.
+
+    Full at the start; it refills ``tokens_per_minute / 60`` tokens per profile second, that is
+    per ``time_scale`` real seconds. A request larger than the whole bucket is admitted when
+    the bucket is full (and empties it), so every request can pass eventually.
+
+    Args:
+        tokens_per_minute: The limit, in tokens per minute of profile time.
+        time_scale: Real seconds per profile second.
+        now: The loop clock now (real seconds).
+    """
+
+    def __init__(self, tokens_per_minute: int, *, time_scale: float, now: float) -> None:
+        self.capacity = float(tokens_per_minute)
+        self.level = self.capacity
+        self.rate_per_s = tokens_per_minute / 60.0 / time_scale  # tokens per real second
+        self._updated = now
+
+    def take(self, tokens: int, now: float) -> float:
+        """
+        Take ``tokens`` if the bucket holds them.
+
+        Args:
+            tokens: The request's tokens (prompt and completion).
+            now: The loop clock now (real seconds).
+
+        Returns:
+            0.0 when admitted (the tokens are taken); else the real seconds until the bucket
+            will hold them (nothing is taken).
+        """
+        self.level = min(self.capacity, self.level + (now - self._updated) * self.rate_per_s)
+        self._updated = now
+        need = min(float(tokens), self.capacity)
+        if self.level >= need:
+            self.level -= need
+            return 0.0
+        return (need - self.level) / self.rate_per_s

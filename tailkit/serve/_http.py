@@ -1,0 +1,291 @@
+"""
+Just enough HTTP/1.1 for an OpenAI-compatible server: requests in, JSON and SSE out.
+
+One `Connection` per socket reads requests one after another (keep-alive), bodies by
+``Content-Length`` or chunked transfer coding, with limits on every part. While the server
+works on a request, `Connection.watch_eof` keeps reading so that a client that closes its
+socket is noticed at once; bytes it reads (a pipelined next request) wait in the buffer.
+Anything malformed raises `HttpError` with the status to answer: the server never crashes on
+what a client sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import json
+import re
+import socket
+import struct
+
+from dataclasses import dataclass
+from typing import Any
+
+
+__all__ = ["ClientGone", "Connection", "HttpError", "Request", "json_response", "response_head"]
+
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers
+MAX_HEADERS = 100
+MAX_BODY_BYTES = 8 * 1024 * 1024
+_READ = 64 * 1024
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: method and header names
+
+
+class HttpError(Exception):
+    """
+    The request cannot be read; answer ``status`` with ``message`` and close the connection.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ClientGone(ConnectionError):  # noqa: N818 - an event, not a failure of ours
+    """
+    The client closed its connection (read EOF) or a write to it failed.
+    """
+
+
+@dataclass(slots=True)
+class Request:
+    """
+    One HTTP request.
+
+    Args:
+        method: ``GET``, ``POST``, …
+        path: The target without its query string.
+        version: ``HTTP/1.1`` or ``HTTP/1.0``.
+        headers: Names lower-cased; repeated headers joined with ``", "``.
+        body: The decoded body (chunked transfer coding removed).
+    """
+
+    method: str
+    path: str
+    version: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def keep_alive(self) -> bool:
+        """
+        Whether the client lets the connection stay open after the response.
+        """
+        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in tokens
+        return "close" not in tokens
+
+
+class Connection:
+    """
+    A client socket: read requests, write responses, notice the client leaving.
+
+    Args:
+        reader: The connection's stream reader.
+        writer: The connection's stream writer.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.eof = False
+        self._buffer = bytearray()
+
+    async def _fill(self) -> bool:
+        """
+        Read more bytes into the buffer; ``False`` at EOF.
+        """
+        if self.eof:
+            return False
+        try:
+            data = await self.reader.read(_READ)
+        except ConnectionError:
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self._buffer += data
+        return True
+
+    async def _line(self, limit: int, what: str) -> bytes:
+        while (end := self._buffer.find(b"\r\n")) < 0:
+            if len(self._buffer) > limit:
+                raise HttpError(431 if what == "header" else 400, f"{what} line is too long")
+            if not await self._fill():
+                raise HttpError(400, f"the connection closed inside the {what}")
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 2]
+        return line
+
+    async def _exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            if not await self._fill():
+                raise HttpError(400, "the connection closed inside the body")
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    async def read_request(self) -> Request | None:
+        """
+        The next request, or ``None`` when the client closed the connection between requests.
+
+        Raises:
+            HttpError: The request is malformed, too large, or uses what this server lacks.
+        """
+        while not self._buffer:
+            if not await self._fill():
+                return None
+        line = (await self._line(MAX_HEAD_BYTES, "request")).decode("latin-1")
+        parts = line.split(" ")
+        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+            raise HttpError(400, f"malformed request line {line[:80]!r}")
+        method, target, version = parts
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            raise HttpError(505, f"HTTP version {version[:20]!r} is not supported")
+        headers = await self._headers()
+        body = await self._body(headers)
+        return Request(method, target.split("?", 1)[0], version, headers, body)
+
+    async def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        size = 0
+        for _ in range(MAX_HEADERS + 1):
+            raw = await self._line(MAX_HEAD_BYTES, "header")
+            size += len(raw) + 2
+            if not raw:
+                return headers
+            if size > MAX_HEAD_BYTES:
+                raise HttpError(431, "request headers are too large")
+            name, colon, value = raw.decode("latin-1").partition(":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise HttpError(400, f"malformed header line {raw[:80]!r}")
+            key, text = name.lower(), value.strip(" \t")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        raise HttpError(431, f"more than {MAX_HEADERS} headers")
+
+    async def _body(self, headers: dict[str, str]) -> bytes:
+        coding = headers.get("transfer-encoding")
+        length = headers.get("content-length")
+        if coding is not None and length is not None:
+            raise HttpError(400, "both Transfer-Encoding and Content-Length")
+        if headers.get("expect", "").lower() == "100-continue":
+            await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if coding is not None:
+            if coding.strip().lower() != "chunked":
+                raise HttpError(501, f"Transfer-Encoding {coding[:40]!r} is not supported")
+            return await self._chunked()
+        if length is None:
+            return b""
+        if not length.isdigit():
+            raise HttpError(400, f"Content-Length {length[:40]!r} is not a number")
+        size = int(length)
+        if size > MAX_BODY_BYTES:
+            raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        return await self._exactly(size)
+
+    async def _chunked(self) -> bytes:
+        body = bytearray()
+        while True:
+            line = (await self._line(1024, "chunk size")).split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise HttpError(400, f"malformed chunk size {line[:20]!r}") from None
+            if size < 0 or len(body) + size > MAX_BODY_BYTES:
+                raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+            if size == 0:
+                while await self._line(MAX_HEAD_BYTES, "trailer"):
+                    pass
+                return bytes(body)
+            body += await self._exactly(size)
+            if await self._exactly(2) != b"\r\n":
+                raise HttpError(400, "a chunk does not end with CRLF")
+
+    async def watch_eof(self) -> None:
+        """
+        Return when the client closes the connection; keep what it sends meanwhile.
+        """
+        while len(self._buffer) <= MAX_BODY_BYTES:
+            if not await self._fill():
+                return
+        await asyncio.Future()  # a client that floods a busy connection is not watched further
+
+    async def send(self, data: bytes) -> None:
+        """
+        Write ``data`` and wait until the socket takes it.
+
+        Raises:
+            ClientGone: The connection is closed or the write failed.
+        """
+        if self.writer.transport.is_closing():
+            msg = "the connection is closed"
+            raise ClientGone(msg)
+        try:
+            self.writer.write(data)
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            raise ClientGone(str(exc) or type(exc).__name__) from exc
+
+    def reset(self) -> None:
+        """
+        Drop the connection with a TCP reset: no response, no orderly close.
+        """
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already gone: abort() closes what is left
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.writer.transport.abort()
+
+    async def close(self, *, abort: bool = False) -> None:
+        """
+        Close the connection: orderly (flush what is written), or at once with ``abort``.
+        """
+        if abort:
+            self.writer.transport.abort()
+        else:
+            self.writer.close()
+        try:
+            await asyncio.wait_for(self.writer.wait_closed(), 2.0)
+        except (TimeoutError, OSError):
+            self.writer.transport.abort()  # a client that does not read: drop its buffer
+
+
+def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """
+    The status line and headers of a response, ending with the blank line.
+    """
+    phrase = http.HTTPStatus(status).phrase
+    lines = [f"HTTP/1.1 {status} {phrase}", "Server: tailkit-serve"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def json_response(
+    status: int,
+    payload: Any,
+    *,
+    keep_alive: bool,
+    headers: list[tuple[str, str]] | None = None,
+    raw: bytes | None = None,
+) -> bytes:
+    """
+    A whole JSON response with its ``Content-Length``.
+
+    Args:
+        status: The HTTP status.
+        payload: What to encode as the body (ignored when ``raw`` is given).
+        keep_alive: Whether the connection stays open afterwards.
+        headers: More headers, e.g. ``Retry-After``.
+        raw: A body to send as it is (garbage, for fault injection).
+    """
+    body = raw if raw is not None else json.dumps(payload, separators=(",", ":")).encode()
+    head = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Connection", "keep-alive" if keep_alive else "close"),
+        *(headers or []),
+    ]
+    return response_head(status, head) + body
