@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import collections
 import contextlib
 import json
@@ -232,6 +233,27 @@ def test_a_stream_has_role_content_finish_and_done() -> None:
     assert record.ttft_s is not None
     assert record.total_s is not None
     assert 0 < record.ttft_s <= record.total_s
+
+
+def test_chunk_tokens_groups_tokens_into_fewer_events() -> None:
+    """
+    With chunk_tokens=2 the same five words come in three content chunks; usage still says 5.
+    """
+
+    async def main() -> tuple[Reply, AttemptRecord]:
+        profile = dataclasses.replace(fixed(), chunk_tokens=2)
+        async with serving(config(profile)) as server:
+            reply = await chat(server.port, stream=True)
+        return reply, only(server)
+
+    reply, record = asyncio.run(main())
+    chunks = [json.loads(e) for e in reply.events()[:-1]]
+    contents = [c["choices"][0]["delta"]["content"] for c in chunks[1:-1]]
+
+    assert 3 == len(contents)
+    assert WORDS == "".join(contents)
+    assert 5 == chunks[-1]["usage"]["completion_tokens"]
+    assert ("ok", 5, 5) == (record.status, record.output_tokens, record.attrs["tokens_sent"])
 
 
 def test_keep_alive_serves_several_requests_on_one_connection() -> None:

@@ -130,6 +130,8 @@ class ModelProfile:
         stall_factor: How much slower a stalled request is: its TTFT, or for long outputs
             (600 tokens and more) its decode.
         faults: Shares of requests that fail, and the tokens-per-minute limit.
+        chunk_tokens: Tokens per streamed chunk (1: one event per token, as most providers;
+            more: fewer, bigger events for the same timing, cheaper to replay at scale).
     """
 
     ttft_median_s: float = 0.5
@@ -140,6 +142,7 @@ class ModelProfile:
     stall_share: float = 0.0
     stall_factor: float = 6.0
     faults: Faults = field(default_factory=Faults)
+    chunk_tokens: int = 1
 
     def __post_init__(self) -> None:
         _check_model(self, "")
@@ -153,6 +156,7 @@ def _check_model(model: ModelProfile, prefix: str) -> None:
     _integer(f"{prefix}output_tokens", model.output_tokens, low=1)
     _share(f"{prefix}stall_share", model.stall_share)
     _number(f"{prefix}stall_factor", model.stall_factor, low=1.0)
+    _integer(f"{prefix}chunk_tokens", model.chunk_tokens, low=1)
     if not isinstance(model.faults, Faults):
         msg = f"{prefix}faults must be a Faults, got {model.faults!r}"
         raise ConfigError(msg)

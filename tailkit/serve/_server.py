@@ -326,7 +326,8 @@ class Server:
     async def _answer(
         self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
     ) -> None:
-        status, error_type = await answer(conn, ex, chat, d)
+        chunk_tokens = self.config.models[chat.model].chunk_tokens
+        status, error_type = await answer(conn, ex, chat, d, chunk_tokens=chunk_tokens)
         # Recorded before this task yields again: a client in this process that has read the
         # whole answer finds its record in `records`.
         tokens = d.tokens if status in ("ok", "invalid") else None

@@ -34,10 +34,10 @@ async def _forever() -> None:
 
 
 async def answer(
-    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
+    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw, *, chunk_tokens: int = 1
 ) -> tuple[str, str | None]:
     """
-    Send the answer ``d`` describes.
+    Send the answer ``d`` describes (a stream in chunks of ``chunk_tokens`` tokens).
 
     Returns:
         The access-log status and error type.
@@ -60,7 +60,7 @@ async def answer(
         await conn.send(json_response(d.error_status, body, keep_alive=ex.keep_alive))
         return "error", "server_error"
     if chat.stream:
-        return await _streamed(conn, ex, chat, d)
+        return await _streamed(conn, ex, chat, d, chunk_tokens)
     return await _whole(conn, ex, chat, d)
 
 
@@ -113,7 +113,7 @@ class _Events:
             return b"data: " + text[: len(text) // 2] + b"\n\n"
         return wire.sse(payload)
 
-    def add(self, data: bytes, *, token: bool = False) -> None:
+    def add(self, data: bytes, *, token: int = 0) -> None:
         self._pending.append(data)
         self._tokens += token
 
@@ -130,7 +130,7 @@ class _Events:
 
 
 async def _streamed(
-    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
+    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw, chunk_tokens: int
 ) -> tuple[str, str | None]:
     loop = asyncio.get_running_loop()
     events = _Events(conn, ex, chat, d.fault if d.fault in ("garbage", "schema_invalid") else None)
@@ -146,12 +146,15 @@ async def _streamed(
     await events.flush()
     first = ex.received + d.ttft_s
     stop = d.cut_after if d.fault in ("stall_mid", "cut_stream") else d.tokens
-    for k in range(stop):
+    size = max(chunk_tokens, 1)
+    for k in range(0, stop, size):
         due = first + d.gen_s * k / d.tokens
         if due > loop.time():
             await events.flush()
             await _sleep_until(due)
-        events.add(events.event({"content": wire.word(k)}), token=True)
+        n = min(size, stop - k)
+        text = "".join(wire.word(k + i) for i in range(n))
+        events.add(events.event({"content": text}), token=n)
     await events.flush()
     if d.fault == "stall_mid":
         await _forever()
