@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import collections
 import contextlib
+import dataclasses
 import json
 import math
 import signal
