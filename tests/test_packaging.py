@@ -101,7 +101,7 @@ def test_quick_start_has_exactly_two_commands() -> None:
     commands = re.findall(r"```console\n(.*?)\n```", section, flags=re.DOTALL)
 
     assert 2 == len(commands)
-    assert "tailkit ingest data_samples/" in commands[0]
+    assert "tailkit demo" in commands[0]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
 

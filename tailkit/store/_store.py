@@ -110,8 +110,11 @@ class Store:
             raise StoreError(msg) from None
         con.execute("SET TimeZone = 'UTC'")
         # Progress is tracked (for query_progress) but never printed over the caller's output.
-        con.execute("SET enable_progress_bar = true")
-        con.execute("SET enable_progress_bar_print = false")
+        try:
+            con.execute("SET enable_progress_bar = true")
+            con.execute("SET enable_progress_bar_print = false")
+        except duckdb.InvalidInputException:
+            pass  # Jupyter without ipywidgets refuses it: no query progress, nothing else lost
         store = cls(con, path)
         try:
             store._prepare(read_only=read_only)

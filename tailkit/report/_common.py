@@ -1,0 +1,139 @@
+"""
+What every figure module shares: the figure record, a matplotlib figure without pyplot, labels.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
+
+
+DPI = 100
+PALETTE = (
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """
+    One figure of the report.
+
+    Args:
+        name: File stem of its PNG (``ccdf`` -> ``ccdf.png``).
+        title: Its finding in words, computed from the data.
+        caption: One sentence on how to read it.
+        png: The PNG bytes.
+    """
+
+    name: str
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """
+    A heading, its figures, and a one-line note where it has no data (or something to add).
+    """
+
+    title: str
+    figures: tuple[Figure, ...] = ()
+    note: str | None = None
+
+
+def new_figure(width_in: float, height_in: float) -> MplFigure:
+    """
+    A matplotlib figure drawn by Agg, without pyplot's global state.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def finish(fig: MplFigure, *, name: str, title: str, caption: str) -> Figure:
+    """
+    Put the title on the figure, render it to PNG and wrap it as a report `Figure`.
+    """
+    fig.suptitle(title, fontsize=12, fontweight="bold")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return Figure(name=name, title=title, caption=caption, png=buf.getvalue())
+
+
+def short(value: Any, width: int = 26) -> str:
+    """
+    A readable label for one key value: the last path segment, no version hash, truncated.
+    """
+    text = "(none)" if value is None else str(value)
+    text = text.rsplit("/", 1)[-1].split(":", 1)[0]
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def label(key: tuple[Any, ...]) -> str:
+    """
+    A route (or group) label: its key values shortened, joined with ``/``.
+    """
+    return "/".join(short(v) for v in key)
+
+
+def seconds(value: float) -> str:
+    """
+    ``0.42 s``, ``3.1 s``, ``42 s``, ``∞``: as many digits as a reader needs.
+    """
+    if math.isinf(value):
+        return "∞"
+    if value < 1:
+        return f"{value:.2f} s"
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def times(ratio: float) -> str:
+    """
+    ``34×`` or ``1.8×``.
+    """
+    if not math.isfinite(ratio):
+        return "∞×"
+    return f"{ratio:.0f}×" if ratio >= 10 else f"{ratio:.1f}×"
+
+
+def percent(share: float) -> str:
+    """
+    ``4.1%``, ``0.25%``, ``0%``.
+    """
+    if share == 0:
+        return "0%"
+    return f"{share:.1%}" if share >= 0.001 else f"{share:.2%}"
+
+
+def listing(names: list[str], limit: int = 3) -> str:
+    """
+    ``a``, ``a and b``, ``a, b and 2 more``.
+    """
+    if len(names) <= 1:
+        return "".join(names)
+    if len(names) > limit:
+        return f"{', '.join(names[: limit - 1])} and {len(names) - limit + 1} more"
+    return f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def seconds_axis(axis: Any) -> None:
+    """
+    A log-scaled axis in seconds with plain tick labels (1, 2, 5, 10, …) instead of 2×10⁰.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())

@@ -1,0 +1,149 @@
+"""
+The workflow: the plan's DAG with each step's cutoff and action, and the policy comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from tailkit.config import Plan, Step
+from tailkit.report._common import (
+    PALETTE,
+    Figure,
+    finish,
+    new_figure,
+    percent,
+    seconds,
+    seconds_axis,
+)
+from tailkit.simulate import POLICY_TITLES, SimResult
+
+
+def _action(step: Step) -> str:
+    cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+    if step.on_cutoff == "wait" or cutoff is None:
+        return "waits (no cutoff)"
+    clock = "if no first token by" if step.signal == "ttft" else "at"
+    target = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
+    return f"{step.on_cutoff} {clock} {seconds(cutoff)}" + (f"\n→ {target}" if target else "")
+
+
+def _depths(plan: Plan) -> dict[str, int]:
+    depth: dict[str, int] = {}
+    for name in plan.order():
+        depth[name] = 1 + max((depth[d] for d in plan.steps[name].depends_on), default=-1)
+    return depth
+
+
+def dag_figure(plan: Plan) -> Figure:
+    """
+    The steps left to right by dependency depth, each with its route, cutoff, action and p99.
+    """
+    depth = _depths(plan)
+    layers: dict[int, list[str]] = {}
+    for name in plan.order():
+        layers.setdefault(depth[name], []).append(name)
+    tallest = max(len(v) for v in layers.values())
+    fig = new_figure(max(10.5, 2.6 * len(layers)), 1.5 * tallest + 1.4)
+    ax = fig.subplots()
+    pos: dict[str, tuple[float, float]] = {}
+    for d, names in layers.items():
+        for i, name in enumerate(names):
+            pos[name] = (float(d), (len(names) - 1) / 2 - i)
+    acting: dict[str, list[str]] = {}
+    boxes = {}
+    for name, (x, y) in pos.items():
+        step = plan.steps[name]
+        acts = step.on_cutoff != "wait"
+        if acts:
+            acting.setdefault(step.on_cutoff, []).append(name)
+        p99 = f"\npredicted p99 {seconds(step.predicted.p99_s)}" if step.predicted else ""
+        optional = "" if step.required else " (optional)"
+        text = f"{name}{optional}\n{step.route}\n{_action(step)}{p99}"
+        boxes[name] = ax.text(x, y, text, ha="center", va="center", fontsize=7.5,
+                bbox={"boxstyle": "round,pad=0.4", "fc": "#fde9d9" if acts else "#eef2f7",
+                      "ec": PALETTE[1] if acts else "0.5"})  # fmt: skip
+    for name, step in plan.steps.items():
+        for dep in step.depends_on:
+            # From the right edge of the step waited on to the left edge of the waiting one;
+            # an arrow that skips a layer bends, so it does not run through the boxes between.
+            skips = depth[name] - depth[dep] > 1
+            ax.annotate(
+                "", xy=(0.0, 0.5), xycoords=boxes[name], xytext=(1.0, 0.5),
+                textcoords=boxes[dep],
+                arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 1.2,
+                            "connectionstyle": f"arc3,rad={0.35 if skips else 0.0}"},
+            )  # fmt: skip
+    ax.set_xlim(-0.55, max(layers) + 0.55)
+    ax.set_ylim(-tallest / 2 - 0.2, tallest / 2 + 0.2)
+    ax.axis("off")
+    n_acting = sum(len(v) for v in acting.values())
+    how = ", ".join(f"{len(v)} {a}" for a, v in acting.items())
+    title = (
+        f"{plan.workflow}: the plan acts on {n_acting} of {len(plan.steps)} steps ({how}) "
+        f"to meet its {seconds(plan.deadline_s)} deadline"
+        if acting
+        else f"{plan.workflow}: no step needs a cutoff to meet its {seconds(plan.deadline_s)} "
+        "deadline"
+    )
+    caption = (
+        "Boxes are steps (arrows point from a step to the steps waiting on it), each with its "
+        "route, what it does at its cutoff (red boxes act, blue ones wait) and its predicted "
+        "p99 latency."
+    )
+    return finish(fig, name="workflow_dag", title=title, caption=caption)
+
+
+def policy_figure(comparison: Mapping[str, SimResult]) -> Figure:
+    """
+    End-to-end CCDFs of each policy on the same runs, with the deadline and the miss rates.
+    """
+    fig = new_figure(10.5, 5.0)
+    ax = fig.subplots()
+    deadline = next(iter(comparison.values())).deadline_s
+    for color, (policy, result) in zip(PALETTE, comparison.items(), strict=False):
+        end = np.sort(result.end_s[np.isfinite(result.end_s)])
+        if end.size == 0:
+            continue
+        s = 1.0 - np.arange(1, end.size + 1) / result.end_s.size
+        keep = s > 0
+        name = POLICY_TITLES.get(policy, policy)
+        ax.step(
+            end[keep],
+            s[keep],
+            where="post",
+            color=color,
+            lw=1.6 if policy == "plan" else 1.1,
+            label=f"{name}: miss {percent(result.miss_rate)}, p99 {seconds(result.p99_s)}",
+        )
+    if math.isfinite(deadline):
+        ax.axvline(deadline, color="black", ls="--", lw=1.2)
+        ax.text(deadline, 0.5, f" deadline {seconds(deadline)}", fontsize=8, va="center")
+    ax.set_xscale("log")
+    seconds_axis(ax.xaxis)
+    ax.set_yscale("log")
+    runs = max(r.runs for r in comparison.values())
+    ax.set_ylim(0.5 / runs, 1.2)
+    ax.set_xlabel("end-to-end run latency (s)")
+    ax.set_ylabel("share of runs slower")
+    ax.legend(fontsize=8, loc="lower left")
+    plan = comparison.get("plan")
+    baseline = comparison.get("none")
+    if plan is not None and baseline is not None:
+        title = (
+            f"The plan misses the {seconds(deadline)} deadline in {percent(plan.miss_rate)} of "
+            f"runs, against {percent(baseline.miss_rate)} with no cutoffs"
+        )
+    else:
+        best = min(comparison, key=lambda p: comparison[p].miss_rate)
+        title = f"{POLICY_TITLES.get(best, best)} misses the deadline least often"
+    caption = (
+        f"Each curve is the share of {runs:,} simulated runs slower than the x value, per "
+        "policy on the same random draws; the lower a curve where it crosses the dashed "
+        "deadline, the fewer runs miss it (failed runs count as misses)."
+    )
+    return finish(fig, name="policy_ccdf", title=title, caption=caption)
