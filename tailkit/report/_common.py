@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,7 +67,9 @@ def finish(fig: MplFigure, *, name: str, title: str, caption: str) -> Figure:
     """
     Put the title on the figure, render it to PNG and wrap it as a report `Figure`.
     """
-    fig.suptitle(title, fontsize=12, fontweight="bold")
+    # wrap to the figure's width (~10 characters per inch at 12 pt bold): never clipped
+    width = max(int(fig.get_figwidth() * 10), 40)
+    fig.suptitle(textwrap.fill(title, width), fontsize=12, fontweight="bold")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return Figure(name=name, title=title, caption=caption, png=buf.getvalue())
