@@ -41,11 +41,16 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[str], typer.Argument(help="Files, folders or glob patterns.")],
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Files, folders or glob patterns.")
+    ] = None,
     db: DbOption = DEFAULT_DB,
     format: Annotated[
-        str, typer.Option("--format", help="auto, jsonl, json, csv, parquet, llmperf or trace.")
+        str, typer.Option("--format", help="auto, or a format name (see --list-formats).")
     ] = "auto",
+    list_formats: Annotated[
+        bool, typer.Option("--list-formats", help="List the formats it reads, then exit.")
+    ] = False,
     map_: Annotated[
         list[str] | None,
         typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. total_s=latency (repeatable)."),
@@ -79,6 +84,12 @@ def ingest(
 
         tailkit ingest latency.csv --map total_s=latency_ms --unit ms --set provider=openai
     """
+    if list_formats:
+        for line in _render.formats_text(as_json=as_json):
+            typer.echo(line)
+        return
+    if not paths:
+        fail("give the files, folders or globs to ingest (or --list-formats)")
     options = ScanOptions(mapping=_pairs(map_, "--map"), sets=_pairs(set_, "--set"), unit=unit)
     buckets = buckets_of(input_edges, output_edges)
     try:

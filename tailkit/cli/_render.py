@@ -149,3 +149,16 @@ def error_line(error: IngestError) -> str:
     How one failed file is reported on stderr.
     """
     return f"Error: {error}"
+
+
+def formats_text(*, as_json: bool = False) -> list[str]:
+    """
+    The formats `tailkit ingest` reads (each detected by content with --format auto).
+    """
+    from tailkit.formats import FORMATS, describe
+
+    rows = [{"format": name, "reads": describe(name).replace("`", "")} for name in FORMATS]
+    if as_json:
+        return [json.dumps(rows, indent=2)]
+    width = max(len(r["format"]) for r in rows)
+    return [f"{r['format']:<{width}}  {r['reads']}" for r in rows]

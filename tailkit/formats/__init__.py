@@ -5,9 +5,12 @@ The SQL yields call-record columns (DESIGN.md §1). Formats never run SQL themse
 `tailkit.ingest` does.
 """
 
+from pathlib import Path
+
 from tailkit.formats._detect import SUFFIXES as SUFFIXES
 from tailkit.formats._detect import Detected as Detected
-from tailkit.formats._detect import detect_format as detect_format
+from tailkit.formats._detect import Detector as Detector
+from tailkit.formats._detect import detect_format as _detect_format
 from tailkit.formats._detect import read_head as read_head
 from tailkit.formats._detect import suffix_of as suffix_of
 from tailkit.formats._generic import Csv, JsonDocument, JsonLines, Parquet
@@ -26,15 +29,44 @@ FORMATS: dict[str, FileFormat] = {
 }
 """Format name → adapter with ``sniff_sql(path)`` and ``scan(path, sniffed, options)``."""
 
+GENERIC = ("jsonl", "json", "csv", "parquet")
+"""Formats that read any file of their kind (columns named after the call record, or mapped)."""
+
+DETECTORS: list[Detector] = []
+"""Specific formats' content detectors, asked in order before the generic rules."""
+
+
+def detect_format(path: Path, head: bytes) -> Detected:
+    """
+    The format of a file, from its content: a specific format if one recognises it.
+
+    Raises:
+        InputFileError: The file is empty, binary, or in no format tailkit reads.
+    """
+    return _detect_format(path, head, DETECTORS)
+
+
+def describe(name: str) -> str:
+    """
+    One line on what a format reads (its adapter's docstring summary).
+    """
+    doc = (type(FORMATS[name]).__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else name
+
+
 __all__ = [
+    "DETECTORS",
     "FORMATS",
+    "GENERIC",
     "REJECT_STATUS",
     "SUFFIXES",
     "Detected",
+    "Detector",
     "FileFormat",
     "Scan",
     "ScanOptions",
     "check_options",
+    "describe",
     "detect_format",
     "literal",
     "read_head",

@@ -8,6 +8,7 @@ import gzip
 import json
 import zlib
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,55 @@ class Detected:
 
     format: str
     why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """
+    How one specific format recognises its files by content (never by name).
+
+    Args:
+        name: The format's name.
+        text: For text files: called with the first 64 KiB (decoded; may end mid-record)
+            and the first line parsed as JSON (``None`` when it does not parse); returns a
+            one-phrase reason when the file is this format.
+        parquet: For Parquet files: called with the column names.
+    """
+
+    name: str
+    text: Callable[[str, object | None], str | None] | None = None
+    parquet: Callable[[Sequence[str]], str | None] | None = None
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception:  # an unreadable schema is for the Parquet reader to report
+        return []
+
+
+def _parquet(path: Path, detectors: Sequence[Detector]) -> Detected:
+    hooks = [d for d in detectors if d.parquet is not None]
+    columns = _parquet_columns(path) if hooks else []
+    for d in hooks:
+        why = d.parquet(columns) if d.parquet is not None else None
+        if why:
+            return Detected(d.name, why)
+    return Detected("parquet", "Parquet magic bytes")
+
+
+def _specific(text: str, detectors: Sequence[Detector]) -> Detected | None:
+    try:
+        first: object | None = json.loads(text.split("\n", 1)[0])
+    except ValueError:
+        first = None
+    for d in detectors:
+        why = d.text(text, first) if d.text is not None else None
+        if why:
+            return Detected(d.name, why)
+    return None
 
 
 def suffix_of(path: Path) -> str:
@@ -86,15 +136,17 @@ def read_head(path: Path) -> bytes:
     return head
 
 
-def detect_format(path: Path, head: bytes) -> Detected:
+def detect_format(path: Path, head: bytes, detectors: Sequence[Detector] = ()) -> Detected:
     """
-    Choose the format of a file from its suffix and first bytes.
+    Choose the format of a file from its content (the suffix only tells CSV from TSV).
+
+    Specific formats (``detectors``, asked in order) come before the generic readers.
 
     Raises:
         InputFileError: The file is empty, binary, or in no format tailkit reads.
     """
     if head[:4] == b"PAR1":
-        return Detected("parquet", "Parquet magic bytes")
+        return _parquet(path, detectors)
     if b"\x00" in head:
         msg = f"{path}: binary file, not JSON, CSV or Parquet (use --format to force one)"
         raise InputFileError(msg)
@@ -103,6 +155,9 @@ def detect_format(path: Path, head: bytes) -> Detected:
         msg = f"{path}: empty file (only whitespace), nothing to ingest"
         raise InputFileError(msg)
     suffix = suffix_of(path)
+    specific = _specific(text, detectors)
+    if specific is not None:
+        return specific
     if text[0] == "[":
         if all(key in text for key in _LLMPERF_KEYS):
             return Detected("llmperf", "llmperf keys in a JSON array")

@@ -20,7 +20,15 @@ from typing import Protocol
 import xxhash
 
 from tailkit.errors import IngestError, InputFileError, QueryError
-from tailkit.formats import FORMATS, ScanOptions, check_options, detect_format, read_head
+from tailkit.formats import (
+    FORMATS,
+    GENERIC,
+    Detected,
+    ScanOptions,
+    check_options,
+    detect_format,
+    read_head,
+)
 from tailkit.ingest._load import (
     AlreadyIngestedError,
     Counts,
@@ -192,6 +200,7 @@ def _ingest_file(
     detected = detect_format(path, head)
     fmt_name, why = detected.format, detected.why
     if format_name != "auto":
+        _check_forced(path, format_name, detected)
         fmt_name, why = format_name, "--format"
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
@@ -200,7 +209,7 @@ def _ingest_file(
     try:
         sniffed = store.fetchall(sniff) if sniff else []
     except QueryError as exc:
-        msg = f"{path}: not readable as {fmt_name} ({exc})"
+        msg = f"{path}: not readable as {fmt_name} ({exc}){_looks_like(detected, fmt_name)}"
         raise InputFileError(msg) from None
     scan = fmt.scan(str(path), sniffed, options)
     digest: Future[str] = hasher.submit(content_hash, path)
@@ -228,6 +237,28 @@ def _ingest_file(
         rejected=counts.rejected, duplicates=counts.duplicates, reasons=counts.reasons,
         ingest_id=counts.ingest_id, notes=scan.notes,
     )  # fmt: skip
+
+
+def _looks_like(detected: Detected, forced: str) -> str:
+    if detected.format in (forced, "skip"):
+        return ""
+    return (
+        f"; it looks like {detected.format} ({detected.why}): "
+        f"use --format {detected.format} or --format auto"
+    )
+
+
+def _check_forced(path: Path, forced: str, detected: Detected) -> None:
+    """
+    Refuse a specific --format on a file another specific format recognises.
+
+    A generic format (jsonl, json, csv, parquet) may read anything of its kind; but
+    ``--format litellm`` on a Helicone export would only reject every row.
+    """
+    if forced in GENERIC or detected.format in (forced, "skip", *GENERIC):
+        return
+    msg = f"{path}: --format {forced} does not fit this file{_looks_like(detected, forced)}"
+    raise InputFileError(msg)
 
 
 def _transaction(load: FileLoad, sql: str, *, strict: bool, started: float) -> Counts:
