@@ -79,3 +79,25 @@ def test_binary_and_empty_files_are_refused_with_the_reason(tmp_path: Path) -> N
     empty.write_text("   \n")
     with pytest.raises(InputFileError, match="empty file"):
         detect_format(empty, read_head(empty))
+
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("langfuse/api_page.json", "langfuse"),
+        ("langfuse/observations.jsonl", "langfuse"),
+        ("vllm-bench/detailed.json", "vllm-bench"),
+        ("vllm-bench/appended.json", "vllm-bench"),
+        ("guidellm/report.json", "guidellm"),
+    ],
+)
+def test_each_format_is_detected_by_content(path: str, expected: str, tmp_path: Path) -> None:
+    """Every format's fixture is recognised with --format auto, even under a neutral name."""
+    source = CORPUS / path
+    assert detect_format(source, read_head(source)).format == expected
+    renamed = tmp_path / "export.dat"
+    renamed.write_bytes(source.read_bytes())
+    assert detect_format(renamed, read_head(renamed)).format == expected

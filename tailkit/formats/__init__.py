@@ -36,6 +36,25 @@ DETECTORS: list[Detector] = []
 """Specific formats' content detectors, asked in order before the generic rules."""
 
 
+def _register(adapter: FileFormat, detector: Detector) -> None:
+    FORMATS[adapter.name] = adapter
+    DETECTORS.append(detector)
+
+
+def _register_all() -> None:
+    from tailkit.formats import _guidellm, _langfuse, _vllm_bench
+
+    _register(
+        _langfuse.Langfuse(),
+        Detector("langfuse", text=_langfuse.detect, parquet=_langfuse.detect_parquet),
+    )
+    _register(_vllm_bench.VllmBench(), Detector("vllm-bench", text=_vllm_bench.detect))
+    _register(_guidellm.Guidellm(), Detector("guidellm", text=_guidellm.detect))
+
+
+_register_all()
+
+
 def detect_format(path: Path, head: bytes) -> Detected:
     """
     The format of a file, from its content: a specific format if one recognises it.

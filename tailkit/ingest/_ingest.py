@@ -197,7 +197,12 @@ def _ingest_file(
     hasher: ThreadPoolExecutor,
 ) -> FileResult:
     head = read_head(path)
-    detected = detect_format(path, head)
+    try:
+        detected = detect_format(path, head)
+    except InputFileError:
+        if format_name == "auto":
+            raise
+        detected = Detected(format_name, "--format")  # forced: the reader is the judge
     fmt_name, why = detected.format, detected.why
     if format_name != "auto":
         _check_forced(path, format_name, detected)
