@@ -92,6 +92,11 @@ CORPUS = Path(__file__).parent / "corpus"
         ("vllm-bench/detailed.json", "vllm-bench"),
         ("vllm-bench/appended.json", "vllm-bench"),
         ("guidellm/report.json", "guidellm"),
+        ("otel/genai.jsonl", "otel"),
+        ("otel/document.json", "otel"),
+        ("litellm/standard_logging_payload.jsonl", "litellm"),
+        ("litellm/spend_logs.jsonl", "litellm"),
+        ("helicone/export.jsonl", "helicone"),
     ],
 )
 def test_each_format_is_detected_by_content(path: str, expected: str, tmp_path: Path) -> None:

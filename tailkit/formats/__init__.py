@@ -42,7 +42,11 @@ def _register(adapter: FileFormat, detector: Detector) -> None:
 
 
 def _register_all() -> None:
-    from tailkit.formats import _guidellm, _langfuse, _vllm_bench
+    from tailkit.formats import _guidellm, _helicone, _langfuse, _litellm, _otel, _vllm_bench
+
+    _register(_otel.Otel(), Detector("otel", text=_otel.detect))
+    _register(_litellm.Litellm(), Detector("litellm", text=_litellm.detect))
+    _register(_helicone.Helicone(), Detector("helicone", text=_helicone.detect))
 
     _register(
         _langfuse.Langfuse(),

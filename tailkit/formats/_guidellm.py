@@ -199,6 +199,7 @@ class Guidellm:
             row_problem=not_object, row_number="_tk_row",
         )  # fmt: skip
         return Scan(
+            units_known=True,
             format=self.name,
             select_sql=select,
             has_call_id=True,

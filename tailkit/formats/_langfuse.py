@@ -381,4 +381,7 @@ class Langfuse:
             total = sum(n for _, n in skipped)
             by_kind = ", ".join(f"{kind} {n:,}" for kind, n in skipped)
             notes.append(f"skipped {total:,} observation(s) that are not generations ({by_kind})")
-        return Scan(format=NAME, select_sql=select, has_call_id=True, notes=tuple(notes))
+        return Scan(
+            format=NAME, select_sql=select, has_call_id=True, notes=tuple(notes),
+            units_known=True,
+        )  # fmt: skip

@@ -60,6 +60,8 @@ class Scan:
         setup: Statements to run before ``select_sql``.
         has_call_id: Whether the source provides ``call_id``.
         notes: Phrases for the user about how columns were mapped.
+        units_known: The format fixes its units (it converts them itself), so the
+            "looks like milliseconds" check does not apply.
     """
 
     format: str
@@ -70,6 +72,7 @@ class Scan:
     setup: tuple[str, ...] = ()
     has_call_id: bool = False
     notes: tuple[str, ...] = ()
+    units_known: bool = False
 
 
 class FileFormat(Protocol):

@@ -198,7 +198,7 @@ class VllmBench:
             _expanded(path), raw, extras=extras, raw_text=raw_text,
             row_problem=_missing(), row_number="_tk_row",
         )  # fmt: skip
-        return Scan(format=self.name, select_sql=select, notes=_notes(sniffed))
+        return Scan(format=self.name, select_sql=select, notes=_notes(sniffed), units_known=True)
 
 
 def error_columns(err: str) -> tuple[str, str, str]:

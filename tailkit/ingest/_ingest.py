@@ -141,8 +141,8 @@ def ingest_paths(
     Args:
         store: An open store.
         paths: Files, folders (searched recursively) and glob patterns.
-        format: ``auto`` (detect per file) or one of ``jsonl``, ``json``, ``csv``, ``parquet``,
-            ``llmperf``, ``trace``.
+        format: ``auto`` (detect per file by content) or a format name (`FORMATS`; ``tailkit
+            ingest --list-formats``).
         options: ``--map`` / ``--set`` / ``--unit``.
         strict: Store nothing from a file that has any bad row.
         progress: Receives a start and a finish event per file.

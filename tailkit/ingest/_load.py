@@ -101,7 +101,7 @@ class FileLoad:
         this = f"ingest_id = {ingest_id}"
         marked = _one(store, f"SELECT count(*) FROM calls WHERE {this} AND status = {_REJECT}")
         rows_in, rejected = read + reader_rejects, marked + reader_rejects
-        if self.options.unit is None:
+        if self.options.unit is None and not self.scan.units_known:
             self._check_unit(this)
         if strict and rejected:
             self._refuse_strict(ingest_id, rejected)
