@@ -92,6 +92,8 @@ CORPUS = Path(__file__).parent / "corpus"
         ("vllm-bench/detailed.json", "vllm-bench"),
         ("vllm-bench/appended.json", "vllm-bench"),
         ("guidellm/report.json", "guidellm"),
+        ("genai-perf/profile_export.json", "genai-perf"),
+        ("aiperf/profile_export.jsonl", "aiperf"),
         ("otel/genai.jsonl", "otel"),
         ("otel/document.json", "otel"),
         ("litellm/standard_logging_payload.jsonl", "litellm"),

@@ -55,6 +55,11 @@ def _register_all() -> None:
     _register(_vllm_bench.VllmBench(), Detector("vllm-bench", text=_vllm_bench.detect))
     _register(_guidellm.Guidellm(), Detector("guidellm", text=_guidellm.detect))
 
+    from tailkit.formats import _aiperf, _genai_perf
+
+    _register(_genai_perf.GenaiPerf(), Detector("genai-perf", text=_genai_perf.detect))
+    _register(_aiperf.Aiperf(), Detector("aiperf", text=_aiperf.detect))
+
 
 _register_all()
 
