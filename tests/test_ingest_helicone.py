@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import tailkit.formats
 
-from tailkit.formats import ScanOptions
 from tailkit.formats._helicone import Helicone, detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tests._fuzz import assert_every_line_accounted
 
 from .conftest import CORPUS
 
@@ -179,20 +179,5 @@ def test_any_json_is_stored_or_rejected(
     """
     Arbitrary JSON of roughly the right shape: no crash, every line accounted for with a reason.
     """
-    folder = tmp_path_factory.mktemp("helicone")
-    path = folder / "any.jsonl"
-    # The first line is an object: ingest runs detection even for a forced --format.
     lines = ['{"request_id": "first"}', *lines]
-    path.write_text("\n".join(lines) + "\n")
-    with Store.open(folder / "t.duckdb") as store:
-        # --unit ms (the format's own unit): epoch 0 as a start time is a long call, not ms.
-        options = ScanOptions(unit="ms")
-        report = ingest_paths(store, [path], format="helicone", options=options)
-        assert report.ok, report.errors
-        totals = report.totals()
-        assert len(lines) == totals["rows_in"]
-        assert totals["rows_in"] == totals["stored"] + totals["rejected"] + totals["duplicates"]
-        assert (0,) == store.fetchone("SELECT count(*) FROM rejects WHERE reason IS NULL")
-        assert (0,) == store.fetchone(
-            "SELECT count(*) FROM calls WHERE ttft_s = 0 OR ttft_s >= total_s OR total_s < 0"
-        )
+    assert_every_line_accounted(tmp_path_factory.mktemp("helicone"), lines, format="helicone")
