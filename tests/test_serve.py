@@ -964,3 +964,39 @@ def test_serve_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     assert answer["choices"][0]["message"]["content"].startswith(WORDS)
     assert out.endswith("stopped after 1 chat request(s)\n")
     assert ["ok"] == [json.loads(line)["status"] for line in log.read_text().splitlines()]
+
+
+def test_workers_queue_requests_and_start_their_clock_when_taken() -> None:
+    """
+    One worker: the second request waits; its log starts when it is taken, its total excludes it.
+    """
+
+    async def main() -> list[AttemptRecord]:
+        cfg = dataclasses.replace(config(fixed(2.0), time_scale=0.05), workers=1)
+        async with serving(cfg) as server:
+            await asyncio.gather(chat(server.port), chat(server.port))
+            return sorted(server.records, key=lambda r: r.started_at)
+
+    first, second = asyncio.run(main())
+    assert first.status == second.status == "ok"
+    waited = (second.started_at - first.started_at).total_seconds()
+    assert 0.08 <= waited <= 0.6  # the first one's 0.1 s of work
+    assert second.total_s is not None
+    assert second.total_s < 0.6
+
+
+@pytest.mark.parametrize(("own_budget_s", "status"), [(10.0, "ok"), (1.0, "timeout")])
+def test_own_budget_ignores_the_propagated_deadline(own_budget_s: float, status: str) -> None:
+    """
+    Two clocks: the server keeps its own budget, whatever deadline the request carries.
+    """
+    headers = {"x-tailkit-remaining-s": "0.01"}  # the caller is almost out of time
+
+    async def main() -> AttemptRecord:
+        cfg = dataclasses.replace(config(fixed(2.0), time_scale=0.05), own_budget_s=own_budget_s)
+        async with serving(cfg) as server:
+            await chat(server.port, headers=headers)
+            return only(server)
+
+    record = asyncio.run(main())
+    assert record.status == status

@@ -172,11 +172,19 @@ class ServeConfig:
         time_scale: Real seconds per profile second (0.01 runs 100 times faster).
         seed: Seeds the server's one random generator: the same seed and the same requests
             in the same order give the same latencies and faults.
+        workers: Requests worked on at once; the others wait in arrival order, and a
+            request's clock (its log's start, its latency, its own budget) starts when a
+            worker takes it, as in a tool server behind a queue. ``None``: no limit.
+        own_budget_s: Profile seconds of budget the server gives itself per request, from
+            when a worker takes it, ignoring the deadline the request carries ("two
+            clocks"). ``None``: honour the propagated deadline (DESIGN.md §3).
     """
 
     models: dict[str, ModelProfile]
     time_scale: float = 1.0
     seed: int = 0
+    workers: int | None = None
+    own_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, Mapping) or not self.models:
@@ -191,11 +199,15 @@ class ServeConfig:
                 raise ConfigError(msg)
         _number("time_scale", self.time_scale, low=0.0, strict=True)
         _integer("seed", self.seed, low=0)
+        if self.workers is not None:
+            _integer("workers", self.workers, low=1)
+        if self.own_budget_s is not None:
+            _number("own_budget_s", self.own_budget_s, low=0.0, strict=True)
 
 
 _MODEL_FIELDS = tuple(f.name for f in fields(ModelProfile))
 _FAULT_FIELDS = tuple(f.name for f in fields(Faults))
-_TOP_FIELDS = ("time_scale", "seed", "models")
+_TOP_FIELDS = ("time_scale", "seed", "models", "workers", "own_budget_s")
 
 
 def _unknown(where: str, found: Mapping[Any, Any], known: tuple[str, ...]) -> None:
@@ -258,6 +270,10 @@ def parse_profile(document: object) -> ServeConfig:
         models=models,
         time_scale=_plain(top.get("time_scale", 1.0), whole=False),
         seed=_plain(top.get("seed", 0), whole=True),
+        workers=None if top.get("workers") is None else _plain(top["workers"], whole=True),
+        own_budget_s=None
+        if top.get("own_budget_s") is None
+        else _plain(top["own_budget_s"], whole=False),
     )
 
 

@@ -95,6 +95,7 @@ class Server:
         self._open = 0
         self._closing = False
         self._run_id = uuid.uuid4().hex[:8]  # call ids stay unique across server runs
+        self._workers = None if config.workers is None else asyncio.Semaphore(config.workers)
         self._count = 0
 
     @property
@@ -231,6 +232,9 @@ class Server:
 
     def _receive(self, request: Request) -> Exchange:
         loop_now, wall = asyncio.get_running_loop().time(), time.time()
+        deadline = deadline_from_headers(request.headers, now_mono=loop_now, now_wall=wall)
+        if self.config.own_budget_s is not None:  # two clocks: its own budget, from now
+            deadline = loop_now + self.config.own_budget_s * self.config.time_scale
         key = request.headers.get("idempotency-key", "")
         attempt = self.seen_keys[key] if key else 0
         if key:
@@ -241,7 +245,7 @@ class Server:
             received=loop_now,
             started_at=datetime.fromtimestamp(wall, UTC),
             wall=wall,
-            deadline=deadline_from_headers(request.headers, now_mono=loop_now, now_wall=wall),
+            deadline=deadline,
             key=key,
             attempt=attempt,
             keep_alive=request.keep_alive,
@@ -274,7 +278,15 @@ class Server:
     async def _chat(self, conn: Connection, request: Request) -> bool:
         """
         Answer one chat-completions request and record it; whether the connection stays open.
+
+        With ``workers``, the request first waits for a worker (its clock starts then).
         """
+        if self._workers is None:
+            return await self._chat_now(conn, request)
+        async with self._workers:
+            return await self._chat_now(conn, request)
+
+    async def _chat_now(self, conn: Connection, request: Request) -> bool:
         ex = self._receive(request)
         try:
             chat = wire.parse_chat(request.body)
