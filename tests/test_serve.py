@@ -1000,3 +1000,42 @@ def test_own_budget_ignores_the_propagated_deadline(own_budget_s: float, status:
 
     record = asyncio.run(main())
     assert record.status == status
+
+
+def test_deadline_margin_stops_early_enough_to_answer_in_time() -> None:
+    """
+    With deadline_margin_s, the server stops that much before the propagated deadline.
+    """
+    headers = {"x-tailkit-remaining-s": "0.3"}
+
+    async def main() -> AttemptRecord:
+        cfg = dataclasses.replace(
+            config(fixed(2.0), time_scale=0.5), deadline_margin_s=0.4
+        )  # 0.2 s real before the caller's deadline
+        async with serving(cfg) as server:
+            await chat(server.port, headers=headers)
+            return only(server)
+
+    record = asyncio.run(main())
+    assert record.status == "timeout"
+    assert record.censored_at_s is not None
+    assert record.censored_at_s < 0.25
+
+
+def test_an_own_clock_tool_finishes_work_its_caller_left() -> None:
+    """
+    Two clocks: the caller leaves, the tool works on and logs an ok (an orphaned success).
+    """
+
+    async def main() -> AttemptRecord:
+        cfg = dataclasses.replace(config(fixed(2.0), time_scale=0.05), own_budget_s=10.0)
+        async with serving(cfg) as server:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(chat(server.port), 0.02)  # the caller gives up first
+            await until(lambda: server.records)
+            return only(server)
+
+    record = asyncio.run(main())
+    assert record.status == "ok"
+    assert record.total_s is not None
+    assert record.total_s >= 0.08  # all 0.1 s of work, though the caller left after 0.02 s

@@ -175,6 +175,8 @@ class ServeConfig:
         workers: Requests worked on at once; the others wait in arrival order, and a
             request's clock (its log's start, its latency, its own budget) starts when a
             worker takes it, as in a tool server behind a queue. ``None``: no limit.
+        deadline_margin_s: Profile seconds before a propagated deadline at which the server
+            stops, so that its answer can still reach the caller in time (0: at the deadline).
         own_budget_s: Profile seconds of budget the server gives itself per request, from
             when a worker takes it, ignoring the deadline the request carries ("two
             clocks"). ``None``: honour the propagated deadline (DESIGN.md §3).
@@ -185,6 +187,7 @@ class ServeConfig:
     seed: int = 0
     workers: int | None = None
     own_budget_s: float | None = None
+    deadline_margin_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, Mapping) or not self.models:
@@ -203,11 +206,12 @@ class ServeConfig:
             _integer("workers", self.workers, low=1)
         if self.own_budget_s is not None:
             _number("own_budget_s", self.own_budget_s, low=0.0, strict=True)
+        _number("deadline_margin_s", self.deadline_margin_s, low=0.0)
 
 
 _MODEL_FIELDS = tuple(f.name for f in fields(ModelProfile))
 _FAULT_FIELDS = tuple(f.name for f in fields(Faults))
-_TOP_FIELDS = ("time_scale", "seed", "models", "workers", "own_budget_s")
+_TOP_FIELDS = ("time_scale", "seed", "models", "workers", "own_budget_s", "deadline_margin_s")
 
 
 def _unknown(where: str, found: Mapping[Any, Any], known: tuple[str, ...]) -> None:
@@ -274,6 +278,7 @@ def parse_profile(document: object) -> ServeConfig:
         own_budget_s=None
         if top.get("own_budget_s") is None
         else _plain(top["own_budget_s"], whole=False),
+        deadline_margin_s=_plain(top.get("deadline_margin_s", 0.0), whole=False),
     )
 
 

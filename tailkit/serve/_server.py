@@ -233,6 +233,7 @@ class Server:
     def _receive(self, request: Request) -> Exchange:
         loop_now, wall = asyncio.get_running_loop().time(), time.time()
         deadline = deadline_from_headers(request.headers, now_mono=loop_now, now_wall=wall)
+        deadline -= self.config.deadline_margin_s * self.config.time_scale  # time to answer back
         if self.config.own_budget_s is not None:  # two clocks: its own budget, from now
             deadline = loop_now + self.config.own_budget_s * self.config.time_scale
         key = request.headers.get("idempotency-key", "")
@@ -352,7 +353,9 @@ class Server:
         """
         loop = asyncio.get_running_loop()
         work = asyncio.create_task(self._answer(conn, ex, chat, d))
-        watch = asyncio.create_task(conn.watch_eof())
+        # Two clocks: a tool on its own budget does not notice the caller leaving.
+        own_clock = self.config.own_budget_s is not None
+        watch = asyncio.create_task(asyncio.Event().wait() if own_clock else conn.watch_eof())
         # A hung server honours nothing: only the client (or stop) ends a hang or a stall.
         honours = d.fault not in ("hang", "stall_mid") and math.isfinite(ex.deadline)
         timeout = max(ex.deadline - loop.time(), 0.0) if honours else None
@@ -372,6 +375,10 @@ class Server:
         failure = work.exception() if work in done else None
         if work in done and failure is None:
             pass  # recorded by _answer
+        elif own_clock and isinstance(failure, ClientGone):
+            # the work is done on the tool's clock; only the answer found nobody to take it
+            ex.keep_alive, ex.client_gone = False, True
+            self._record(ex, status="ok", error_type=None, ended=now, tokens=d.tokens)
         elif failure is not None and not isinstance(failure, ClientGone):
             logger.error("tailkit serve: request %s failed", ex.call_id, exc_info=failure)
             ex.keep_alive = False
