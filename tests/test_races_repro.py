@@ -1,0 +1,135 @@
+"""
+The two-clocks race, reproduced: a harness with an 8 s per-call timeout and a queued tool server.
+
+The tool (`tailkit serve` with 2 workers, each request ~3 s of work) sits behind a queue; load
+rises from a trickle to well past what 2 workers can do. Time runs 100 times faster.
+
+- Two clocks: the harness gives each call 8 s from when it sends it and re-plans (a new
+  logical call, a new idempotency key) when that runs out; the tool gives each request its own
+  8 s from when a worker takes it, whatever the caller has left. Calls finish after the harness
+  gave up, re-plans execute the same work again, and the queue grows.
+- Propagated deadline: the harness gives each task one 8 s deadline that travels with every
+  request (DESIGN.md §3); the tool honours it, so a request whose time ran out in the queue is
+  dropped the moment a worker takes it, and the harness does not re-plan past its deadline.
+
+`tailkit races` on the two logs must show the orphaned successes, the duplicates and the queue
+growth in the first run, and none of them in the second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from pathlib import Path
+from typing import Any
+
+from tailkit.adapters.openai import chat_attempt
+from tailkit.config import parse_plan
+from tailkit.errors import AllAttemptsFailed, StepTimeout
+from tailkit.executor import Executor, JsonlSink, Ledger, deadline_after
+from tailkit.serve import ModelProfile, ServeConfig, Server
+
+
+SCALE = 0.01  # real seconds per profile second
+CALL_S = 8.0  # the per-call budget, in profile seconds (0.08 s real)
+TASKS = 240  # agent tasks, each one tool call (and its re-plans)
+REPLANS = 2
+PLAN = parse_plan(f"""\
+tailkit_plan: 1
+workflow: agent
+deadline_s: {CALL_S * SCALE * (REPLANS + 1)}
+routes:
+  tool/search: {{provider: tool, model: search}}
+steps:
+  search: {{route: tool/search, idempotent: false}}
+""")
+TOOL = ModelProfile(
+    ttft_median_s=3.0, ttft_sigma=0.2, tokens_per_s=1000.0, gen_sigma=0.0, output_tokens=50
+)
+MESSAGES = [{"role": "user", "content": "look it up"}]
+
+
+def arrivals(n: int) -> list[float]:
+    """Send times (real seconds): the rate rises linearly from 5 to 120 calls per second."""
+    times, t = [], 0.0
+    for i in range(n):
+        rate = 5.0 + 115.0 * i / n
+        t += 1.0 / rate
+        times.append(t)
+    return times
+
+
+async def harness(*, propagate: bool, folder: Path) -> tuple[Path, Path, dict[str, int]]:
+    """Run the tasks against a fresh tool server; the two logs and the harness's outcomes."""
+    tool_log, ledger_path = folder / "tool.jsonl", folder / "harness.jsonl"
+    config = ServeConfig(
+        models={"search": TOOL}, time_scale=SCALE, seed=3, workers=2,
+        own_budget_s=None if propagate else CALL_S, deadline_margin_s=1.0,
+    )  # fmt: skip
+    ledger = Ledger(JsonlSink(ledger_path))
+    outcome = {"ok": 0, "gave_up": 0, "replans": 0}
+    async with (
+        Server(config, access_log=tool_log) as server,
+        chat_attempt(server.url, MESSAGES, stream=False) as call,
+    ):
+        executor = Executor(PLAN, ledger=ledger)
+
+        def attempt(a: Any) -> Any:
+            return call(dataclasses.replace(a, model="search"))
+
+        async def task(i: int, at: float) -> None:
+            await asyncio.sleep(at)
+            if propagate:  # one deadline for the task, carried by every request
+                with deadline_after(CALL_S * SCALE):
+                    try:
+                        await executor.run_step("search", attempt, run_id=f"t{i}")
+                        outcome["ok"] += 1
+                    except (StepTimeout, AllAttemptsFailed):
+                        outcome["gave_up"] += 1
+                return
+            for k in range(REPLANS + 1):  # a fresh 8 s per call, a re-plan after each
+                with deadline_after(CALL_S * SCALE):
+                    try:
+                        await executor.run_step("search", attempt, run_id=f"t{i}", call_index=k)
+                        outcome["ok"] += 1
+                        return
+                    except (StepTimeout, AllAttemptsFailed):
+                        outcome["replans"] += k < REPLANS
+            outcome["gave_up"] += 1
+
+        await asyncio.gather(*(task(i, at) for i, at in enumerate(arrivals(TASKS))))
+    ledger.close()
+    return ledger_path, tool_log, outcome
+
+
+def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path: Path) -> None:
+    """Independent clocks: orphaned successes, re-planned duplicates, a queue that eats budgets."""
+    from tailkit.races import find_races
+
+    harness_log, tool_log, outcome = asyncio.run(harness(propagate=False, folder=tmp_path))
+    report = find_races(harness_log, tool_log, side_effecting=["search"])
+    print("two clocks:", outcome, report.findings())
+    assert report.matched_by.get("idempotency_key", 0) == report.paired > 0
+    assert len(report.abandoned) >= 20  # the tool finished after the harness had given up
+    assert all(call.side_effecting for call in report.abandoned)
+    assert sum(r.executed > 1 for r in report.replans) >= 20  # the same work, done again
+    assert report.t_zero_gap.p99 is not None
+    assert report.t_zero_gap.p99 > CALL_S * SCALE  # queued longer than the caller's whole budget
+
+
+def test_a_propagated_deadline_leaves_no_orphans_and_no_duplicates(tmp_path: Path) -> None:
+    """One deadline carried by every request: no orphans, no re-plans, no duplicate work."""
+    from tailkit.races import find_races
+
+    harness_log, tool_log, outcome = asyncio.run(harness(propagate=True, folder=tmp_path))
+    report = find_races(harness_log, tool_log)
+    print("propagated:", outcome, report.findings())
+    assert report.paired > 0
+    assert report.abandoned == ()
+    assert report.duplicates == ()
+    assert not any(r.executed > 1 for r in report.replans)
+    # the tool stops at the deadline it was given; a few stop a millisecond or two late,
+    # on a loop that serves both sides of 240 calls at 100 times real speed
+    assert report.deadline_honoured_share is not None
+    assert report.deadline_honoured_share >= 0.85
