@@ -111,9 +111,9 @@ def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path:
     report = find_races(harness_log, tool_log, side_effecting=["search"])
     print("two clocks:", outcome, report.findings())
     assert report.matched_by.get("idempotency_key", 0) == report.paired > 0
-    assert len(report.abandoned) >= 20  # the tool finished after the harness had given up
+    assert len(report.abandoned) >= 10  # the tool finished after the harness had given up
     assert all(call.side_effecting for call in report.abandoned)
-    assert sum(r.executed > 1 for r in report.replans) >= 20  # the same work, done again
+    assert sum(r.executed > 1 for r in report.replans) >= 10  # the same work, done again
     assert report.t_zero_gap.p99 is not None
     assert report.t_zero_gap.p99 > CALL_S * SCALE  # queued longer than the caller's whole budget
 
@@ -133,3 +133,27 @@ def test_a_propagated_deadline_leaves_no_orphans_and_no_duplicates(tmp_path: Pat
     # on a loop that serves both sides of 240 calls at 100 times real speed
     assert report.deadline_honoured_share is not None
     assert report.deadline_honoured_share >= 0.85
+
+
+def test_the_report_has_a_races_section(tmp_path: Path) -> None:
+    """`tailkit report --races HARNESS TOOL` adds the races section with its finding."""
+    from typer.testing import CliRunner
+
+    from tailkit.cli import app
+    from tailkit.ingest import ingest_paths
+    from tailkit.store import Store
+
+    harness_log, tool_log, _ = asyncio.run(harness(propagate=False, folder=tmp_path))
+    db = tmp_path / "calls.duckdb"
+    with Store.open(db) as store:
+        ingest_paths(store, [harness_log])
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app, ["report", "--out", str(out), "--db", str(db), "--races", str(harness_log),
+              str(tool_log)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text()
+    assert "Races between the harness and its tool" in page
+    assert "finished after the harness gave up" in page
+    assert (out / "fig_races.png").stat().st_size > 5000

@@ -31,6 +31,10 @@ def report(
     max_routes: Annotated[
         int, typer.Option("--max-routes", help="Biggest routes shown per figure.")
     ] = 8,
+    races: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option("--races", help="HARNESS_LOG TOOL_LOG: add what tailkit races finds."),
+    ] = None,
 ) -> None:
     """
     Write an HTML report (figures embedded, opens offline) and its PNGs; print its path.
@@ -51,10 +55,15 @@ def report(
         fail(f"--by takes comma-separated column names, got {by!r}")
     try:
         loaded = load_plan(plan) if plan is not None else None
+        found = None
+        if races is not None:
+            from tailkit.races import find_races
+
+            found = find_races(*races)
         with Store.open(db, read_only=True) as store:
             index = write_report(
                 store, out, plan=loaded, by=names, title=title, where=where,
-                max_routes=max_routes,
+                max_routes=max_routes, races=found,
             )  # fmt: skip
     except QueryError as exc:
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))

@@ -88,7 +88,8 @@ def fit_location_scale(family: str, ys: list[_Array], cuts: list[_Array]) -> _Ar
         t, pending = np.ones(rows), active.copy()
         for _ in range(60):
             trial = theta + t[:, None] * step
-            new = evaluate(trial)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                new = evaluate(trial)  # a step past scale 0 is refused just below
             ok = pending & (trial[:, 1] > 0.0) & (new[0] >= value + 1e-4 * t * rise)
             theta[ok], value[ok], grad[ok], hess[ok] = trial[ok], new[0][ok], new[1][ok], new[2][ok]
             pending &= ~ok

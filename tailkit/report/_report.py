@@ -13,6 +13,7 @@ from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.report._common import Figure, Section
 from tailkit.report._html import render_html
+from tailkit.report._races import RaceFindings, races_section
 from tailkit.simulate import SimResult
 from tailkit.store import Store
 
@@ -31,6 +32,7 @@ def write_report(
     title: str = "tailkit report",
     where: str | None = None,
     max_routes: int = 8,
+    races: RaceFindings | None = None,
 ) -> Path:
     """
     Write ``index.html`` (self-contained: figures embedded, no script) and the figures' PNGs.
@@ -49,6 +51,7 @@ def write_report(
         title: The page's title.
         where: SQL filter on call-record columns for the tail sections.
         max_routes: The biggest routes shown in the per-route figures.
+        races: A `tailkit.races.RaceReport` (harness log against tool log): adds its section.
 
     Returns:
         The path of ``index.html``.
@@ -104,6 +107,8 @@ def write_report(
                 [_figures_traces.hedge_figure(traces), _figures_traces.p99_figure(traces, plan)],
             )
         )
+    if races is not None:
+        sections.append(races_section(races))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{PNG_PREFIX}*.png"):
