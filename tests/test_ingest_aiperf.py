@@ -14,10 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
 from tailkit.formats import ScanOptions
-from tailkit.formats._aiperf import Aiperf, detect
+from tailkit.formats._aiperf import detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -32,11 +30,6 @@ _COLUMNS = (
 )
 _T0 = 1767225600.0
 _M = ("vllm", "llama-3-8b", "aiperf")
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(tailkit.formats.FORMATS, "aiperf", Aiperf())
 
 
 def test_every_mapped_column(store: Store) -> None:

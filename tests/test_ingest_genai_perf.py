@@ -14,10 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
 from tailkit.formats import ScanOptions
-from tailkit.formats._genai_perf import GenaiPerf, detect
+from tailkit.formats._genai_perf import detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -32,11 +30,6 @@ _COLUMNS = (
 _T0 = 1767225600.0
 _L = ("openai", "llama-3-8b")
 _G = "genai-perf"
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(tailkit.formats.FORMATS, "genai-perf", GenaiPerf())
 
 
 def test_every_mapped_column(store: Store) -> None:

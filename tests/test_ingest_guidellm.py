@@ -5,7 +5,6 @@ GuideLLM reports: successful, incomplete and errored requests of every benchmark
 from __future__ import annotations
 
 import json
-import tempfile
 
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
-from tailkit.formats._guidellm import Guidellm, detect
+from tailkit.formats._guidellm import detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tests._fuzz import assert_document_accounted
 
 from .conftest import CORPUS
 
@@ -31,11 +29,6 @@ _COLUMNS = (
 _T0 = 1767225600.0
 _Q = ("openai_http", "Qwen/Qwen3-8B")
 _G = "guidellm"
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(tailkit.formats.FORMATS, "guidellm", Guidellm())
 
 
 def test_every_mapped_column(store: Store) -> None:
@@ -167,18 +160,4 @@ def test_arbitrary_reports_are_accounted_for(benches: list[object], args: object
     """
     Any report-shaped JSON: no crash, and every request is stored or rejected with a reason.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "r.json"
-        path.write_text(json.dumps({"args": args, "benchmarks": benches}))
-        with Store.open(Path(tmp) / "t.duckdb") as store:
-            report = ingest_paths(store, [path], format="guidellm")
-            if not report.ok:
-                return
-            totals = report.totals()
-            stored = store.fetchone("SELECT count(*) FROM calls")
-            unexplained = store.fetchone(
-                "SELECT count(*) FROM rejects WHERE reason IS NULL OR detail IS NULL"
-            )
-    assert totals["rows_in"] == totals["stored"] + totals["rejected"] + totals["duplicates"]
-    assert (totals["stored"],) == stored
-    assert (0,) == unexplained
+    assert_document_accounted(json.dumps({"args": args, "benchmarks": benches}), format="guidellm")

@@ -13,9 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
-from tailkit.formats._helicone import Helicone, detect
+from tailkit.formats._helicone import detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 from tests._fuzz import assert_every_line_accounted
@@ -28,14 +26,6 @@ _COLUMNS = (
     "call_id, provider, model, round(epoch(started_at) - 1767225600, 6), ttft_s, total_s, "
     "input_tokens, output_tokens, status, error_type, http_status, censored_at_s"
 )
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """
-    Register the format (tailkit.ingest uses the same FORMATS dict).
-    """
-    monkeypatch.setitem(tailkit.formats.FORMATS, "helicone", Helicone())
 
 
 def test_every_column(store: Store) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import tailkit.formats
 
-from tailkit.formats._langfuse import Langfuse, detect, detect_parquet
+from tailkit.formats._langfuse import detect, detect_parquet
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -31,12 +31,6 @@ _COLUMNS = (
     "call_id, run_id, step, provider, model, strftime(started_at, '%Y-%m-%dT%H:%M:%S.%f'), "
     "ttft_s, total_s, input_tokens, output_tokens, status, error_type, source_row, source"
 )
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    # tailkit.ingest._ingest imports the same FORMATS dict, so one setitem serves both.
-    monkeypatch.setitem(tailkit.formats.FORMATS, "langfuse", Langfuse())
 
 
 def _ingest(store: Store, path: Path, **kw: Any) -> Any:

@@ -34,14 +34,6 @@ _COLUMNS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """
-    Register the format (tailkit.ingest uses the same FORMATS dict).
-    """
-    monkeypatch.setitem(tailkit.formats.FORMATS, "litellm", Litellm())
-
-
 def _ingest(store: Store, path: Path) -> tailkit.ingest.IngestReport:
     report = ingest_paths(store, [path], format="litellm")
     assert report.ok, report.errors

@@ -9,15 +9,11 @@ import tempfile
 
 from pathlib import Path
 
-import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
 from tailkit.formats import ScanOptions
-from tailkit.formats._otel import Otel, detect
+from tailkit.formats._otel import detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -57,12 +53,6 @@ _EXPECTED = [
     ("e2e2e3e4e5e6e7e8", _TRACE, "openai", "gpt-4o-mini", 0.0, None, 1e-9, None, None,
      "ok", None, None, None, False),
 ]  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _otel_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    # tailkit.ingest reads this same dict (it imports the object, not a copy).
-    monkeypatch.setitem(tailkit.formats.FORMATS, "otel", Otel())
 
 
 def test_every_column_of_every_llm_span(store: Store) -> None:

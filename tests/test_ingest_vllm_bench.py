@@ -5,7 +5,6 @@ vLLM bench serve results: per-request arrays become calls, failures stay failure
 from __future__ import annotations
 
 import json
-import tempfile
 
 from pathlib import Path
 
@@ -14,13 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailkit.formats
-
 from tailkit.errors import MappingError
 from tailkit.formats import ScanOptions
 from tailkit.formats._vllm_bench import VllmBench, detect
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tests._fuzz import assert_document_accounted
 
 from .conftest import CORPUS
 
@@ -31,11 +29,6 @@ _COLUMNS = (
     "status, error_type, http_status, censored_at_s, abandoned, source"
 )
 _LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(tailkit.formats.FORMATS, "vllm-bench", VllmBench())
 
 
 def _rows(store: Store, where: str = "true") -> list[tuple[object, ...]]:
@@ -191,18 +184,4 @@ def test_arbitrary_results_are_accounted_for(results: list[dict[str, object]]) -
     """
     Any result-shaped JSON: no crash, and every request is stored or rejected with a reason.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "r.json"
-        path.write_text("\n".join(json.dumps(r) for r in results))
-        with Store.open(Path(tmp) / "t.duckdb") as store:
-            report = ingest_paths(store, [path], format="vllm-bench")
-            if not report.ok:
-                return
-            totals = report.totals()
-            stored = store.fetchone("SELECT count(*) FROM calls")
-            unexplained = store.fetchone(
-                "SELECT count(*) FROM rejects WHERE reason IS NULL OR detail IS NULL"
-            )
-    assert totals["rows_in"] == totals["stored"] + totals["rejected"] + totals["duplicates"]
-    assert (totals["stored"],) == stored
-    assert (0,) == unexplained
+    assert_document_accounted("\n".join(json.dumps(r) for r in results), format="vllm-bench")
