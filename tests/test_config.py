@@ -87,6 +87,8 @@ steps:
     route: openai/gpt-4.1-mini
 """
 _D = "    route: openai/gpt-4.1-mini\n"  # the last line: cases append fields of step draft to it
+_PLAN_PRED = ("predicted: {p50_s: 50, p99_s: 90, miss_rate: 0.03, extra_attempts: 0.04, "
+              "interval: {level: 0.95, p50_s: [49, 51], p99_s: [80, 99], ")  # fmt: skip
 _ROUTES = "openai/gpt-4.1, bedrock/gpt-4.1, openai/gpt-4.1-mini"
 
 
@@ -228,7 +230,7 @@ _BROKEN = [
     (16, "  draft:", "  1:", "steps.1: a key must be a string: quote it ('1')"),
     (19, _D, _D + "    zzz: 1", "steps.draft.zzz: unknown key (known keys: route, depends_on, "),
     (19, _D, _D + "    predicted: {p50_s: 1, p99_s: 2, hedge_rate: 0, zz: 1}",
-     "steps.draft.predicted.zz: unknown key (known keys: p50_s, p99_s, hedge_rate)"),
+     "steps.draft.predicted.zz: unknown key (known keys: p50_s, p99_s, hedge_rate, interval)"),
     (19, _D, _D + "    basis: {calls: 1, bucket: b, quantile: null, censored: 0, n: 1}",
      "steps.draft.basis.n: unknown key"),
     (19, _D, _D + "    required: 'true'", "steps.draft.required = 'true': must be true or false"),
@@ -256,6 +258,27 @@ _BROKEN = [
      "steps.draft.basis.censored: missing"),
     (19, _D, _D + "predicted: {p50_s: 1, p99_s: 2, miss_rate: 2, extra_attempts: 0}",
      "predicted.miss_rate = 2: must be a share between 0 and 1"),
+    (19, _D, _D + _PLAN_PRED + "miss_rate: [0.05, 0.1], extra_attempts: [0, 0.1]}}",
+     "predicted.interval.miss_rate = [0.05, 0.1]: must contain miss_rate (0.03): write [low, "
+     "high] with low <= 0.03 <= high, or run tailkit calibrate again to write both"),
+    (19, _D, _D + _PLAN_PRED + "miss_rate: [0.05, 0.01], extra_attempts: [0, 0.1]}}",
+     "predicted.interval.miss_rate = [0.05, 0.01]: must be [low, high] with low <= high; swap "
+     "them"),
+    (19, _D, _D + _PLAN_PRED + "miss_rate: 0.03, extra_attempts: [0, 0.1]}}",
+     "predicted.interval.miss_rate = 0.03: must be [low, high], two shares"),
+    (19, _D, _D + _PLAN_PRED + "miss_rate: [0, 1.5], extra_attempts: [0, 0.1]}}",
+     "predicted.interval.miss_rate = [0, 1.5]: must be [low, high], each a share between 0 and 1"),
+    (19, _D, _D + _PLAN_PRED + "miss_rate: [0, 0.1]}}",
+     "predicted.interval.extra_attempts: missing: add extra_attempts ([low, high])"),
+    (19, _D, _D + _PLAN_PRED.replace("0.95", "95") + "miss_rate: [0, 0.1], "
+     "extra_attempts: [0, 0.1]}}", "predicted.interval.level = 95: must be the intervals' "
+     "coverage, between 0 and 1 (e.g. 0.95)"),
+    (19, _D, _D + "    predicted: {p50_s: 1, p99_s: 2, hedge_rate: 0, interval: {level: 0.9, "
+     "p50_s: [1, 1], p99_s: [-2, 3], hedge_rate: [0, 0]}}", "steps.draft.predicted.interval."
+     "p99_s = [-2, 3]: must be [low, high], each a number of seconds >= 0 (.inf allowed)"),
+    (19, _D, _D + "    predicted: {p50_s: 1, p99_s: 2, hedge_rate: 0, interval: {level: 0.9, "
+     "p50_s: [1.5, 3], p99_s: [1, 3], hedge_rate: [0, 0]}}", "steps.draft.predicted.interval."
+     "p50_s = [1.5, 3]: must contain p50_s (1.0): write [low, high] with low <= 1.0 <= high"),
 ]  # fmt: skip
 
 
@@ -297,7 +320,8 @@ def test_all_problems_are_reported_together_in_file_order() -> None:
                           "any token: indent with spaces, not tabs"),
         ("a: 1\nb: \x07\n", "plan.yaml:2: not valid YAML: character '\\x07' is not allowed"),
         ("", "plan.yaml:1: (top): the plan is empty: it needs tailkit_plan, workflow, "),
-        ("- 1\n", "plan.yaml:1: (top) = a list: a plan is a mapping of tailkit_plan, workflow, "),
+        ("- 1\n", "plan.yaml:1: (top) = [1]: a plan is a mapping of tailkit_plan, workflow, "),
+        ("- [1]\n", "plan.yaml:1: (top) = a list: a plan is a mapping of tailkit_plan, "),
         ("x: !!python/object:os.system {}\n", "plan.yaml:1: x: YAML tag !!python/object:os.system "
                                               "is not allowed in a plan: remove it"),
         ("x: !!python/name:os.system\n", "plan.yaml:1: cannot read value: could not determine a "

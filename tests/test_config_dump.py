@@ -4,6 +4,7 @@ The plan file written back: dump and parse round-trip, byte-stable, in the docum
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import given
@@ -13,9 +14,11 @@ from tailkit.config import (
     ACTIONS,
     Basis,
     Plan,
+    PlanInterval,
     PlanPrediction,
     Route,
     Step,
+    StepInterval,
     StepPrediction,
     Tokens,
     dump_plan,
@@ -28,6 +31,7 @@ _AWKWARD_S = (0.1, 1e-05, 123456.789, 1 / 3, 7.0, 2.5e-07, 1e16, 86400.0)
 _SECONDS = st.sampled_from(_AWKWARD_S) | st.floats(1e-06, 1e07)
 _TIMES = st.sampled_from((*_AWKWARD_S, 0.0, math.inf)) | st.floats(0, 1e07)
 _SHARES = st.sampled_from((0.0, 1.0, 0.1, 1e-05, 5e-324, 0.30000000000000004)) | st.floats(0, 1)
+_RATIOS = st.sampled_from((0.0, 0.049, 1e-05, 1.5)) | st.floats(0, 1e06)
 _NAMES = st.sampled_from(
     ("openai/gpt-4.1", "null", "yes", "1e3", "1_000", "0x1F", "1:30", "a: b", "#x", "- x", "<<",
      "=", "~", ".inf", "in 4k-16k / out 600-1200", "'q'", '"dq"', "é", " pad ", "x\ny", "x\x85y")
@@ -40,6 +44,45 @@ def _below(high: float) -> st.SearchStrategy[float]:
 
 def _ordered(times: st.SearchStrategy[float]) -> st.SearchStrategy[tuple[float, float]]:
     return st.tuples(times, times).map(lambda pair: (min(pair), max(pair)))
+
+
+_LEVELS = st.sampled_from((0.95, 0.9, 0.5)) | st.floats(0, 1, exclude_min=True, exclude_max=True)
+
+
+def _around(draw: st.DrawFn, value: float, values: st.SearchStrategy[float]) -> tuple[float, float]:
+    """Bounds from ``values`` widened to hold ``value``: low <= value <= high."""
+    return min(draw(values), value), max(draw(values), value)
+
+
+@st.composite
+def _step_predictions(draw: st.DrawFn) -> StepPrediction:
+    (p50_s, p99_s), rate = draw(_ordered(_TIMES)), draw(_SHARES)
+    interval = None
+    if draw(st.booleans()):
+        interval = StepInterval(
+            level=draw(_LEVELS),
+            p50_s=_around(draw, p50_s, _TIMES),
+            p99_s=_around(draw, p99_s, _TIMES),
+            hedge_rate=_around(draw, rate, _SHARES),
+        )
+    return StepPrediction(p50_s=p50_s, p99_s=p99_s, hedge_rate=rate, interval=interval)
+
+
+@st.composite
+def _plan_predictions(draw: st.DrawFn) -> PlanPrediction:
+    (p50_s, p99_s), miss, extra = draw(_ordered(_TIMES)), draw(_SHARES), draw(_RATIOS)
+    interval = None
+    if draw(st.booleans()):
+        interval = PlanInterval(
+            level=draw(_LEVELS),
+            p50_s=_around(draw, p50_s, _TIMES),
+            p99_s=_around(draw, p99_s, _TIMES),
+            miss_rate=_around(draw, miss, _SHARES),
+            extra_attempts=_around(draw, extra, _RATIOS),
+        )
+    return PlanPrediction(
+        p50_s=p50_s, p99_s=p99_s, miss_rate=miss, extra_attempts=extra, interval=interval
+    )
 
 
 @st.composite
@@ -68,9 +111,7 @@ def _steps(draw: st.DrawFn, name: str, deps: list[str], routes: list[str], limit
         on_cutoff=draw(st.sampled_from([a for a in ACTIONS if can[a]])),
         hedge_route=hedge_route, downgrade_route=downgrade_route,
         upgrade_route=draw(st.none() | st.sampled_from(routes)),
-        predicted=draw(st.none() | st.builds(
-            lambda p, rate: StepPrediction(p50_s=p[0], p99_s=p[1], hedge_rate=rate),
-            _ordered(_TIMES), _SHARES)),
+        predicted=draw(st.none() | _step_predictions()),
         basis=draw(st.none() | st.builds(
             Basis, calls=st.integers(0, 10**9), bucket=_NAMES, quantile=st.none() | _SHARES,
             censored=_SHARES)),
@@ -88,17 +129,13 @@ def _plans(draw: st.DrawFn) -> Plan:
                           if i else [], routes, deadline_s))
         for i, name in enumerate(names)
     }  # fmt: skip
-    predicted = st.builds(
-        lambda p, miss, extra: PlanPrediction(p50_s=p[0], p99_s=p[1], miss_rate=miss,
-                                              extra_attempts=extra),
-        _ordered(_TIMES), _SHARES, st.floats(0, 1e06))  # fmt: skip
     return Plan(
         draw(_NAMES),
         deadline_s,
         {r: Route(draw(_NAMES), draw(_NAMES)) for r in routes},
         {name: steps[name] for name in draw(st.permutations(names))},
         hedge_budget=draw(_SHARES),
-        predicted=draw(st.none() | predicted),
+        predicted=draw(st.none() | _plan_predictions()),
     )
 
 
@@ -195,3 +232,43 @@ def test_dump_writes_the_documented_layout() -> None:
 
     assert GOLDEN == dump_plan(plan)
     assert plan == parse_plan(GOLDEN)
+
+
+GOLDEN_INTERVALS = """\
+    predicted:
+      p50_s: 11.8
+      p99_s: 26.1
+      hedge_rate: 0.05
+      interval: {level: 0.95, p50_s: [11.2, 12.4], p99_s: [22.0, .inf], hedge_rate: [0.04, 0.061]}
+    basis: {calls: 5210, bucket: "in 4k-16k / out 600-1200", quantile: 0.95, censored: 0.031}
+predicted:
+  p50_s: 45.0
+  p99_s: 92.0
+  miss_rate: 0.004
+  extra_attempts: 0.047
+  interval:                     # [low, high]: measured sample and simulation noise
+    level: 0.95
+    p50_s: [44.1, 46.0]
+    p99_s: [85.5, 101.0]
+    miss_rate: [0.0021, 0.0072]
+    extra_attempts: [0.041, 0.055]
+"""
+
+
+def test_predictions_with_intervals_are_written_as_blocks() -> None:
+    """
+    With intervals, predictions become block mappings, one interval a line; they read back.
+    """
+    step = StepInterval(level=0.95, p50_s=(11.2, 12.4), p99_s=(22.0, math.inf),
+                        hedge_rate=(0.04, 0.061))  # fmt: skip
+    extract = dataclasses.replace(
+        EXTRACT, predicted=dataclasses.replace(EXTRACT.predicted, interval=step)
+    )
+    whole = PlanInterval(level=0.95, p50_s=(44.1, 46.0), p99_s=(85.5, 101.0),
+                         miss_rate=(0.0021, 0.0072), extra_attempts=(0.041, 0.055))  # fmt: skip
+    predicted = dataclasses.replace(PREDICTED, interval=whole)
+    plan = Plan("account-brief", 120.0, ROUTES, {"extract": extract}, predicted=predicted)
+    text = dump_plan(plan)
+
+    assert text.endswith(GOLDEN_INTERVALS)
+    assert plan == parse_plan(text)

@@ -19,7 +19,7 @@ from tailkit._config._yaml import EXPONENT_FLOAT
 
 
 if TYPE_CHECKING:
-    from tailkit._config._model import PlanPrediction
+    from tailkit._config._model import Bounds, PlanPrediction, StepInterval
 
 
 HEADER = "# tailkit plan — written by tailkit; see DESIGN.md §2"
@@ -76,7 +76,7 @@ def dump_plan(plan: Plan) -> str:
     for i, (name, step) in enumerate(plan.steps.items()):
         lines += _entry(2, name, None)
         lines += _step(step, notes=_STEP_NOTES if i == 0 else {})
-    lines.append(f"predicted: {_plan_prediction(plan.predicted)}")
+    lines += _plan_prediction(plan.predicted)
     return "\n".join(lines) + "\n"
 
 
@@ -100,9 +100,14 @@ def _step(step: Step, *, notes: dict[str, str]) -> list[str]:
         ("basis", _basis(step.basis)),
     ]
     return [
-        f"    {value}" if not key else _noted(f"    {key}: {value}", notes.get(key))
+        f"    {value}" if not key else _noted(f"    {key}:{_space(value)}", notes.get(key))
         for key, value in fields
     ]
+
+
+def _space(value: str) -> str:
+    # A value that starts on the next line (a block mapping) follows its key directly.
+    return value if value.startswith("\n") else f" {value}"
 
 
 def _route(route: Route) -> str:
@@ -114,9 +119,29 @@ def _tokens(tokens: Tokens) -> str:
 
 
 def _step_prediction(p: StepPrediction | None) -> str:
+    # One flow line; with intervals, a block of the values and the intervals on one line.
     if p is None:
         return "null"
-    return _flow(p50_s=_scalar(p.p50_s), p99_s=_scalar(p.p99_s), hedge_rate=_scalar(p.hedge_rate))
+    values = {"p50_s": _scalar(p.p50_s), "p99_s": _scalar(p.p99_s),
+              "hedge_rate": _scalar(p.hedge_rate)}  # fmt: skip
+    if p.interval is None:
+        return _flow(**values)
+    block = [f"      {key}: {value}" for key, value in values.items()]
+    block.append(f"      interval: {_step_interval(p.interval)}")
+    return "\n" + "\n".join(block)
+
+
+def _step_interval(i: StepInterval) -> str:
+    return _flow(
+        level=_scalar(i.level),
+        p50_s=_bounds(i.p50_s),
+        p99_s=_bounds(i.p99_s),
+        hedge_rate=_bounds(i.hedge_rate),
+    )
+
+
+def _bounds(bounds: Bounds) -> str:
+    return f"[{_scalar(bounds[0])}, {_scalar(bounds[1])}]"
 
 
 def _basis(b: Basis | None) -> str:
@@ -130,15 +155,28 @@ def _basis(b: Basis | None) -> str:
     )
 
 
-def _plan_prediction(p: PlanPrediction | None) -> str:
+def _plan_prediction(p: PlanPrediction | None) -> list[str]:
+    # One flow line; with intervals, a block mapping: one line per value, one per interval.
     if p is None:
-        return "null"
-    return _flow(
-        p50_s=_scalar(p.p50_s),
-        p99_s=_scalar(p.p99_s),
-        miss_rate=_scalar(p.miss_rate),
-        extra_attempts=_scalar(p.extra_attempts),
-    )
+        return ["predicted: null"]
+    values = {
+        "p50_s": _scalar(p.p50_s),
+        "p99_s": _scalar(p.p99_s),
+        "miss_rate": _scalar(p.miss_rate),
+        "extra_attempts": _scalar(p.extra_attempts),
+    }
+    if p.interval is None:
+        return [f"predicted: {_flow(**values)}"]
+    i = p.interval
+    bounds = {"p50_s": i.p50_s, "p99_s": i.p99_s, "miss_rate": i.miss_rate,
+              "extra_attempts": i.extra_attempts}  # fmt: skip
+    return [
+        "predicted:",
+        *(f"  {key}: {value}" for key, value in values.items()),
+        _noted("  interval:", "[low, high]: measured sample and simulation noise"),
+        f"    level: {_scalar(i.level)}",
+        *(f"    {key}: {_bounds(value)}" for key, value in bounds.items()),
+    ]
 
 
 def _flow(**values: str) -> str:

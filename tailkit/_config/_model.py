@@ -52,6 +52,31 @@ class Tokens:
     output: int | None = None
 
 
+Bounds = tuple[float, float]
+"""An interval ``(low, high)`` around a predicted value, in the value's unit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInterval:
+    """
+    How far each of a step's predictions may be off: ``(low, high)`` per predicted value.
+
+    The interval covers the true value with probability ``level``: it includes the uncertainty
+    of the measured calls the prediction was simulated from, not only the simulation's noise.
+
+    Args:
+        level: The intervals' coverage, e.g. ``0.95``, in (0, 1).
+        p50_s: Interval of the median step latency, in seconds.
+        p99_s: Interval of the 99th percentile step latency, in seconds.
+        hedge_rate: Interval of the share of runs that started an extra attempt.
+    """
+
+    level: float
+    p50_s: Bounds
+    p99_s: Bounds
+    hedge_rate: Bounds
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepPrediction:
     """
@@ -62,11 +87,13 @@ class StepPrediction:
         p99_s: 99th percentile step latency in seconds (``math.inf`` when the step may never
             finish).
         hedge_rate: Share of runs in which this step started an extra attempt at its cutoff.
+        interval: Each value's interval, or ``None`` (plans written before intervals).
     """
 
     p50_s: float
     p99_s: float
     hedge_rate: float
+    interval: StepInterval | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,12 +171,37 @@ class PlanPrediction:
         p99_s: 99th percentile run latency in seconds (``math.inf`` when runs may never finish).
         miss_rate: Share of runs that miss the deadline.
         extra_attempts: Extra attempts (hedges, retries) per first attempt, all steps together.
+        interval: Each value's interval, or ``None`` (plans written before intervals).
     """
 
     p50_s: float
     p99_s: float
     miss_rate: float
     extra_attempts: float
+    interval: PlanInterval | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanInterval:
+    """
+    How far each of the plan's predictions may be off: ``(low, high)`` per predicted value.
+
+    The interval covers the true value with probability ``level``: it includes the uncertainty
+    of the measured calls the prediction was simulated from, not only the simulation's noise.
+
+    Args:
+        level: The intervals' coverage, e.g. ``0.95``, in (0, 1).
+        p50_s: Interval of the median run latency, in seconds.
+        p99_s: Interval of the 99th percentile run latency, in seconds.
+        miss_rate: Interval of the share of runs that miss the deadline.
+        extra_attempts: Interval of the extra attempts per first attempt.
+    """
+
+    level: float
+    p50_s: Bounds
+    p99_s: Bounds
+    miss_rate: Bounds
+    extra_attempts: Bounds
 
 
 @dataclass(frozen=True, slots=True)

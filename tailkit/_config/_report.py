@@ -55,6 +55,8 @@ def show(value: object) -> str:
     if isinstance(value, dict):
         return "a mapping" if value else "{}"
     if isinstance(value, list):
+        if value and len(value) <= 4 and not any(isinstance(v, dict | list) for v in value):
+            return "[" + ", ".join(show(v) for v in value) + "]"  # short: e.g. an interval
         return "a list" if value else "[]"
     return str(value)
 

@@ -21,10 +21,13 @@ from tailkit._config._model import (
     PLAN_VERSION,
     SIGNALS,
     Basis,
+    Bounds,
     Plan,
+    PlanInterval,
     PlanPrediction,
     Route,
     Step,
+    StepInterval,
     StepPrediction,
     Tokens,
 )
@@ -297,17 +300,100 @@ def _tokens(f: Fields) -> Tokens:
 def _step_prediction(f: Fields) -> StepPrediction:
     p50_s, p99_s = _p50_p99(f)
     hedge_rate = f.need("hedge_rate", conv.share, 0.0, "add hedge_rate (a share in [0, 1])")
-    return StepPrediction(p50_s=p50_s, p99_s=p99_s, hedge_rate=hedge_rate)
+    interval = _record(f, "interval", _step_interval, StepInterval)
+    if interval is not None:
+        _check_inside(f, interval, {"p50_s": p50_s, "p99_s": p99_s, "hedge_rate": hedge_rate})
+    return StepPrediction(p50_s=p50_s, p99_s=p99_s, hedge_rate=hedge_rate, interval=interval)
 
 
 def _plan_prediction(f: Fields) -> PlanPrediction:
     p50_s, p99_s = _p50_p99(f)
+    miss_rate = f.need("miss_rate", conv.share, 0.0, "add miss_rate (a share in [0, 1])")
+    extra = f.need("extra_attempts", conv.ratio, 0.0, "add extra_attempts (>= 0)")
+    interval = _record(f, "interval", _plan_interval, PlanInterval)
+    if interval is not None:
+        estimates = {"p50_s": p50_s, "p99_s": p99_s, "miss_rate": miss_rate,
+                     "extra_attempts": extra}  # fmt: skip
+        _check_inside(f, interval, estimates)
     return PlanPrediction(
-        p50_s=p50_s,
-        p99_s=p99_s,
-        miss_rate=f.need("miss_rate", conv.share, 0.0, "add miss_rate (a share in [0, 1])"),
-        extra_attempts=f.need("extra_attempts", conv.ratio, 0.0, "add extra_attempts (>= 0)"),
+        p50_s=p50_s, p99_s=p99_s, miss_rate=miss_rate, extra_attempts=extra, interval=interval
     )
+
+
+# What each interval holds: seconds (.inf allowed), shares, or ratios.
+_UNITS: dict[str, tuple[Callable[[object], float], str]] = {
+    "p50_s": (conv.duration, "seconds"),
+    "p99_s": (conv.duration, "seconds"),
+    "hedge_rate": (conv.share, "shares"),
+    "miss_rate": (conv.share, "shares"),
+    "extra_attempts": (conv.ratio, "ratios"),
+}
+_NO_BOUNDS: Bounds = (0.0, 0.0)
+
+
+def _bounds(key: str) -> Callable[[object], Bounds]:
+    convert, unit = _UNITS[key]
+
+    def read(value: object) -> Bounds:
+        if not isinstance(value, list) or len(value) != 2:
+            msg = f"must be [low, high], two {unit}"
+            raise Invalid(msg)
+        try:
+            low, high = convert(value[0]), convert(value[1])
+        except Invalid as exc:
+            msg = f"must be [low, high], each {exc.must.removeprefix('must be ')}"
+            raise Invalid(msg) from None
+        if low > high:
+            msg = "must be [low, high] with low <= high"
+            raise Invalid(msg, "swap them")
+        return low, high
+
+    return read
+
+
+def _level(value: object) -> float:
+    if isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1:
+        return float(value)
+    msg = "must be the intervals' coverage, between 0 and 1 (e.g. 0.95)"
+    raise Invalid(msg)
+
+
+def _interval_fields(f: Fields, keys: tuple[str, ...]) -> dict[str, Bounds]:
+    return {key: f.need(key, _bounds(key), _NO_BOUNDS, f"add {key} ([low, high])") for key in keys}
+
+
+def _step_interval(f: Fields) -> StepInterval:
+    level = f.need("level", _level, 0.95, "add level (the coverage, e.g. 0.95)")
+    b = _interval_fields(f, ("p50_s", "p99_s", "hedge_rate"))
+    return StepInterval(level=level, p50_s=b["p50_s"], p99_s=b["p99_s"], hedge_rate=b["hedge_rate"])
+
+
+def _plan_interval(f: Fields) -> PlanInterval:
+    level = f.need("level", _level, 0.95, "add level (the coverage, e.g. 0.95)")
+    b = _interval_fields(f, ("p50_s", "p99_s", "miss_rate", "extra_attempts"))
+    return PlanInterval(
+        level=level, p50_s=b["p50_s"], p99_s=b["p99_s"], miss_rate=b["miss_rate"],
+        extra_attempts=b["extra_attempts"],
+    )  # fmt: skip
+
+
+def _check_inside(
+    f: Fields, interval: PlanInterval | StepInterval, estimates: dict[str, float]
+) -> None:
+    # An interval that leaves out its own estimate was edited by hand, or belongs elsewhere.
+    raw = f.raw.get("interval")
+    if "interval" in f.failed or not isinstance(raw, dict):
+        return
+    for key, value in estimates.items():
+        low, high = getattr(interval, key)
+        if f.ok(key) and not low <= value <= high:
+            shown = format_float(value)
+            f.report.add(
+                (*f.path, "interval", key),
+                f"must contain {key} ({shown}): write [low, high] with low <= {shown} <= high, "
+                "or run tailkit calibrate again to write both",
+                value=raw.get(key),
+            )
 
 
 def _p50_p99(f: Fields) -> tuple[float, float]:
