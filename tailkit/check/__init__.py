@@ -1,0 +1,65 @@
+"""
+Production's check of a plan: its predictions against the ledgers of the runs it made.
+
+`observe` reads ledgers (the executor's JSON lines, or any log ``tailkit ingest`` reads) and
+measures, for the plan's workflow, the runs, miss rate, p50, p99 and extra attempts per first
+attempt, and per step its p50, p99 and hedge rate, each with its 95 % interval. `check_plan`
+puts each prediction next to its observed figure: it ``holds`` (inside the interval, or within
+15 %), it ``drifted`` (with the likely cause: a slower route, hedges refused by the budget or a
+throttle, recovery attempts, a thin basis), or the ledger ``can't tell`` (too few runs).
+
+Example::
+
+    report = check_plan("plan.yaml", ["ledger.jsonl"])
+    print(report.summary())
+    for line in report.drifted:
+        print(line.scope, line.figure, line.reason, line.cause)
+    raise SystemExit(report.exit_code)
+"""
+
+from tailkit.check._check import MIN_RUNS as MIN_RUNS
+from tailkit.check._check import THIN_BASIS_CALLS as THIN_BASIS_CALLS
+from tailkit.check._check import TOLERANCE as TOLERANCE
+from tailkit.check._check import check_observation as check_observation
+from tailkit.check._check import check_plan as check_plan
+from tailkit.check._check import figure_text as figure_text
+from tailkit.check._check import observed_text as observed_text
+from tailkit.check._estimate import LEVEL as LEVEL
+from tailkit.check._estimate import Estimate as Estimate
+from tailkit.check._observation import Observation as Observation
+from tailkit.check._observation import StepObservation as StepObservation
+from tailkit.check._observe import observe as observe
+from tailkit.check._report import CANT_TELL as CANT_TELL
+from tailkit.check._report import DRIFTED as DRIFTED
+from tailkit.check._report import HOLDS as HOLDS
+from tailkit.check._report import STEP_FIGURES as STEP_FIGURES
+from tailkit.check._report import VERDICTS as VERDICTS
+from tailkit.check._report import WORKFLOW as WORKFLOW
+from tailkit.check._report import WORKFLOW_FIGURES as WORKFLOW_FIGURES
+from tailkit.check._report import CheckLine as CheckLine
+from tailkit.check._report import CheckReport as CheckReport
+
+
+__all__ = [
+    "CANT_TELL",
+    "DRIFTED",
+    "HOLDS",
+    "LEVEL",
+    "MIN_RUNS",
+    "STEP_FIGURES",
+    "THIN_BASIS_CALLS",
+    "TOLERANCE",
+    "VERDICTS",
+    "WORKFLOW",
+    "WORKFLOW_FIGURES",
+    "CheckLine",
+    "CheckReport",
+    "Estimate",
+    "Observation",
+    "StepObservation",
+    "check_observation",
+    "check_plan",
+    "figure_text",
+    "observe",
+    "observed_text",
+]

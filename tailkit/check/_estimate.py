@@ -1,0 +1,163 @@
+"""
+Observed figures with their 95 % intervals: rates, ratios and quantiles.
+
+Each figure a ledger yields is an `Estimate`: the value, an interval, the number of units it
+was computed from and the method. Rates (misses per run, hedged calls per step call) get the
+exact binomial (Clopper-Pearson) interval; extra attempts per first attempt, a count over an
+exposure, get the exact Poisson (Garwood) interval on the count, divided by the first attempts;
+quantiles get the distribution-free order-statistic interval (Hahn-Meeker), or Kaplan-Meier's
+when some units never finished (`tailkit.fit.empirical_quantiles`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+LEVEL = 0.95
+"""Default confidence level of the observed intervals."""
+
+CLOPPER_PEARSON = "Clopper-Pearson"
+GARWOOD = "Poisson (Garwood)"
+NO_DATA = "no data"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """
+    One observed figure and its confidence interval (95 % unless asked otherwise).
+
+    Args:
+        value: The estimate (seconds, or a share / ratio); ``math.nan`` when there is no data,
+            ``math.inf`` for a quantile that units which never finished hide (it is more than
+            ``low``).
+        low: Lower end of the interval.
+        high: Upper end; ``math.inf`` when the data cannot bound it (e.g. a p99 from 50 runs).
+        n: Units it was computed from: runs, step calls or first attempts.
+        method: How the interval was computed (``Clopper-Pearson``, ``Poisson (Garwood)``,
+            ``order statistics``, ``Kaplan-Meier``, or ``no data``).
+    """
+
+    value: float
+    low: float
+    high: float
+    n: int
+    method: str
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int | float) and self.low <= value <= self.high
+
+    def as_dict(self) -> dict[str, Any]:
+        """
+        JSON-ready values: a value or bound that is not a finite number is ``None``.
+
+        ``high: None`` means unbounded above; ``value: None`` with ``n > 0`` means hidden by
+        units that never finished (the figure is more than ``low``).
+        """
+        return {
+            "value": _finite(self.value),
+            "low": _finite(self.low),
+            "high": _finite(self.high),
+            "n": self.n,
+            "method": self.method,
+        }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def no_data() -> Estimate:
+    """
+    The estimate of a figure nothing was observed for.
+    """
+    return Estimate(math.nan, 0.0, math.inf, 0, NO_DATA)
+
+
+def rate(k: int, n: int, *, level: float = LEVEL) -> Estimate:
+    """
+    ``k`` of ``n`` as a share, with its exact binomial (Clopper-Pearson) interval.
+
+    Args:
+        k: Units with the property (e.g. missed runs).
+        n: Units in all.
+        level: Confidence level of the interval.
+
+    Returns:
+        The share ``k / n`` in [0, 1]; `no_data` when ``n`` is 0.
+    """
+    if n <= 0:
+        return no_data()
+    from scipy import stats
+
+    alpha = 1.0 - level
+    low = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2.0, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1.0 - alpha / 2.0, k + 1, n - k))
+    return Estimate(k / n, low, high, n, CLOPPER_PEARSON)
+
+
+def ratio(k: int, exposure: int, *, level: float = LEVEL) -> Estimate:
+    """
+    ``k`` events per unit of ``exposure``, with the exact Poisson (Garwood) interval.
+
+    The count ``k`` (e.g. extra attempts) is taken as Poisson; its exact interval
+    ``[chi2(a/2; 2k) / 2, chi2(1 - a/2; 2k + 2) / 2]`` with ``a = 1 - level`` is divided by the
+    exposure (e.g. first attempts). It is a little narrow when events cluster in runs (a run
+    that hedges one step often hedges another), and it stays informative at ``k = 0``, where
+    a bootstrap over runs collapses to a point.
+
+    Args:
+        k: Events counted.
+        exposure: Units they happened over.
+        level: Confidence level of the interval.
+
+    Returns:
+        The ratio ``k / exposure``; `no_data` when ``exposure`` is 0.
+    """
+    if exposure <= 0:
+        return no_data()
+    from scipy import stats
+
+    alpha = 1.0 - level
+    low = 0.0 if k == 0 else float(stats.chi2.ppf(alpha / 2.0, 2 * k)) / 2.0
+    high = float(stats.chi2.ppf(1.0 - alpha / 2.0, 2 * k + 2)) / 2.0
+    return Estimate(k / exposure, low / exposure, high / exposure, exposure, GARWOOD)
+
+
+def quantiles(
+    finished_s: Sequence[float],
+    unfinished_s: Sequence[float],
+    qs: Sequence[float],
+    *,
+    level: float = LEVEL,
+) -> tuple[Estimate, ...]:
+    """
+    Quantiles of a duration where some units never finished.
+
+    A unit that never finished (a run or step the deadline cut) is right-censored at the last
+    instant it was seen: its true duration is longer. Without such
+    units the quantile and its interval are order statistics (Hahn-Meeker); with them,
+    Kaplan-Meier's.
+
+    Args:
+        finished_s: Durations in seconds of the units that finished.
+        unfinished_s: Seconds each unfinished unit was seen running.
+        qs: Quantiles by the CDF (``0.99`` is p99).
+        level: Confidence level of the intervals.
+
+    Returns:
+        One estimate per quantile; `no_data` for each when there are no units.
+    """
+    n = len(finished_s) + len(unfinished_s)
+    if n == 0:
+        return tuple(no_data() for _ in qs)
+    from tailkit.fit import empirical_quantiles
+
+    latency = [*finished_s, *([math.nan] * len(unfinished_s))]
+    censored = [*([math.nan] * len(finished_s)), *unfinished_s] if unfinished_s else None
+    found = empirical_quantiles(latency, qs=qs, censored_at_s=censored, level=level)
+    return tuple(Estimate(e.value, e.interval.low, e.interval.high, e.n, e.method) for e in found)

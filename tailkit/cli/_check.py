@@ -1,0 +1,178 @@
+"""
+``tailkit check``: a calibrated plan and its production ledgers in, a verdict per prediction out.
+"""
+
+from __future__ import annotations
+
+import os
+
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from tailkit.cli._common import JsonOption
+from tailkit.errors import TailkitError
+from tailkit.ingest import ScanOptions
+
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tailkit.check import CheckLine, CheckReport
+
+BAD_INPUT = 2
+"""Exit code for an unreadable plan or ledger (1 is a drift, 0 holds)."""
+
+_FIGURES = {
+    "p50_s": "p50",
+    "p99_s": "p99",
+    "miss_rate": "miss rate",
+    "extra_attempts": "extra attempts",
+    "hedge_rate": "hedge rate",
+}
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(BAD_INPUT)
+
+
+def _pairs(values: list[str] | None, flag: str, example: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _bad_input(f"{flag} takes FIELD=VALUE, e.g. {example}, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _why(line: CheckLine) -> str:
+    from tailkit.check import DRIFTED, HOLDS
+
+    if line.verdict == DRIFTED:
+        return ", ".join(dict.fromkeys(c.kind for c in line.causes))
+    if line.verdict == HOLDS:
+        return ""
+    return line.reason
+
+
+def render(report: CheckReport, console: Console) -> None:
+    """
+    The lines as a table, then each drifted line's causes, then the verdict.
+    """
+    from rich.table import Table
+
+    from tailkit.check import DRIFTED, WORKFLOW, figure_text, observed_text
+
+    obs = report.observation
+    table = Table(
+        title=f"plan {obs.workflow} against {obs.runs:,} runs (deadline {obs.deadline_s:g} s; "
+        f"observed with {obs.level:.0%} intervals)",
+        title_justify="left",
+    )
+    for name in ("", "figure", "predicted", f"observed [{obs.level:.0%}]", "n", "verdict", "why"):
+        table.add_column(name, justify="right" if name in ("predicted", "n") else "left")
+    scope = None
+    for line in report.lines:
+        style = "bold red" if line.verdict == DRIFTED else None
+        label = ""
+        if line.scope != scope:
+            scope = line.scope
+            label = WORKFLOW if scope == WORKFLOW else f"{scope}"
+            if scope != WORKFLOW:
+                table.add_section()
+        table.add_row(
+            label,
+            _FIGURES.get(line.figure, line.figure),
+            figure_text(line.figure, line.predicted),
+            observed_text(line.figure, line.observed),
+            f"{line.observed.n:,}",
+            line.verdict,
+            _why(line),
+            style=style,
+        )
+    console.print(table)
+    for line in report.drifted:
+        where = "workflow" if line.scope == WORKFLOW else f"step {line.scope}"
+        console.print(f"{where} {_FIGURES[line.figure]}: {line.reason}", highlight=False)
+        for cause in line.causes:
+            console.print(f"  - {cause}", highlight=False, markup=False)
+    for note in obs.notes:
+        console.print(f"note {note}", highlight=False, markup=False)
+    console.print(report.summary(), highlight=False)
+
+
+def check(
+    plan: Annotated[str, typer.Argument(help="The calibrated plan (YAML).")],
+    ledgers: Annotated[
+        list[str], typer.Argument(help="The executor's ledger(s), or any log ingest reads.")
+    ],
+    format: Annotated[
+        str,
+        typer.Option("--format", help="auto, or a format name (tailkit ingest --list-formats)."),
+    ] = "auto",
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. run_id=trace_id (repeatable)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
+    ] = None,
+    unit: Annotated[
+        str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Relative difference that still holds.")
+    ] = 0.15,
+    min_runs: Annotated[
+        int, typer.Option("--min-runs", help="Fewer runs (or step calls): can't tell.", min=1)
+    ] = 30,
+    level: Annotated[
+        float, typer.Option("--level", help="Confidence level of the observed intervals.")
+    ] = 0.95,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Check a calibrated plan's predictions against the ledgers of its production runs.
+
+    For the workflow (p50, p99, miss rate, extra attempts per first attempt) and each step
+    (p50, p99, hedge rate), the observed figure with its 95% interval (--level) next to the
+    plan's prediction: it holds (inside the interval, or within --tolerance), it drifted (with the
+    likely cause: a slower route, hedges refused by the budget or a throttle, recovery
+    attempts, a thin basis), or there are too few runs to tell. Exit code 0 when every line
+    holds or can't tell, 1 when any drifted, 2 on bad input.
+
+    Example:
+
+        tailkit check plan.yaml ledger.jsonl
+
+        tailkit check plan.yaml logs/ --json > check.json || alert "plan drifted"
+    """
+    from rich.console import Console
+
+    from tailkit.check import check_plan
+
+    options = ScanOptions(
+        mapping=_pairs(map_, "--map", "run_id=trace_id"),
+        sets=_pairs(set_, "--set", "provider=openai"),
+        unit=unit,
+    )
+    try:
+        report = check_plan(
+            plan,
+            ledgers,
+            format=format,
+            options=options,
+            tolerance=tolerance,
+            min_runs=min_runs,
+            level=level,
+        )
+    except TailkitError as exc:
+        _bad_input(str(exc))
+    if as_json:
+        typer.echo(report.to_json())
+    else:
+        render(report, Console(width=200) if not os.isatty(1) else Console())
+    raise typer.Exit(report.exit_code)
