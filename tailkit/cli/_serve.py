@@ -21,14 +21,23 @@ if TYPE_CHECKING:
 
 
 def _config(
-    profile: Path | None, from_stats: Path | None, time_scale: float | None, seed: int | None
+    profile: Path | None,
+    from_stats: Path | None,
+    outcomes: Path | None,
+    time_scale: float | None,
+    seed: int | None,
 ) -> ServeConfig:
-    from tailkit.serve import load_profile, profile_from_stats
+    from tailkit.serve import load_profile, profile_from_stats, serve_outcomes
 
-    if (profile is None) == (from_stats is None):
-        fail("give either --profile FILE.yaml or --from-stats STATS.json (exactly one)")
+    if sum(source is not None for source in (profile, from_stats, outcomes)) != 1:
+        fail(
+            "give one of --profile FILE.yaml, --from-stats STATS.json or --outcomes FILE.json "
+            "(exactly one)"
+        )
     if profile is not None:
         config = load_profile(profile)
+    elif outcomes is not None:
+        config = serve_outcomes(outcomes)
     else:
         assert from_stats is not None  # noqa: S101 - checked above
         config = profile_from_stats(from_stats)
@@ -62,6 +71,13 @@ def serve(
             help="Replay `tailkit stats --by provider,model --bucket none --json` output.",
         ),
     ] = None,
+    outcomes: Annotated[
+        Path | None,
+        typer.Option(
+            "--outcomes",
+            help="Replay measured outcome tables (JSON, as tailkit replay --out DIR writes).",
+        ),
+    ] = None,
     port: Annotated[
         int, typer.Option("--port", help="TCP port on 127.0.0.1 (0: any free port).", min=0)
     ] = 8000,
@@ -91,11 +107,13 @@ def serve(
         tailkit serve --profile data_samples/serve_profile.yaml --time-scale 0.1
 
         tailkit serve --from-stats stats.json --port 8001 --log access.jsonl
+
+        tailkit serve --outcomes demo/replay/outcomes.json --port 0
     """
     from tailkit.serve import Server
 
     try:
-        config = _config(profile, from_stats, time_scale, seed)
+        config = _config(profile, from_stats, outcomes, time_scale, seed)
     except TailkitError as exc:
         fail(str(exc))
     server = Server(config, port=port, access_log=log)

@@ -16,12 +16,29 @@ Example::
     print(server.records)
 """
 
+from tailkit.serve._outcomes import INVALID_MARK as INVALID_MARK
+from tailkit.serve._outcomes import Outcomes as Outcomes
+from tailkit.serve._outcomes import dump_outcomes as dump_outcomes
+from tailkit.serve._outcomes import load_outcomes as load_outcomes
 from tailkit.serve._profile import Faults as Faults
 from tailkit.serve._profile import ModelProfile as ModelProfile
 from tailkit.serve._profile import ServeConfig as ServeConfig
 from tailkit.serve._profile import load_profile as load_profile
 from tailkit.serve._replay import profile_from_stats as profile_from_stats
+from tailkit.serve._replay import serve_outcomes as serve_outcomes
 from tailkit.serve._server import Server as Server
 
 
-__all__ = ["Faults", "ModelProfile", "ServeConfig", "Server", "load_profile", "profile_from_stats"]
+__all__ = [
+    "INVALID_MARK",
+    "Faults",
+    "ModelProfile",
+    "Outcomes",
+    "ServeConfig",
+    "Server",
+    "dump_outcomes",
+    "load_outcomes",
+    "load_profile",
+    "profile_from_stats",
+    "serve_outcomes",
+]

@@ -16,6 +16,7 @@ import random
 
 from dataclasses import dataclass
 
+from tailkit.serve._outcomes import Outcomes
 from tailkit.serve._profile import FAULT_NAMES, ModelProfile
 
 
@@ -40,6 +41,9 @@ class Draw:
         finish_reason: ``stop``, or ``length`` when ``max_tokens`` cut the answer.
         error_status: The status of an ``error_5xx`` fault: 500, 502 or 503.
         cut_after: Tokens sent before a ``stall_mid`` or ``cut_stream`` stops (1 … tokens).
+        invalid: The answer is well-formed but its text fails validation (replayed outcomes).
+        intended_total_s: Real seconds from receipt to the end the draw intends (what a
+            replay's timing error is measured against).
     """
 
     fault: str | None
@@ -50,6 +54,8 @@ class Draw:
     finish_reason: str
     error_status: int
     cut_after: int
+    invalid: bool = False
+    intended_total_s: float | None = None
 
 
 def draw(
@@ -64,6 +70,8 @@ def draw(
         time_scale: Real seconds per profile second.
         max_tokens: The request's cap on completion tokens, ``None`` for none.
     """
+    if profile.outcomes is not None:
+        return _replayed(rng, profile.outcomes, time_scale=time_scale, max_tokens=max_tokens)
     hits = [rng.random() < share for _, share in profile.faults.shares()]
     fault = next((name for name, hit in zip(FAULT_NAMES, hits, strict=True) if hit), None)
     stalled = rng.random() < profile.stall_share
@@ -90,6 +98,33 @@ def draw(
         finish_reason=finish_reason,
         error_status=error_status,
         cut_after=cut_after,
+    )
+
+
+def _replayed(
+    rng: random.Random, table: Outcomes, *, time_scale: float, max_tokens: int | None
+) -> Draw:
+    """
+    One measured outcome, drawn uniformly (one draw from ``rng``), on its own schedule.
+    """
+    i = table.pick(rng)
+    kind = table.kinds[i]
+    ttft, total = table.ttft_s[i] * time_scale, table.total_s[i] * time_scale
+    tokens, finish_reason = table.output_tokens, "stop"
+    if max_tokens is not None and tokens > max_tokens:
+        tokens, finish_reason = max_tokens, "length"
+    failed = kind == "e"
+    return Draw(
+        fault="error_5xx" if failed else None,
+        stalled=False,
+        ttft_s=ttft,
+        gen_s=0.0 if failed else total - ttft,
+        tokens=tokens,
+        finish_reason=finish_reason,
+        error_status=ERROR_STATUSES[0],
+        cut_after=tokens,
+        invalid=kind == "i",
+        intended_total_s=ttft if failed else total,
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tailkit.errors import ConfigError
+from tailkit.serve._outcomes import Outcomes
 
 
 __all__ = ["FAULT_NAMES", "Faults", "ModelProfile", "ServeConfig", "load_profile"]
@@ -132,6 +133,9 @@ class ModelProfile:
         faults: Shares of requests that fail, and the tokens-per-minute limit.
         chunk_tokens: Tokens per streamed chunk (1: one event per token, as most providers;
             more: fewer, bigger events for the same timing, cheaper to replay at scale).
+        outcomes: Measured outcomes to replay instead of the lognormal model (``None``: the
+            model above). Each request then draws one entry; the latency fields, stalls and
+            fault shares are not used, the tokens-per-minute limit still is.
     """
 
     ttft_median_s: float = 0.5
@@ -143,6 +147,7 @@ class ModelProfile:
     stall_factor: float = 6.0
     faults: Faults = field(default_factory=Faults)
     chunk_tokens: int = 1
+    outcomes: Outcomes | None = None
 
     def __post_init__(self) -> None:
         _check_model(self, "")
@@ -159,6 +164,9 @@ def _check_model(model: ModelProfile, prefix: str) -> None:
     _integer(f"{prefix}chunk_tokens", model.chunk_tokens, low=1)
     if not isinstance(model.faults, Faults):
         msg = f"{prefix}faults must be a Faults, got {model.faults!r}"
+        raise ConfigError(msg)
+    if model.outcomes is not None and not isinstance(model.outcomes, Outcomes):
+        msg = f"{prefix}outcomes must be an Outcomes table, got {type(model.outcomes).__name__}"
         raise ConfigError(msg)
 
 
@@ -209,7 +217,8 @@ class ServeConfig:
         _number("deadline_margin_s", self.deadline_margin_s, low=0.0)
 
 
-_MODEL_FIELDS = tuple(f.name for f in fields(ModelProfile))
+# outcome tables come from `tailkit serve --outcomes FILE.json`, not from a YAML profile
+_MODEL_FIELDS = tuple(f.name for f in fields(ModelProfile) if f.name != "outcomes")
 _FAULT_FIELDS = tuple(f.name for f in fields(Faults))
 _TOP_FIELDS = ("time_scale", "seed", "models", "workers", "own_budget_s", "deadline_margin_s")
 

@@ -32,10 +32,11 @@ from typing import Any
 
 from tailkit.errors import ConfigError
 from tailkit.serve._draw import OUTPUT_SIGMA
+from tailkit.serve._outcomes import load_outcomes
 from tailkit.serve._profile import ModelProfile, ServeConfig
 
 
-__all__ = ["profile_from_stats"]
+__all__ = ["profile_from_stats", "serve_outcomes"]
 
 _Z90 = 1.2815515655446004  # standard normal quantile at 0.9
 _Z99 = 2.3263478740408408  # ... at 0.99
@@ -161,3 +162,25 @@ def profile_from_stats(
         msg = f"no stats row has latency to replay (p50_s or ttft_p50_s); {_FIX}"
         raise ConfigError(msg)
     return ServeConfig(models=models, time_scale=time_scale)
+
+
+def serve_outcomes(path: str | os.PathLike[str]) -> ServeConfig:
+    """
+    A serve config that replays measured outcome tables, one model per table.
+
+    Args:
+        path: An outcomes file (JSON) as ``tailkit replay --out DIR`` writes it.
+
+    Returns:
+        One `ModelProfile` per table, answering with a drawn entry; the file's time scale
+        and seed.
+
+    Raises:
+        ConfigError: The file cannot be read or a table is malformed.
+    """
+    models, time_scale, seed = load_outcomes(path)
+    profiles = {
+        name: ModelProfile(outcomes=table, chunk_tokens=chunk_tokens)
+        for name, (table, chunk_tokens) in models.items()
+    }
+    return ServeConfig(models=profiles, time_scale=time_scale, seed=seed)

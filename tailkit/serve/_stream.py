@@ -18,6 +18,7 @@ from tailkit.serve import _openai as wire
 from tailkit.serve._draw import Draw
 from tailkit.serve._exchange import Exchange
 from tailkit.serve._http import Connection, json_response, response_head
+from tailkit.serve._outcomes import INVALID_MARK
 
 
 __all__ = ["answer"]
@@ -88,8 +89,11 @@ async def _whole(
         ex.keep_alive = False
         await conn.send(data[: len(data) - len(raw) // 2])
         return "error", "cut_stream"
+    if d.invalid:  # a replayed call whose output failed validation: well-formed, wrong text
+        message = body["choices"][0]["message"]
+        message["content"] = INVALID_MARK + message["content"]
     await conn.send(json_response(200, body, keep_alive=ex.keep_alive))
-    return "ok", None
+    return ("invalid", "invalid_output") if d.invalid else ("ok", None)
 
 
 class _Events:
@@ -154,6 +158,8 @@ async def _streamed(
             await _sleep_until(due)
         n = min(size, stop - k)
         text = "".join(wire.word(k + i) for i in range(n))
+        if k == 0 and d.invalid:
+            text = INVALID_MARK + text
         events.add(events.event({"content": text}), token=n)
     await events.flush()
     if d.fault == "stall_mid":
@@ -167,4 +173,4 @@ async def _streamed(
     await events.flush()
     if d.fault is not None:
         return "invalid", d.fault
-    return "ok", None
+    return ("invalid", "invalid_output") if d.invalid else ("ok", None)

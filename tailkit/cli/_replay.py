@@ -1,0 +1,184 @@
+"""
+``tailkit replay``: rehearse a plan against the calls it was calibrated on, and show the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
+from tailkit.errors import TailkitError
+from tailkit.store import DEFAULT_DB
+
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+    from tailkit.replay import ReplayResult
+
+
+class ReplayProgress:
+    """
+    One bar per phase of a replay (probe, without plan, with plan), on stderr.
+    """
+
+    def __init__(self, *, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import TimeElapsedColumn
+
+        self._bar: Progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            refresh_per_second=4,  # the replay's client loop shares this process: stay light
+            disable=not enabled,
+        )
+        self._tasks: dict[str, TaskID] = {}
+        self._probes = 0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase not in self._tasks or self._bar.tasks[self._tasks[phase]].finished:
+            label = f"replay {phase}"
+            if phase in self._tasks:  # a second pass (slower time scale) gets its own bar
+                self._probes += 1
+                label = f"replay {phase} (again, slower)"
+            self._tasks[phase] = self._bar.add_task(label, total=total)
+        self._bar.update(self._tasks[phase], completed=done)
+
+    def __enter__(self) -> ReplayProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._bar.stop()
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1%}" if math.isfinite(value) else "-"
+
+
+def _secs(value: float) -> str:
+    return f"{value:.1f}" if math.isfinite(value) else "∞"
+
+
+def render_replay(result: ReplayResult, console: Console) -> None:
+    """
+    The comparison table (predicted, observed with its 95 % interval, per side), then notes.
+    """
+    from rich.table import Table
+
+    deadline = result.plan.deadline_s
+    table = Table(
+        title=f"{result.plan.workflow}: replayed {result.sides[0].runs} runs per side against "
+        f"the simulation (deadline {deadline:g} s, profile seconds)"
+    )
+    for name, justify in (("side", "left"), ("figure", "left"), ("predicted", "right"),
+                          ("observed (95% interval)", "right"), ("", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    names = {"miss_rate": "miss rate", "p50_s": "p50 s", "p99_s": "p99 s",
+             "extra_attempts": "extra attempts"}  # fmt: skip
+    for side in result.sides:
+        for i, (key, title) in enumerate(names.items()):
+            show = _pct if key in ("miss_rate", "extra_attempts") else _secs
+            seen = side.observed[key]
+            observed = f"{show(seen.value)} ({show(seen.low)}–{show(seen.high)})"
+            mark = "agrees" if side.agrees[key] else "[red]differs[/red]"
+            table.add_row(side.label if i == 0 else "", title, show(side.predicted[key]),
+                          observed, mark)  # fmt: skip
+        table.add_section()
+    console.print(table)
+    verdict = {"agrees": "[green]agrees[/green]", "differs": "[red]differs[/red]",
+               "can't tell": "[yellow]can't tell[/yellow]"}[result.verdict]  # fmt: skip
+    helps = "lowers misses without raising p99" if result.plan_helps else "does NOT help here"
+    console.print(f"replay {verdict} with the simulation; the plan {helps}")
+    console.print(result.fidelity.describe())
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+def replay(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A calibrated plan (YAML).")],
+    db: DbOption = DEFAULT_DB,
+    runs: Annotated[int, typer.Option("--runs", help="Workflow runs per side.", min=1)] = 400,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help="Real seconds per profile second (default: chosen so the replay's timing "
+            "error stays under 2% of the smallest cutoff).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of predictions and draws.")] = 0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for ledger-without-plan.jsonl, ledger-with-plan.jsonl, the outcome "
+            "tables and the server's access log (default: a temporary folder).",
+        ),
+    ] = None,
+    min_calls: Annotated[
+        int, typer.Option("--min-calls", help="Fewest calls per step route and bucket.", min=1)
+    ] = 200,
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    as_json: JsonOption = False,
+) -> None:
+    """
+    Rehearse a plan against the calls it was calibrated on, and compare with its predictions.
+
+    Serves every step's routes from the store's measured calls in the step's token bucket
+    (what calibrate simulated) on 127.0.0.1, in a process of its own, and runs the workflow
+    --runs times without cutoffs and --runs times with the plan through the executor and the
+    OpenAI adapter. Each side's miss rate, p50, p99 and extra attempts are shown predicted
+    and observed (with a 95% interval). The replay measures its own timing error and slows
+    down, or says "can't tell", when the machine is too busy. Exit 0 when both sides agree
+    with their predictions, 1 when they differ or it can't tell.
+
+    Example:
+
+        tailkit replay plan.yaml --db tailkit.duckdb --runs 400 --out replay/
+    """
+    from rich.console import Console
+
+    from tailkit.config import load_plan
+    from tailkit.replay import replay as run_replay
+    from tailkit.store import Store
+
+    buckets = buckets_of(input_edges, output_edges)
+    try:
+        plan = load_plan(plan_path)
+        with (
+            Store.open(db, read_only=True) as store,
+            ReplayProgress(enabled=not as_json and os.isatty(2)) as bar,
+        ):
+            result = run_replay(
+                store, plan, runs=runs, time_scale=time_scale, seed=seed, out_dir=out,
+                buckets=buckets, min_calls=min_calls, progress=bar,
+            )  # fmt: skip
+    except TailkitError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        render_replay(result, Console(width=None if os.isatty(1) else 120))
+        typer.echo(f"ledgers: {result.sides[0].ledger} and {result.sides[1].ledger}")
+    if result.verdict != "agrees":
+        raise typer.Exit(1)

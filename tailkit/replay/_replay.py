@@ -1,0 +1,407 @@
+"""
+`replay`: a dress rehearsal of a plan against the calls it was calibrated on.
+
+Why a rehearsal: a plan's predicted miss rate is a claim about the future, and the executor, the
+HTTP adapter and the clock all stand between the simulator's arithmetic and a real run. The
+replay serves every step's routes from exactly what the simulator draws from (the measured calls
+of the route in the step's token bucket: TTFT, total, failures, invalid outputs; see
+`served_models`), in a server process of its own, and runs the workflow through the real
+executor and adapter N times without cutoffs and N times with the plan. Each side is compared
+with its prediction, simulated on the same samples.
+
+Time is scaled so a rehearsal takes minutes, not hours, and that is where a replay can lie: a
+busy machine makes every served latency late. So the replay measures its own timing error
+(`tailkit.replay._fidelity`) and, unless the caller fixed the time scale, first probes the
+machine with a short run and picks the scale that keeps the error under 2 % of the plan's
+smallest cutoff; if the full run still exceeds it, it runs again slower, once, and if that
+fails too it says so: its verdict is "can't tell", never a silent number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import tempfile
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailkit.calibrate import workflow_of
+from tailkit.config import Plan
+from tailkit.errors import ConfigError
+from tailkit.record import Buckets
+from tailkit.replay._compare import Figure, observed_figures, verdicts
+from tailkit.replay._fidelity import (
+    MAX_ERROR_SHARE,
+    Fidelity,
+    LagMonitor,
+    fidelity,
+    server_lateness,
+)
+from tailkit.replay._process import ServerProcess
+from tailkit.replay._sides import SideRun, run_side
+from tailkit.replay._tables import served_models
+from tailkit.serve import dump_outcomes
+from tailkit.simulate import (
+    DEFAULT_MIN_CALLS,
+    RouteSample,
+    SampleKey,
+    load_samples,
+    simulate,
+)
+from tailkit.store import Store
+
+
+__all__ = ["ReplayResult", "ReplaySide", "replay"]
+
+LABELS = ("without plan", "with plan")
+DEFAULT_RUNS = 400
+PREDICT_RUNS = 100_000
+_PROBE_SCALE = 0.05
+_MAX_SCALE = 1.0
+_MARGIN = 1.5  # the chosen scale leaves the error at two thirds of the allowance
+_TARGET_IN_FLIGHT = 48  # runs in flight at once, on average, while a side runs
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySide:
+    """
+    One side of the rehearsal: predicted against observed.
+
+    Args:
+        label: ``without plan`` or ``with plan``.
+        runs: Runs replayed.
+        predicted: ``miss_rate``, ``p50_s``, ``p99_s``, ``extra_attempts`` as simulated (run
+            quantiles cut at the deadline, as the executor ends runs).
+        intervals: 95 % intervals of the predictions that have one.
+        observed: The same figures observed, each with its 95 % interval.
+        agrees: Per figure, whether prediction and observation agree.
+        denials: Cutoffs whose hedge the executor's budget or throttle denied.
+        ledger: The side's ledger (profile seconds).
+    """
+
+    label: str
+    runs: int
+    predicted: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    observed: dict[str, Figure]
+    agrees: dict[str, bool]
+    denials: int
+    ledger: Path
+
+    @property
+    def verdict(self) -> str:
+        """
+        ``agrees`` when every figure does, else ``differs``.
+        """
+        return "agrees" if all(self.agrees.values()) else "differs"
+
+    def to_json(self) -> dict[str, Any]:
+        """
+        The side as the ``--json`` output shows it.
+        """
+
+        def finite(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {
+            "label": self.label,
+            "runs": self.runs,
+            "predicted": {k: finite(v) for k, v in self.predicted.items()},
+            "predicted_interval": {k: list(v) for k, v in self.intervals.items()},
+            "observed": {k: finite(v.value) for k, v in self.observed.items()},
+            "observed_interval": {
+                k: [finite(v.low), finite(v.high)] for k, v in self.observed.items()
+            },
+            "agrees": dict(self.agrees),
+            "verdict": self.verdict,
+            "budget_denials": self.denials,
+            "ledger": str(self.ledger),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """
+    What the rehearsal found.
+
+    Args:
+        plan: The plan replayed (profile seconds).
+        sides: Without the plan, then with it.
+        fidelity: The replay's own timing error, measured on the final run.
+        attempts: Time scales tried, in order (more than one when the first was too fast).
+        out_dir: Where the ledgers, the outcome tables and the access log are.
+        notes: Plain-language findings (timing, budget denials), for a person.
+    """
+
+    plan: Plan
+    sides: tuple[ReplaySide, ReplaySide]
+    fidelity: Fidelity
+    attempts: tuple[float, ...]
+    out_dir: Path
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def verdict(self) -> str:
+        """
+        ``agrees``, ``differs``, or ``can't tell`` (timing error too large to mean anything).
+        """
+        if not self.fidelity.ok:
+            return "can't tell"
+        return "agrees" if all(s.verdict == "agrees" for s in self.sides) else "differs"
+
+    @property
+    def plan_helps(self) -> bool:
+        """
+        The plan lowered the observed miss rate and did not raise the observed p99.
+        """
+        before, after = (s.observed for s in self.sides)
+        fewer = after["miss_rate"].value <= before["miss_rate"].value
+        return fewer and after["p99_s"].value <= before["p99_s"].value * (1 + 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        """
+        The ``--json`` document: sides, fidelity, verdict.
+        """
+        return {
+            "workflow": self.plan.workflow,
+            "deadline_s": self.plan.deadline_s,
+            "verdict": self.verdict,
+            "plan_helps": self.plan_helps,
+            "sides": [side.to_json() for side in self.sides],
+            "fidelity": self.fidelity.to_json(),
+            "time_scales_tried": list(self.attempts),
+            "notes": list(self.notes),
+            "out_dir": str(self.out_dir),
+        }
+
+
+def smallest_cutoff_s(plan: Plan) -> float:
+    """
+    The plan's smallest cutoff in seconds (``inf`` when no step has one).
+    """
+    cutoffs = [
+        value
+        for step in plan.steps.values()
+        if step.on_cutoff != "wait"
+        for value in (step.ttft_cutoff_s, step.stall_cutoff_s, step.cutoff_s)
+        if value is not None
+    ]
+    return min(cutoffs, default=math.inf)
+
+
+def _prediction(
+    plan: Plan, samples: Mapping[SampleKey, RouteSample], *, seed: int
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """
+    The side's predicted figures (run quantiles cut at the deadline) and their intervals.
+    """
+    result = simulate(plan, samples, runs=PREDICT_RUNS, seed=seed)
+    ends = np.minimum(result.end_s, plan.deadline_s)
+    p50, p99 = (float(x) for x in np.quantile(ends, [0.5, 0.99]))
+    predicted = {
+        "miss_rate": result.miss_rate,
+        "p50_s": p50,
+        "p99_s": p99,
+        "extra_attempts": result.extra_attempts,
+    }
+    spread = 1.96 * result.miss_rate_se
+    intervals = {"miss_rate": (max(result.miss_rate - spread, 0.0), result.miss_rate + spread)}
+    return predicted, intervals
+
+
+def _extras(run: SideRun) -> int:
+    """
+    Attempts a cutoff started (hedges, retries and downgrades at a cutoff).
+    """
+    import json
+
+    count = 0
+    with run.ledger.open(encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            trigger = (record.get("attrs") or {}).get("trigger")
+            if trigger is not None:
+                count += trigger == "cutoff"
+            elif record["role"] in ("hedge", "downgrade"):
+                count += 1
+    return count
+
+
+def _side(run: SideRun, predicted: tuple[dict[str, float], dict[str, Any]]) -> ReplaySide:
+    observed = observed_figures(run.elapsed_s, run.missed, _extras(run), run.first_attempts)
+    point, intervals = predicted
+    return ReplaySide(
+        label=run.label,
+        runs=run.runs,
+        predicted=point,
+        intervals=intervals,
+        observed=observed,
+        agrees=verdicts(point, observed, intervals),
+        denials=run.denials,
+        ledger=run.ledger,
+    )
+
+
+async def _rehearse(
+    plans: tuple[Plan, Plan],
+    *,
+    url: str,
+    out: Path,
+    ids: Mapping[SampleKey, str],
+    runs: int,
+    scale: float,
+    p50_s: float,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[list[SideRun], list[float]]:
+    # runs arrive at a steady pace, about _TARGET_IN_FLIGHT at a time, as production traffic
+    # would, rather than all at t=0 (a burst that measures the client's CPU, not the plan)
+    pace_s = max(p50_s, 1e-3) * scale / _TARGET_IN_FLIGHT
+    sides: list[SideRun] = []
+    async with LagMonitor() as lag:
+        for label, plan in zip(LABELS, plans, strict=True):
+            done = 0
+
+            def tick(label: str = label) -> None:
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(label, done, runs)
+
+            name = label.replace(" ", "-")
+            sides.append(
+                await run_side(
+                    plan,
+                    url=url,
+                    model_ids=ids,
+                    runs=runs,
+                    factor=scale,
+                    ledger_path=out / f"ledger-{name}.jsonl",
+                    label=label,
+                    pace_s=pace_s,
+                    progress=tick,
+                )
+            )
+    return sides, lag.samples_s
+
+
+def replay(
+    store: Store,
+    plan: Plan,
+    *,
+    runs: int = DEFAULT_RUNS,
+    time_scale: float | None = None,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    buckets: Buckets | None = None,
+    min_calls: int = DEFAULT_MIN_CALLS,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ReplayResult:
+    """
+    Rehearse a calibrated plan against the calls it was calibrated on; compare with predictions.
+
+    Args:
+        store: The store the plan was calibrated on.
+        plan: A calibrated plan (its steps' cutoffs and actions).
+        runs: Workflow runs per side.
+        time_scale: Real seconds per profile second (``None``: chosen by a short probe so the
+            replay's timing error stays under 2 % of the smallest cutoff).
+        seed: Seed of the predictions' simulation and of the server's draws.
+        out_dir: Where the ledgers (``ledger-without-plan.jsonl``, ``ledger-with-plan.jsonl``),
+            the outcome tables and the server's access log go (``None``: a temporary folder).
+        buckets: Token bucket edges, as calibrate used them (``None``: the defaults).
+        min_calls: Fewest calls a step's route needs in its bucket, as for calibrate.
+        progress: Called with (phase, done, total): ``probe``, ``without plan``, ``with plan``.
+
+    Raises:
+        ConfigError: The plan has no cutoffs, or an argument is out of range.
+        ThinSampleError: A step's route has too few calls in its bucket.
+        TailkitError: The replay server did not start.
+    """
+    if runs < 1:
+        msg = f"--runs must be at least 1, got {runs}"
+        raise ConfigError(msg)
+    if time_scale is not None and not 0.0 < time_scale <= 10.0:
+        msg = f"--time-scale must be in (0, 10] real seconds per profile second, got {time_scale}"
+        raise ConfigError(msg)
+    if all(step.on_cutoff == "wait" for step in plan.steps.values()):
+        msg = "the plan has no cutoffs to rehearse: calibrate it first (tailkit calibrate)"
+        raise ConfigError(msg)
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="tailkit-replay-"))
+    out.mkdir(parents=True, exist_ok=True)
+    samples = load_samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
+    baseline = workflow_of(plan)
+    predictions = (_prediction(baseline, samples, seed=seed), _prediction(plan, samples, seed=seed))
+    served = served_models(plan, samples)
+    smallest = smallest_cutoff_s(plan)
+    p50 = predictions[0][0]["p50_s"]
+    notes: list[str] = []
+
+    def once(scale: float, count: int) -> tuple[list[SideRun], Fidelity]:
+        path = out / "outcomes.json"
+        path.write_text(dump_outcomes(served.tables, time_scale=scale, seed=seed), "utf-8")
+        access = out / "access.jsonl"
+        access.unlink(missing_ok=True)
+        with ServerProcess(path, access) as server:
+            sides, lag = asyncio.run(
+                _rehearse(
+                    (baseline, plan),
+                    url=server.url,
+                    out=out,
+                    ids=served.ids,
+                    runs=count,
+                    scale=scale,
+                    p50_s=p50,
+                    progress=progress,
+                )
+            )
+        found = fidelity(
+            time_scale=scale,
+            smallest_cutoff_s=smallest,
+            server_late_s=server_lateness(access),
+            client_lag_s=lag,
+        )
+        return sides, found
+
+    tried: list[float] = []
+    scale = time_scale if time_scale is not None else _PROBE_SCALE
+    if time_scale is None:
+        probe_runs = min(runs, max(24, runs // 8))
+        _, probed = once(scale, probe_runs)
+        tried.append(scale)
+        scale = _chosen_scale(scale, probed)
+    sides, found = once(scale, runs)
+    tried.append(scale)
+    if not found.ok and time_scale is None and scale < _MAX_SCALE:
+        notes.append(f"{found.describe()}: ran again slower")
+        scale = _chosen_scale(scale, found)
+        sides, found = once(scale, runs)
+        tried.append(scale)
+    if not found.ok:
+        notes.append(
+            f"{found.describe()}: this machine was too busy for the figures to mean anything; "
+            f"rerun on a quieter machine or with a larger --time-scale (e.g. "
+            f"{_chosen_scale(scale, found, cap=10.0):.2g})"
+        )
+    result_sides = (_side(sides[0], predictions[0]), _side(sides[1], predictions[1]))
+    denied = result_sides[1].denials
+    if denied:
+        notes.append(
+            f"the executor's hedge budget or throttle denied {denied} hedge(s) the plan called for"
+        )
+    return ReplayResult(plan, result_sides, found, tuple(tried), out, tuple(notes))
+
+
+def _chosen_scale(scale: float, measured: Fidelity, *, cap: float = _MAX_SCALE) -> float:
+    """
+    The time scale that brings a measured timing error under the allowance, with a margin.
+
+    The error is mostly real seconds of lateness, so it shrinks as the scale grows.
+    """
+    needed = scale * measured.error_share / MAX_ERROR_SHARE * _MARGIN
+    # faster than a quarter of the measured scale is a guess: lateness grows with the pace
+    return float(min(max(needed, scale / 4, 0.01), cap))

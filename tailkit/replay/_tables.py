@@ -1,0 +1,90 @@
+"""
+What the replay serves: each step's routes as the simulator draws them, as outcome tables.
+
+The simulator draws an attempt as one slot of a route's 65,536-slot outcome table
+(`tailkit.simulate.RouteSample`): the route's measured calls in the step's token bucket, each
+repeated over neighbouring slots, with its TTFT, cut calls filled in beyond their cut, the
+failures and the invalid outputs. The replay serves the same table, so a served attempt and a
+simulated one are draws from one distribution: run-length encoded (each call once, with the
+slots it fills), one served model per (step, route).
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailkit.config import Plan
+from tailkit.serve import Outcomes
+from tailkit.simulate import RouteSample, SampleKey, step_routes
+
+
+__all__ = ["CHUNKS_PER_ANSWER", "ServedModels", "served_models"]
+
+CHUNKS_PER_ANSWER = 8  # content events per streamed answer: the same timing, little CPU
+_DEFAULT_OUTPUT_TOKENS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModels:
+    """
+    The replay's models.
+
+    Args:
+        ids: Served model id per (step, route).
+        tables: Per model id, its outcomes and tokens per streamed chunk.
+    """
+
+    ids: dict[SampleKey, str]
+    tables: dict[str, tuple[Outcomes, int]]
+
+
+def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
+    """
+    The sample's outcome table, each run of identical slots stored once with its count.
+    """
+    ttft = np.asarray(sample.ttft_table, dtype=np.float64)
+    end = np.asarray(sample.end_table, dtype=np.float64)
+    kinds = np.full(end.size, "o", dtype="<U1")
+    kinds[sample.invalid_table] = "i"
+    kinds[sample.ok_entries :] = "e"
+    # a failure fails at its end time: its "first token" is when the error arrives
+    ttft = np.where(kinds == "e", end, np.minimum(ttft, end))
+    change = np.ones(end.size, dtype=np.bool_)
+    change[1:] = (ttft[1:] != ttft[:-1]) | (end[1:] != end[:-1]) | (kinds[1:] != kinds[:-1])
+    starts = np.flatnonzero(change)
+    counts = np.diff(np.append(starts, end.size))
+    return Outcomes(
+        ttft_s=tuple(float(v) for v in ttft[starts]),
+        total_s=tuple(float(v) for v in end[starts]),
+        kinds="".join(kinds[starts].tolist()),
+        output_tokens=output_tokens,
+        counts=tuple(int(c) for c in counts),
+    )
+
+
+def served_models(plan: Plan, samples: Mapping[SampleKey, RouteSample]) -> ServedModels:
+    """
+    One served model per (step, route) the plan may send an attempt to.
+
+    Args:
+        plan: The plan (its steps' routes, hedge, downgrade and upgrade routes).
+        samples: The route samples the plan was (or is) simulated with.
+
+    Returns:
+        The model ids (``"<route> @<step>"``) and their outcome tables.
+    """
+    ids: dict[SampleKey, str] = {}
+    tables: dict[str, tuple[Outcomes, int]] = {}
+    for name, step in plan.steps.items():
+        tokens = step.expected_tokens.output or _DEFAULT_OUTPUT_TOKENS
+        chunk_tokens = max(1, math.ceil(tokens / CHUNKS_PER_ANSWER))
+        for route in step_routes(step):
+            model = f"{route} @{name}"
+            ids[(name, route)] = model
+            tables[model] = (_outcomes(samples[(name, route)], tokens), chunk_tokens)
+    return ServedModels(ids, tables)

@@ -1,0 +1,239 @@
+"""
+Measured outcomes to replay, one drawn per request: the empirical twin of a `ModelProfile`.
+
+A parametric profile draws a lognormal TTFT and decode speed. A replay must serve exactly what
+the simulator draws from instead: the route's measured calls in a step's token bucket, with
+their time to first token, their total, their failures and their invalid outputs. `Outcomes`
+holds that table; each request picks one entry uniformly (one draw from the server's
+generator) and is answered on its schedule: the first content token at its TTFT, the rest
+spread evenly until its total, an error at its failure time, or a whole answer whose text
+carries `INVALID_MARK` when the measured call's output failed validation.
+
+``tailkit replay`` writes the tables as JSON (`dump_outcomes`) and starts ``tailkit serve
+--outcomes FILE`` in a process of its own (`load_outcomes`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+import os
+import random
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailkit.errors import ConfigError
+
+
+__all__ = [
+    "INVALID_MARK",
+    "KINDS",
+    "OUTCOMES_VERSION",
+    "Outcomes",
+    "dump_outcomes",
+    "load_outcomes",
+]
+
+INVALID_MARK = "[tailkit-replay: invalid output]"
+"""The text an answer starts with when its measured call's output failed validation."""
+
+KINDS = {"o": "ok", "e": "error", "i": "invalid"}
+"""One letter per outcome: a good answer, a failure (HTTP 5xx at its time), invalid output."""
+
+OUTCOMES_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Outcomes:
+    """
+    A table of measured outcomes; a request is answered as one entry, drawn by weight.
+
+    Args:
+        ttft_s: Profile seconds from receipt to the first content token, per entry (for a
+            failure: when it fails).
+        total_s: Profile seconds from receipt to the last token (``>= ttft_s``), per entry.
+        kinds: One letter per entry, from `KINDS`.
+        output_tokens: Tokens in each answer (at least 1; a request's ``max_tokens`` caps it).
+        counts: How many table slots each entry fills (its weight; ``None``: one each). A
+            simulator's 65,536-slot table repeats each measured call over neighbouring
+            slots, so it is stored once with its count.
+
+    Raises:
+        ConfigError: The columns differ in length, are empty, hold a negative, NaN or
+            infinite time, a total before its TTFT, an unknown kind, or a count below 1.
+    """
+
+    ttft_s: tuple[float, ...]
+    total_s: tuple[float, ...]
+    kinds: str
+    output_tokens: int = 200
+    counts: tuple[int, ...] | None = None
+    _ends: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.total_s)
+        weights = self.counts if self.counts is not None else (1,) * n
+        if n == 0 or len(self.ttft_s) != n or len(self.kinds) != n or len(weights) != n:
+            msg = (
+                f"outcomes need ttft_s, total_s, kinds (and counts) of one equal, non-zero "
+                f"length, got {len(self.ttft_s)}, {n}, {len(self.kinds)} and {len(weights)}"
+            )
+            raise ConfigError(msg)
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in weights):
+            msg = "outcome counts must be whole numbers >= 1 (slots per entry)"
+            raise ConfigError(msg)
+        object.__setattr__(self, "_ends", tuple(itertools.accumulate(weights)))
+        bad = set(self.kinds) - set(KINDS)
+        if bad:
+            msg = f"outcome kinds are o (ok), e (error) or i (invalid), got {sorted(bad)}"
+            raise ConfigError(msg)
+        for i, (first, total) in enumerate(zip(self.ttft_s, self.total_s, strict=True)):
+            if not (0.0 <= first <= total < math.inf):
+                msg = (
+                    f"outcome {i}: need 0 <= ttft_s <= total_s < inf (profile seconds), got "
+                    f"ttft_s={first!r}, total_s={total!r}"
+                )
+                raise ConfigError(msg)
+        if isinstance(self.output_tokens, bool) or not isinstance(self.output_tokens, int):
+            msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
+            raise ConfigError(msg)
+        if self.output_tokens < 1:
+            msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
+            raise ConfigError(msg)
+
+    @property
+    def slots(self) -> int:
+        """
+        Table slots: the sum of the counts.
+        """
+        return self._ends[-1]
+
+    def pick(self, rng: random.Random) -> int:
+        """
+        The entry a request gets: one uniform slot from one draw of ``rng``.
+        """
+        slot = min(int(rng.random() * self.slots), self.slots - 1)
+        return bisect.bisect_right(self._ends, slot)
+
+
+def dump_outcomes(
+    models: Mapping[str, tuple[Outcomes, int]],
+    *,
+    time_scale: float,
+    seed: int,
+) -> str:
+    """
+    The JSON document `load_outcomes` reads.
+
+    Args:
+        models: Model id -> (its outcomes, tokens per streamed chunk).
+        time_scale: Real seconds per profile second.
+        seed: The server's seed.
+    """
+    document = {
+        "tailkit_outcomes": OUTCOMES_VERSION,
+        "time_scale": time_scale,
+        "seed": seed,
+        "models": {
+            name: {
+                "output_tokens": table.output_tokens,
+                "chunk_tokens": chunk_tokens,
+                "kinds": table.kinds,
+                "ttft_s": [round(v, 6) for v in table.ttft_s],
+                "total_s": [round(v, 6) for v in table.total_s],
+                "counts": list(table.counts or (1,) * len(table.kinds)),
+            }
+            for name, (table, chunk_tokens) in models.items()
+        },
+    }
+    return json.dumps(document, separators=(",", ":"))
+
+
+def _floats(where: str, value: object) -> tuple[float, ...]:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        msg = f"{where} must be a list of seconds, got {type(value).__name__}"
+        raise ConfigError(msg)
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            msg = f"{where}[{i}] must be a number of seconds, got {item!r}"
+            raise ConfigError(msg)
+        out.append(float(item))
+    return tuple(out)
+
+
+def _counts(where: str, value: object) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) for c in value
+    ):
+        msg = f"{where} must be a list of whole numbers (slots per entry)"
+        raise ConfigError(msg)
+    return tuple(value)
+
+
+def load_outcomes(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, tuple[Outcomes, int]], float, int]:
+    """
+    Read an outcomes file written by `dump_outcomes`.
+
+    Returns:
+        Model id -> (outcomes, tokens per streamed chunk); the time scale; the seed.
+
+    Raises:
+        ConfigError: The file cannot be read, is not an outcomes document, or a model's
+            table is malformed; the message names the file and the model.
+    """
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as file:
+            document: Any = json.load(file)
+    except FileNotFoundError:
+        msg = f"{source}: no such outcomes file (tailkit replay --out DIR writes one)"
+        raise ConfigError(msg) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"{source}: cannot read it as an outcomes file ({exc})"
+        raise ConfigError(msg) from None
+    if not isinstance(document, dict) or document.get("tailkit_outcomes") != OUTCOMES_VERSION:
+        msg = f"{source}: not a tailkit outcomes file (no 'tailkit_outcomes: 1' key)"
+        raise ConfigError(msg)
+    raw_models = document.get("models")
+    if not isinstance(raw_models, dict) or not raw_models:
+        msg = f"{source}: 'models' must map model ids to outcome tables, at least one"
+        raise ConfigError(msg)
+    models: dict[str, tuple[Outcomes, int]] = {}
+    for name, raw in raw_models.items():
+        where = f"{source}: models.{name}"
+        if not isinstance(raw, dict):
+            msg = f"{where} must be a mapping with ttft_s, total_s and kinds"
+            raise ConfigError(msg)
+        try:
+            table = Outcomes(
+                ttft_s=_floats(f"{where}.ttft_s", raw.get("ttft_s")),
+                total_s=_floats(f"{where}.total_s", raw.get("total_s")),
+                kinds=str(raw.get("kinds", "")),
+                output_tokens=raw.get("output_tokens", 200),
+                counts=_counts(f"{where}.counts", raw.get("counts")),
+            )
+        except ConfigError as exc:
+            msg = f"{where}: {exc}"
+            raise ConfigError(msg) from None
+        chunk_tokens = raw.get("chunk_tokens", 1)
+        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+            msg = f"{where}.chunk_tokens must be a whole number >= 1, got {chunk_tokens!r}"
+            raise ConfigError(msg)
+        models[str(name)] = (table, chunk_tokens)
+    scale, seed = document.get("time_scale", 1.0), document.get("seed", 0)
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+        msg = f"{source}: time_scale must be a positive number, got {scale!r}"
+        raise ConfigError(msg)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        msg = f"{source}: seed must be a whole number >= 0, got {seed!r}"
+        raise ConfigError(msg)
+    return models, float(scale), seed
