@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tailkit.cli import _check, _demo, _races, _render, _report, _serve, _workflow
+from tailkit.cli import _check, _demo, _races, _render, _replay, _report, _serve, _workflow
 from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
@@ -267,6 +267,7 @@ app.command(name="serve")(_serve.serve)
 app.command(name="report")(_report.report)
 app.command(name="races")(_races.races)
 app.command(name="check")(_check.check)
+app.command(name="replay")(_replay.replay)
 
 
 def main() -> None:
