@@ -40,15 +40,18 @@ SELECT c.run_id, c.step, s.required, coalesce(c.attempt, 0) AS attempt, c.role, 
     epoch_us(c.started_at) / 1e6 AS t0, c.total_s, c.censored_at_s,
     coalesce(lower(c.attrs->>'winner') = 'true', false) AS winner,
     c.attrs->>'cutoff' IS NOT NULL AS fired,
+    c.attrs->>'started_by' AS started_by,
     c.attrs->>'action_skipped' IS NOT NULL OR c.attrs->>'hedge_denied' IS NOT NULL AS skipped,
     {_DENIED} AS denied
 FROM calls c JOIN ck_steps s ON c.step = s.step
 WHERE c.run_id IS NOT NULL AND c.started_at IS NOT NULL
 """
 
-# A retry counts as started at a cutoff when the first attempt was cut by the executor (its
-# ``cutoff`` fired, or it was cancelled and censored) and no action was refused; an error's
-# retry follows a first attempt that ended on its own.
+# An extra attempt says what started it (``attrs.started_by``: cutoff, error, invalid) in newer
+# ledgers. In older ones, hedges and downgrades start only at cutoffs, and a retry counts as
+# started at a cutoff when the first attempt was cut by the executor (its ``cutoff`` fired, or
+# it was cancelled and censored) and no action was refused; an error's retry follows a first
+# attempt that ended on its own.
 _CALLS = """
 CREATE TABLE ck_calls AS
 SELECT run_id, step, any_value(required) AS required,
@@ -59,6 +62,8 @@ SELECT run_id, step, any_value(required) AS required,
     count(*) FILTER (WHERE attempt > 0) AS extras,
     count(*) FILTER (WHERE attempt > 0 AND role IN ('hedge', 'downgrade')) AS actions,
     count(*) FILTER (WHERE attempt > 0 AND role = 'retry') AS retries,
+    count(*) FILTER (WHERE attempt > 0 AND started_by = 'cutoff') AS by_cutoff,
+    count(*) FILTER (WHERE attempt > 0 AND started_by IS NOT NULL) AS labelled,
     coalesce(bool_or(attempt = 0 AND (fired OR (censored_at_s IS NOT NULL
         AND status = 'cancelled'))), false) AS first_cut,
     coalesce(bool_or(attempt = 0 AND skipped), false) AS first_skipped,
@@ -72,7 +77,7 @@ FROM ck_att GROUP BY run_id, step
 """
 
 _CUTOFF_EXTRAS = (
-    "CASE WHEN actions > 0 THEN actions "
+    "CASE WHEN labelled > 0 THEN by_cutoff WHEN actions > 0 THEN actions "
     "WHEN retries > 0 AND first_cut AND NOT first_skipped THEN 1 ELSE 0 END"
 )
 
