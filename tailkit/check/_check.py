@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 
-from collections.abc import Iterable
 from typing import Any
 
 from tailkit.check._estimate import LEVEL, Estimate
@@ -332,7 +331,7 @@ def check_observation(
 
 def check_plan(
     plan: Plan | str | os.PathLike[str],
-    ledgers: Ledgers | Iterable[str | os.PathLike[str]],
+    ledgers: Ledgers,
     *,
     format: str = "auto",
     options: ScanOptions | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tailkit.check._estimate import LEVEL, quantiles, rate, ratio
 from tailkit.check._observation import Observation, StepObservation
@@ -112,22 +112,34 @@ def _ingest(store: Store, paths: list[str], format: str, options: ScanOptions) -
             "WHERE run_id IS NOT NULL GROUP BY ingest_id"
         )
     )
-    steps = [str(s) for (s,) in store.fetchall("SELECT step FROM ck_steps")]
     for f in read:
-        if f.stored and not found.get(f.ingest_id):
-            msg = (
-                f"ledger {str(f.path)!r}: no run of this plan's steps ({', '.join(steps)}) in "
-                f"its {f.stored:,} lines; pass the ledger of the executor that ran this plan, "
-                "or name the columns with --map run_id=COLUMN --map step=COLUMN"
-            )
-            raise IngestError(msg)
+        if (f.stored or f.rejected) and not found.get(f.ingest_id):
+            raise IngestError(_no_run(store, str(f.path), f.ingest_id, f.stored, f.rejected))
     if not found:
-        msg = (
-            f"ledger {', '.join(paths)}: no run of this plan's steps ({', '.join(steps)}); "
-            "pass the ledger of the executor that ran this plan"
-        )
-        raise IngestError(msg)
+        raise IngestError(_no_run(store, ", ".join(paths), None, 0, 0))
     return report.totals()["rejected"]
+
+
+def _no_run(store: Store, name: str, ingest_id: int | None, stored: int, rejected: int) -> str:
+    steps = ", ".join(str(s) for (s,) in store.fetchall("SELECT step FROM ck_steps"))
+    seen = [
+        str(s)
+        for (s,) in store.fetchall(
+            "SELECT DISTINCT step FROM calls WHERE ingest_id = ? AND step IS NOT NULL "
+            "ORDER BY step LIMIT 6",
+            [ingest_id],
+        )
+    ]
+    what = f"its {stored:,} stored lines" if stored else "it"
+    if seen:
+        what += f" name steps {', '.join(seen[:5])}{', …' if len(seen) > 5 else ''}"
+    if rejected:
+        what += f" ({rejected:,} lines rejected: see why with tailkit ingest and tailkit rejects)"
+    return (
+        f"ledger {name!r}: no run of this plan's steps ({steps}): {what}; pass the ledger of "
+        "the executor that ran this plan, or name its columns with --map run_id=COLUMN "
+        "--map step=COLUMN"
+    )
 
 
 def resolve_plan(plan: Plan | str | os.PathLike[str]) -> tuple[Plan, str]:
@@ -209,6 +221,11 @@ def observe(
             "WHERE run_id IS NOT NULL AND started_at IS NULL"
         )
         untimed = int(row[0]) if row else 0
+        others = store.fetchall(
+            "SELECT step, count(*) FROM calls WHERE run_id IN (SELECT run_id FROM calls "
+            "JOIN ck_steps USING (step)) AND step NOT IN (SELECT step FROM ck_steps) "
+            "GROUP BY step ORDER BY step"
+        )
         store.execute(_ATTEMPTS)
         store.execute(_CALLS)
         step_rows = store.fetchall(_STEP_ROWS)
@@ -222,6 +239,7 @@ def observe(
         required=required,
         rejected=rejected,
         untimed=untimed,
+        others={str(step): int(n) for step, n in others},
         level=level,
     )
 
@@ -235,6 +253,7 @@ def _observation(
     required: int,
     rejected: int,
     untimed: int,
+    others: dict[str, int],
     level: float,
 ) -> Observation:
     finished: list[float] = []
@@ -263,6 +282,9 @@ def _observation(
         )
     if untimed:
         notes.append(f"{untimed:,} lines of plan steps have no started_at and were left out")
+    if others:
+        names = ", ".join(f"{step} ({n:,})" for step, n in others.items())
+        notes.append(f"lines of steps the plan does not have were left out: {names}")
     return Observation(
         workflow=plan.workflow,
         deadline_s=plan.deadline_s,
@@ -283,26 +305,45 @@ def _observation(
     )
 
 
+class _Call(NamedTuple):
+    """
+    One step call as `_STEP_ROWS` returns it (seconds from the call's first start).
+    """
+
+    step: str
+    won_s: float | None  # the winner's end; None without a winner
+    last_s: float  # the last instant any attempt was seen
+    firsts: int
+    extras: int
+    cutoff_extras: int
+    denied_budget: int
+    denied_throttle: int
+    first_s: float | None  # the first attempt's latency, when it finished uncut
+    first_cut_s: float | None  # the age it was cut at, when it was cut
+    deadline_cut: bool
+
+
 def _step(plan: Plan, name: str, rows: list[tuple[Any, ...]], level: float) -> StepObservation:
-    finished = [float(r[1]) for r in rows if r[1] is not None]
-    finished += [max(float(r[2]), 0.0) for r in rows if r[1] is None and not r[10]]
-    unfinished = [max(float(r[2]), 0.0) for r in rows if r[1] is None and r[10]]
+    calls = [_Call(*row) for row in rows]
+    finished = [c.won_s for c in calls if c.won_s is not None]
+    # gave up (fail, every attempt failed): it ended there; cut by the deadline: longer
+    finished += [max(c.last_s, 0.0) for c in calls if c.won_s is None and not c.deadline_cut]
+    unfinished = [max(c.last_s, 0.0) for c in calls if c.won_s is None and c.deadline_cut]
     p50, p99 = quantiles(finished, unfinished, (0.5, 0.99), level=level)
-    first_done = [float(r[8]) for r in rows if r[8] is not None]
-    first_cut = [float(r[9]) for r in rows if r[8] is None and r[9] is not None]
+    first_done = [c.first_s for c in calls if c.first_s is not None]
+    first_cut = [c.first_cut_s for c in calls if c.first_s is None and c.first_cut_s is not None]
     (first_p50,) = quantiles(first_done, first_cut, (0.5,), level=level)
-    cutoff = sum(int(r[5]) for r in rows)
     return StepObservation(
         name=name,
         route=plan.steps[name].route,
-        calls=len(rows),
+        calls=len(calls),
         p50_s=p50,
         p99_s=p99,
-        hedge_rate=rate(sum(1 for r in rows if r[5]), len(rows), level=level),
+        hedge_rate=rate(sum(1 for c in calls if c.cutoff_extras), len(calls), level=level),
         first_attempt_p50_s=first_p50,
-        first_attempts=sum(int(r[3]) for r in rows),
-        extra_attempts=sum(int(r[4]) for r in rows),
-        cutoff_attempts=cutoff,
-        denied_budget=sum(int(r[6]) for r in rows),
-        denied_throttle=sum(int(r[7]) for r in rows),
+        first_attempts=sum(c.firsts for c in calls),
+        extra_attempts=sum(c.extras for c in calls),
+        cutoff_attempts=sum(c.cutoff_extras for c in calls),
+        denied_budget=sum(c.denied_budget for c in calls),
+        denied_throttle=sum(c.denied_throttle for c in calls),
     )

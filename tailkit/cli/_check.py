@@ -78,10 +78,9 @@ def render(report: CheckReport, console: Console) -> None:
         style = "bold red" if line.verdict == DRIFTED else None
         label = ""
         if line.scope != scope:
-            scope = line.scope
-            label = WORKFLOW if scope == WORKFLOW else f"{scope}"
-            if scope != WORKFLOW:
+            if scope is not None:
                 table.add_section()
+            scope = label = line.scope
         table.add_row(
             label,
             _FIGURES.get(line.figure, line.figure),
