@@ -408,7 +408,12 @@ def test_the_predictions_own_interval_holding_the_observation_is_a_thin_basis(
     )
     report = check_observation(plan, obs)
     assert ["slower route", "thin basis"] == _kinds(report, "draft", "p50_s")
-    assert "own interval" in (report.line("draft", "p50_s").cause or "")
+    assert "own interval [10.00 s–30.00 s] holds" in (report.line("draft", "p50_s").cause or "")
+    wide.interval = {"p50_s": (5.0, 16.0)}
+    report = check_observation(plan, obs)
+    assert "own interval [5.00 s–16.00 s] is wide" in (report.line("draft", "p50_s").cause or "")
+    wide.interval = {"p50_s": (14.0, 16.0)}
+    assert ["slower route"] == _kinds(check_observation(plan, obs), "draft", "p50_s")
 
 
 def test_error_retries_are_named_as_recovery_attempts(tmp_path: Path, plan_file: Path) -> None:
@@ -482,6 +487,26 @@ def test_other_column_names_are_mapped_as_for_ingest(
     assert 40 == obs.runs
 
 
+def test_lines_left_out_are_noted(tmp_path: Path, world: World, plan_file: Path) -> None:
+    """Lines of a step the plan lacks, and lines without a start, are left out and noted."""
+    path = ledger(tmp_path / "l.jsonl", world, 40, seed=13)
+    extra = [
+        _line("run-13-00000", "polish", 0, "primary", T0, total_s=1.0, winner=True),
+        _line("run-13-00001", "tag", 9, "retry", T0, total_s=1.0).replace(
+            f'"started_at": "{_iso(T0)}"', '"started_at": null'
+        ),
+    ]
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("\n".join(extra) + "\n")
+    obs = observe(plan_file, path)
+    assert 1 == obs.untimed
+    assert (
+        "1 lines of plan steps have no started_at and were left out",
+        "lines of steps the plan does not have were left out: polish (1)",
+    ) == obs.notes
+    assert 40 == obs.runs
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 
@@ -525,6 +550,14 @@ def test_cli_exit_codes_hold_drift_and_bad_input(
         assert 2 == result.exit_code, result.output
         assert message in result.stderr
         assert result.stderr.startswith("Error: ")
+
+
+def test_cli_refuses_a_level_outside_zero_one(tmp_path: Path, plan_file: Path) -> None:
+    """--level 95 (a percentage) is bad input: exit 2, naming the value and the fix."""
+    good = str(ledger(tmp_path / "good.jsonl", World(), 40, seed=14))
+    result = runner.invoke(app, ["check", str(plan_file), good, "--level", "95"])
+    assert 2 == result.exit_code
+    assert "level must be a confidence level in (0, 1), e.g. 0.95, got 95.0" in result.stderr
 
 
 def test_cli_json_has_the_documented_shape(tmp_path: Path, world: World, plan_file: Path) -> None:

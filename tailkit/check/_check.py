@@ -16,7 +16,7 @@ in the ledger, in the direction of the drift:
 - recovery attempts: retries after errors and upgrades after bad output count as extra
   attempts, while the plan's prediction counts only those started at cutoffs;
 - a thin basis: the step was calibrated on few calls, or the prediction's own interval (when
-  the plan has one) holds the observed value.
+  the plan has one) holds the observed value or is wider than half the predicted value.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ THIN_BASIS_CALLS = 1000
 
 _UP = ("p50_s", "p99_s", "miss_rate")  # figures that get worse upwards
 _ROUTES_SHOWN = 3  # a workflow line names the routes that moved most
+_WIDE = 0.5  # a predicted interval wider than this share of its value is a thin basis
 
 
 def _denials_matter(figure: str, pred: float, est: Estimate, denied: int) -> bool:
@@ -266,14 +267,18 @@ class _Judge:
             )
         owner = self.plan.predicted if scope == WORKFLOW else self.plan.steps[scope].predicted
         interval = predicted_interval(owner, figure)
-        if interval is not None and interval[0] <= est.value <= interval[1]:
-            out.append(
-                Cause(
-                    "thin basis",
-                    f"the prediction's own interval [{figure_text(figure, interval[0])}–"
-                    f"{figure_text(figure, interval[1])}] holds the observed value",
-                )
-            )
+        if interval is None:
+            return out
+        low, high = interval
+        shown = f"[{figure_text(figure, low)}–{figure_text(figure, high)}]"
+        predicted = getattr(owner, figure)
+        if low <= est.value <= high:
+            why = "holds the observed value"
+        elif high - low > _WIDE * abs(predicted):
+            why = f"is wide (more than {_WIDE:.0%} of the predicted value)"
+        else:
+            return out
+        out.append(Cause("thin basis", f"the prediction's own interval {shown} {why}"))
         return out
 
 
