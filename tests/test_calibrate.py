@@ -15,7 +15,7 @@ import yaml
 
 from typer.testing import CliRunner
 
-from tailkit.calibrate import QUANTILES, calibrate, workflow_of
+from tailkit.calibrate import QUANTILES, calibrate, predict, workflow_of
 from tailkit.cli import app
 from tailkit.config import Plan, Route, Step, Tokens, dump_plan, load_plan, parse_plan
 from tailkit.ingest import ingest_paths
@@ -50,7 +50,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def calibrated(db: Path):  # type: ignore[no-untyped-def]
     """The sample workflow, calibrated once for the module."""
     with Store.open(db, read_only=True) as store:
-        return calibrate(store, load_plan(WORKFLOW), runs=RUNS, check_runs=CHECK_RUNS, seed=3)
+        return calibrate(
+            store, load_plan(WORKFLOW), runs=RUNS, check_runs=CHECK_RUNS, seed=3, replicates=40
+        )
 
 
 def test_calibrated_plan_beats_hedging_at_p95_everywhere(calibrated) -> None:  # type: ignore[no-untyped-def]
@@ -96,13 +98,45 @@ def test_plan_fields_are_filled_and_round_trip(calibrated) -> None:  # type: ign
     assert parse_plan(dump_plan(plan)) == plan
 
 
+def test_predictions_carry_intervals_that_hold_them(calibrated) -> None:  # type: ignore[no-untyped-def]
+    """The plan's and each step's predictions come with 95% intervals around them."""
+    predicted = calibrated.plan.predicted
+    interval = predicted.interval
+    assert interval is not None
+    assert interval.level == 0.95
+    for key in ("p50_s", "p99_s", "miss_rate", "extra_attempts"):
+        low, high = getattr(interval, key)
+        assert low <= getattr(predicted, key) <= high, key
+    assert interval.miss_rate[0] < interval.miss_rate[1]
+    for step in calibrated.plan.steps.values():
+        assert step.predicted.interval is not None
+        low, high = step.predicted.interval.p99_s
+        assert low < step.predicted.p99_s < high
+    assert calibrated.prediction.replicates == 40
+    assert calibrated.prediction.result is calibrated.result
+    assert isinstance(calibrated.warnings, tuple)
+
+
+def test_predict_reads_the_store_for_any_plan(db: Path, calibrated) -> None:  # type: ignore[no-untyped-def]
+    """predict() loads samples itself, for the workflow without cutoffs as for the plan."""
+    with Store.open(db, read_only=True) as store:
+        waiting = predict(store, workflow_of(calibrated.plan), runs=20_000, replicates=20,
+                          replicate_runs=2_000)  # fmt: skip
+    planned = calibrated.prediction.miss_rate
+    assert waiting.extra_attempts.value == 0.0
+    assert waiting.miss_rate.low > planned.high  # cutoffs help beyond the sample's doubt
+    assert waiting.plan_prediction().interval is not None
+
+
 def test_non_idempotent_steps_are_never_repeated(db: Path) -> None:
     """A step marked idempotent: false is never hedged or retried, whatever its tail."""
     plan = load_plan(WORKFLOW)
     steps = dict(plan.steps)
     steps["draft"] = dataclasses.replace(steps["draft"], idempotent=False)
     with Store.open(db, read_only=True) as store:
-        found = calibrate(store, dataclasses.replace(plan, steps=steps), runs=4000, check_runs=4000)
+        found = calibrate(
+            store, dataclasses.replace(plan, steps=steps), runs=4000, check_runs=4000, replicates=0
+        )
     assert found.plan.steps["draft"].on_cutoff in ("wait", "downgrade", "fail")
 
 
@@ -117,7 +151,7 @@ def test_thin_bucket_is_refused_with_the_fix(db: Path) -> None:
         },
     )
     with Store.open(db, read_only=True) as store, pytest.raises(ThinSampleError) as err:
-        calibrate(store, plan, runs=1000, check_runs=1000)
+        calibrate(store, plan, runs=1000, check_runs=1000, replicates=0)
     message = str(err.value)
     expected = r"step 'huge': route openai/gpt-4.1 has \d+ calls in bucket in 64k\+ / out 2400\+"
     assert re.search(expected + r" \(needs 200\)", message)
@@ -131,7 +165,8 @@ def test_cli_calibrate_writes_the_plan_and_json(db: Path, tmp_path: Path) -> Non
     result = CliRunner().invoke(
         app,
         ["calibrate", str(WORKFLOW), "--out", str(out), "--db", str(db), "--runs", "3000",
-         "--check-runs", "5000", "--deadline", "100", "--budget", "0.03", "--json"],
+         "--check-runs", "5000", "--deadline", "100", "--budget", "0.03", "--replicates", "10",
+         "--json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
@@ -140,6 +175,29 @@ def test_cli_calibrate_writes_the_plan_and_json(db: Path, tmp_path: Path) -> Non
     assert plan.deadline_s == 100.0
     assert plan.hedge_budget == 0.03
     assert payload["plan"] == yaml.safe_load(out.read_text())
+    assert payload["plan"]["predicted"]["interval"]["level"] == 0.95
+    miss = payload["prediction"]["miss_rate"]
+    assert miss["low"] <= miss["value"] <= miss["high"]
+    assert payload["prediction"]["replicates"] == 10
+    assert isinstance(payload["warnings"], list)
+
+
+def test_cli_calibrate_table_shows_the_plans_interval_and_warns(db: Path, tmp_path: Path) -> None:
+    """The plan's miss rate shows its interval; a hopeless deadline warns on stderr."""
+    out = tmp_path / "plan.yaml"
+    result = CliRunner().invoke(
+        app,
+        ["calibrate", str(WORKFLOW), "--out", str(out), "--db", str(db), "--runs", "2000",
+         "--check-runs", "4000", "--replicates", "10", "--deadline", "30"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan_row = next(line for line in result.stdout.splitlines() if "the plan" in line)
+    assert re.search(r"\d+\.\d\d% \(\d+\.\d–\d+\.\d%\)", plan_row)
+    assert "no cutoffs" in result.stdout
+    assert "10 bootstrap replicates of the measured calls" in result.stdout
+    assert "Warning: the deadline is out of reach" in result.stderr
+    assert "Warning" not in result.stdout
+    assert load_plan(out).predicted.interval is not None  # type: ignore[union-attr]
 
 
 def test_cli_simulate_table(db: Path, tmp_path: Path) -> None:

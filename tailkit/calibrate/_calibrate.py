@@ -9,8 +9,10 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tailkit.calibrate._predict import REPLICATE_RUNS, REPLICATES, Prediction, predict
 from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
-from tailkit.config import Basis, Plan, PlanPrediction, Step, StepPrediction
+from tailkit.calibrate._warn import prediction_warnings
+from tailkit.config import Basis, Plan, Step
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.simulate import (
@@ -19,7 +21,6 @@ from tailkit.simulate import (
     SampleKey,
     SimResult,
     load_samples,
-    simulate_model,
     workflow_model,
 )
 from tailkit.store import Store
@@ -32,16 +33,22 @@ class Calibration:
 
     Args:
         plan: The workflow with every step's signal, cutoffs and action filled in, and the
-            ``predicted`` and ``basis`` fields.
+            ``predicted`` (with intervals) and ``basis`` fields.
         result: The plan simulated on fresh runs (the source of ``predicted``).
         search: The search's choices, score and effort.
         samples: The route samples it was calibrated on.
+        prediction: The plan's predictions with their intervals (``result`` is its
+            simulation).
+        warnings: What the user should know about the plan: a hopeless deadline, a plan over
+            its hedge budget, thin samples behind a wide interval (see `prediction_warnings`).
     """
 
     plan: Plan
     result: SimResult
     search: SearchResult
     samples: dict[SampleKey, RouteSample]
+    prediction: Prediction
+    warnings: tuple[str, ...] = ()
 
 
 def workflow_of(plan: Plan) -> Plan:
@@ -93,6 +100,8 @@ def calibrate(
     buckets: Buckets | None = None,
     min_calls: int = DEFAULT_MIN_CALLS,
     latency: str = "empirical",
+    replicates: int = REPLICATES,
+    replicate_runs: int = REPLICATE_RUNS,
     progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
     """
@@ -109,6 +118,8 @@ def calibrate(
         buckets: Token bucket edges (DESIGN.md §1 defaults when ``None``).
         min_calls: Fewest calls a step's route needs in its bucket.
         latency: ``empirical`` (resample the measured calls) or ``lognormal`` (fitted).
+        replicates: Bootstrap replicates behind the predictions' intervals (0: none).
+        replicate_runs: Simulated runs per replicate.
         progress: Called with (candidates tried, candidates per pass).
 
     Raises:
@@ -152,8 +163,18 @@ def calibrate(
         plan,
         steps={n: _with_choice(s, found.choices.get(n, WAIT)) for n, s in plan.steps.items()},
     )
-    result = simulate_model(workflow_model(chosen, samples), runs=check_runs, seed=seed + 1)
-    return Calibration(_predicted(chosen, result, found, samples), result, found, samples)
+    prediction = predict(
+        None, chosen, samples=samples, runs=check_runs, seed=seed + 1, replicates=replicates,
+        replicate_runs=replicate_runs,
+    )  # fmt: skip
+    return Calibration(
+        plan=_predicted(chosen, prediction, found, samples),
+        result=prediction.result,
+        search=found,
+        samples=samples,
+        prediction=prediction,
+        warnings=prediction_warnings(chosen, prediction),
+    )
 
 
 def _with_choice(step: Step, choice: Choice) -> Step:
@@ -171,19 +192,17 @@ def _with_choice(step: Step, choice: Choice) -> Step:
 
 
 def _predicted(
-    plan: Plan, result: SimResult, found: SearchResult, samples: dict[SampleKey, RouteSample]
+    plan: Plan,
+    prediction: Prediction,
+    found: SearchResult,
+    samples: dict[SampleKey, RouteSample],
 ) -> Plan:
     steps = {}
-    by_name = {s.name: s for s in result.steps}
     for name, step in plan.steps.items():
-        sim, sample = by_name[name], samples[(name, step.route)]
+        sample = samples[(name, step.route)]
         steps[name] = dataclasses.replace(
             step,
-            predicted=StepPrediction(
-                p50_s=round(sim.p50_s, 3),
-                p99_s=round(sim.p99_s, 3),
-                hedge_rate=round(sim.hedge_rate, 4),
-            ),
+            predicted=prediction.step_prediction(name),
             basis=Basis(
                 calls=sample.calls,
                 bucket=sample.bucket,
@@ -191,10 +210,4 @@ def _predicted(
                 censored=round(sample.censored, 4),
             ),
         )
-    predicted = PlanPrediction(
-        p50_s=round(result.p50_s, 3),
-        p99_s=round(result.p99_s, 3),
-        miss_rate=round(result.miss_rate, 5),
-        extra_attempts=round(result.extra_attempts, 4),
-    )
-    return dataclasses.replace(plan, steps=steps, predicted=predicted)
+    return dataclasses.replace(plan, steps=steps, predicted=prediction.plan_prediction())

@@ -22,7 +22,7 @@ from tailkit.store import DEFAULT_DB, Store
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tailkit.calibrate import Calibration
+    from tailkit.calibrate import Calibration, Prediction
     from tailkit.config import Plan
     from tailkit.simulate import SimResult
 
@@ -83,6 +83,15 @@ def calibrate(
         int, typer.Option("--check-runs", help="Fresh runs that check the plan found.", min=1)
     ] = 100_000,
     seed: SeedOption = 0,
+    replicates: Annotated[
+        int,
+        typer.Option(
+            "--replicates",
+            help="Bootstrap replicates of the measured calls behind the predictions' 95% "
+            "intervals (0: no intervals).",
+            min=0,
+        ),
+    ] = 100,
     min_calls: MinCalls = 200,
     latency: Latency = "empirical",
     input_edges: InputEdges = None,
@@ -95,8 +104,10 @@ def calibrate(
     Reads each step's route latency from the store (in the bucket of its expected tokens),
     searches every step's signal (total or TTFT), cutoff and action (hedge, retry, downgrade,
     fail, wait) by simulating the whole workflow, within the hedge budget, and writes the
-    plan with its predictions. Then compares it with no cutoffs, sequential retry at p95 and
-    hedging at p95 everywhere.
+    plan with its predictions, each with a 95% interval that includes the uncertainty of the
+    measured calls. Then compares it with no cutoffs, sequential retry at p95 and hedging at
+    p95 everywhere. Warns on stderr when the deadline is out of reach, the plan may overspend
+    its hedge budget, or thin samples make the interval wide.
 
     Example:
 
@@ -113,7 +124,7 @@ def calibrate(
             found = run_calibration(
                 store, plan, budget=budget, deadline_s=deadline, runs=runs,
                 check_runs=check_runs, seed=seed, buckets=buckets, min_calls=min_calls,
-                latency=latency, progress=bar.update,
+                latency=latency, replicates=replicates, progress=bar.update,
             )  # fmt: skip
         policies = compare_policies(found.plan, found.samples, runs=check_runs, seed=seed + 1)
         write_atomically(out, dump_plan(found.plan))
@@ -124,12 +135,20 @@ def calibrate(
         return
     console = _console()
     _plan_table(found.plan, console)
-    _policy_table(found.plan, policies, console)
+    _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
         f"({runs:,} runs each); checked on {check_runs:,} fresh runs"
     )
+    if replicates:
+        console.print(
+            f"the plan's interval: 95% of {replicates:,} bootstrap replicates of the measured "
+            f"calls ({found.prediction.replicate_runs:,} runs each); other rows: ± one "
+            "Monte Carlo standard error"
+        )
     console.print(f"wrote {out}")
+    for warning in found.warnings:
+        typer.echo(f"Warning: {warning}", err=True)
 
 
 def simulate(
@@ -186,6 +205,8 @@ def _calibration_json(
         "out": str(out),
         "plan": plan,
         "search": {"evaluated": found.search.evaluated, "passes": found.search.passes},
+        "prediction": found.prediction.as_dict(),
+        "warnings": list(found.warnings),
         "policies": {k: v.as_dict() for k, v in policies.items()},
     }
 
@@ -221,7 +242,13 @@ def _plan_table(plan: Plan, console: Console) -> None:
     console.print(table)
 
 
-def _policy_table(plan: Plan, policies: dict[str, SimResult], console: Console) -> None:
+def _policy_table(
+    plan: Plan,
+    policies: dict[str, SimResult],
+    console: Console,
+    *,
+    prediction: Prediction | None = None,
+) -> None:
     from rich.table import Table
 
     from tailkit.simulate import POLICY_TITLES
@@ -236,9 +263,13 @@ def _policy_table(plan: Plan, policies: dict[str, SimResult], console: Console) 
         table.add_column(name, justify="left" if name == "policy" else "right")
     for key, result in policies.items():
         over = result.extra_attempts > plan.hedge_budget + 1e-9
+        miss = f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}"
+        if key == "plan" and prediction is not None and prediction.replicates:
+            low, high = prediction.miss_rate.bounds
+            miss = f"{result.miss_rate:.2%} ({low * 100:.1f}–{high * 100:.1f}%)"
         table.add_row(
             POLICY_TITLES.get(key, key),
-            f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}",
+            miss,
             _seconds(result.p50_s),
             _seconds(result.p90_s),
             _seconds(result.p99_s),

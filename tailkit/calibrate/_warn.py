@@ -1,0 +1,140 @@
+"""
+What a prediction says the user should know: a hopeless deadline, a busted budget, thin data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tailkit.simulate import Draws, run_workflow, workflow_model
+
+
+if TYPE_CHECKING:
+    from tailkit.calibrate._predict import Prediction
+    from tailkit.config import Plan
+
+
+HOPELESS_MISS_RATE = 0.5  # most runs miss even with the plan
+TARGET_MISS_RATE = 0.05  # the miss rate a suggested deadline aims for
+THIN_CALLS = 1_000  # fewer calls leave fewer than 10 beyond a route's p99
+_WIDE_SHARE, _WIDE_FLOOR = 0.5, 0.01  # a miss-rate interval wider than half its value, >= 1 pt
+_DEADLINE_RUNS = 32_768
+
+
+def prediction_warnings(plan: Plan, prediction: Prediction) -> tuple[str, ...]:
+    """
+    Warnings about a plan's prediction, each with what to do about it.
+
+    - the deadline is hopeless: most runs miss it even with the plan (it says the median run
+      and the deadline that would miss 5 %);
+    - the plan spends more than its hedge budget, or its interval reaches past it;
+    - the miss rate's interval is wide and some route samples are thin (fewer than 1,000
+      calls: under 10 beyond their p99); it names them, their steps and their calls.
+
+    Args:
+        plan: The plan that was predicted.
+        prediction: Its `predict` result.
+
+    Returns:
+        One sentence or two per warning; empty when there is nothing to say.
+    """
+    out = []
+    if prediction.miss_rate.value > HOPELESS_MISS_RATE:
+        out.append(_hopeless(plan, prediction))
+    budget_warning = _over_budget(plan, prediction)
+    if budget_warning:
+        out.append(budget_warning)
+    thin_warning = _thin(plan, prediction)
+    if thin_warning:
+        out.append(thin_warning)
+    return tuple(out)
+
+
+def _hopeless(plan: Plan, prediction: Prediction) -> str:
+    miss = prediction.miss_rate
+    text = (
+        f"the deadline is out of reach: {_pct(miss.value)} of runs miss {plan.deadline_s:g} s "
+        f"even with the plan (95% interval {_span(miss.low, miss.high)}); the median "
+        f"run takes {prediction.p50_s.value:.1f} s. "
+    )
+    # the same plan without a deadline: how long its runs take when nothing cuts them short
+    model = dataclasses.replace(workflow_model(plan, prediction.samples), deadline_s=math.inf)
+    seed = zlib.crc32(b"deadline needed")
+    outcome = run_workflow(model, Draws(_DEADLINE_RUNS, seed=seed))
+    ends = np.where(outcome.ok, outcome.end_s, np.inf)
+    needed = float(np.quantile(ends, 1.0 - TARGET_MISS_RATE, method="higher"))
+    if not math.isfinite(needed):
+        failed = 1.0 - float(outcome.ok.mean())
+        return text + (
+            f"Even without a deadline {_pct(failed)} of runs fail (errors or invalid output): "
+            "no deadline brings misses down to 5%; give the failing steps an upgrade_route "
+            "or make them optional"
+        )
+    return text + (
+        f"A deadline of about {math.ceil(needed):d} s would miss {TARGET_MISS_RATE:.0%} with "
+        f"these cutoffs: raise deadline_s (or --deadline {math.ceil(needed):d}), or shorten "
+        "the workflow's longest chain of steps"
+    )
+
+
+def _over_budget(plan: Plan, prediction: Prediction) -> str | None:
+    extra, budget = prediction.extra_attempts, plan.hedge_budget
+    if extra.high <= budget + 1e-12:
+        return None
+    spent = (
+        f"{_pct(extra.value)} extra attempts per first attempt (95% interval "
+        f"{_span(extra.low, extra.high)}) against a hedge budget of {_pct(budget)}"
+    )
+    margin = math.floor(max(budget - (extra.high - extra.value), 0.0) * 1000) / 1000
+    fix = (
+        f"raise hedge_budget, or calibrate with --budget {margin:g} to keep a margin "
+        "(or move cutoffs later)"
+    )
+    if extra.value > budget + 1e-12:
+        return f"the plan spends more than its hedge budget: {spent}: {fix}"
+    return f"the plan may spend more than its hedge budget: {spent}: {fix}"
+
+
+def _thin(plan: Plan, prediction: Prediction) -> str | None:
+    miss = prediction.miss_rate
+    if not prediction.replicates or miss.high - miss.low <= max(
+        _WIDE_SHARE * miss.value, _WIDE_FLOOR
+    ):
+        return None
+    steps_of: dict[tuple[str, str, int], list[str]] = defaultdict(list)
+    for name, step in plan.steps.items():
+        for route in dict.fromkeys((step.route, step.hedge_route, step.downgrade_route,
+                                    step.upgrade_route)):  # fmt: skip
+            sample = prediction.samples.get((name, route)) if route else None
+            if route and sample is not None and sample.calls < THIN_CALLS:
+                steps_of[(route, sample.bucket, sample.calls)].append(name)
+    if not steps_of:
+        return None
+    thin = sorted(steps_of.items(), key=lambda item: item[0][2])
+    named = "; ".join(
+        f"{route} (step{'s' if len(steps) > 1 else ''} {', '.join(steps)}) has {calls:,} "
+        f"calls in bucket {bucket}"
+        for (route, bucket, calls), steps in thin
+    )
+    return (
+        f"the miss rate's 95% interval is wide, {_span(miss.low, miss.high)} around "
+        f"{_pct(miss.value)}, because the samples are thin: {named} (under {THIN_CALLS:,} "
+        "calls, fewer than 10 lie beyond a p99). Ingest more calls of these routes, or widen "
+        "their buckets (--input-edges/--output-edges, or drop expected_tokens.output)"
+    )
+
+
+def _pct(share: float) -> str:
+    return f"{share:.1%}" if share < 0.1 else f"{share:.0%}"
+
+
+def _span(low: float, high: float) -> str:
+    digits = 1 if high < 0.1 else 0
+    return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"
