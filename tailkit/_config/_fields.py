@@ -11,9 +11,14 @@ from __future__ import annotations
 import math
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
 
 from tailkit._config._report import UNSET, Path, Report, did_you_mean
+
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 T = TypeVar("T")
@@ -214,3 +219,26 @@ def optional(convert: Callable[[object], T]) -> Callable[[object], T | None]:
             raise Invalid(msg, exc.hint) from None
 
     return read
+
+
+def record(
+    f: Fields, key: str, read: Callable[[Fields], T], kind: type[DataclassInstance]
+) -> T | None:
+    """
+    Read the mapping under ``key`` with ``read``: ``None`` when absent or null.
+
+    Its unknown keys are reported against ``kind``'s fields; a problem inside marks ``key``
+    as failed in ``f``.
+    """
+    value = f.raw.get(key)
+    if value is None:
+        return None
+    known = [field.name for field in fields(kind)]
+    sub = Fields(f.report, value, (*f.path, key), known, ", ".join(known))
+    if not sub.valid:
+        f.failed.add(key)
+        return None
+    result = read(sub)
+    if sub.failed:
+        f.failed.add(key)
+    return result

@@ -12,33 +12,24 @@ import math
 
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING, TypeVar
 
 from tailkit._config import _fields as conv
-from tailkit._config._fields import Fields, Invalid
+from tailkit._config._fields import Fields, Invalid, record
 from tailkit._config._model import (
     ACTIONS,
     PLAN_VERSION,
     SIGNALS,
     Basis,
-    Bounds,
     Plan,
-    PlanInterval,
     PlanPrediction,
     Route,
     Step,
-    StepInterval,
     StepPrediction,
     Tokens,
 )
+from tailkit._config._predicted import read_basis, read_plan_prediction, read_step_prediction
 from tailkit._config._report import Report, did_you_mean, format_float
 
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-
-T = TypeVar("T")
 
 _TOP = ("tailkit_plan", *(f.name for f in fields(Plan)))
 _STEP = tuple(f.name for f in fields(Step) if f.name != "name")
@@ -74,7 +65,7 @@ def build_plan(data: object, report: Report) -> Plan | None:
         routes if top.ok("routes") and routes else None,
         deadline_s if top.ok("deadline_s") else None,
     )
-    predicted = _record(top, "predicted", _plan_prediction, PlanPrediction)
+    predicted = record(top, "predicted", read_plan_prediction, PlanPrediction)
     return Plan(workflow, deadline_s, routes, steps, hedge_budget=hedge_budget, predicted=predicted)
 
 
@@ -161,7 +152,7 @@ def _step(
         f.need("route", route, "", fix),
         depends_on=_depends_on(f, name, names),
         required=f.get("required", conv.flag, True),
-        expected_tokens=_record(f, "expected_tokens", _tokens, Tokens) or Tokens(),
+        expected_tokens=record(f, "expected_tokens", _tokens, Tokens) or Tokens(),
         idempotent=f.get("idempotent", conv.flag, True),
         signal=f.get("signal", conv.one_of(SIGNALS, "signals"), "total"),
         ttft_cutoff_s=f.get("ttft_cutoff_s", conv.optional(conv.seconds), None),
@@ -171,8 +162,8 @@ def _step(
         hedge_route=f.get("hedge_route", conv.optional(route), None),
         downgrade_route=f.get("downgrade_route", conv.optional(route), None),
         upgrade_route=f.get("upgrade_route", conv.optional(route), None),
-        predicted=_record(f, "predicted", _step_prediction, StepPrediction),
-        basis=_record(f, "basis", _basis, Basis),
+        predicted=record(f, "predicted", read_step_prediction, StepPrediction),
+        basis=record(f, "basis", read_basis, Basis),
     )
     if f.valid:
         _check_cutoffs(f, step, deadline_s)
@@ -275,139 +266,6 @@ def _report_cycles(report: Report, steps: dict[str, Step]) -> None:
             )
 
 
-def _record(
-    f: Fields, key: str, read: Callable[[Fields], T], kind: type[DataclassInstance]
-) -> T | None:
-    value = f.raw.get(key)
-    if value is None:
-        return None
-    known = [field.name for field in fields(kind)]
-    sub = Fields(f.report, value, (*f.path, key), known, ", ".join(known))
-    if not sub.valid:
-        f.failed.add(key)
-        return None
-    result = read(sub)
-    if sub.failed:
-        f.failed.add(key)
-    return result
-
-
 def _tokens(f: Fields) -> Tokens:
     count = conv.optional(conv.count)
     return Tokens(f.get("input", count, None), f.get("output", count, None))
-
-
-def _step_prediction(f: Fields) -> StepPrediction:
-    p50_s, p99_s = _p50_p99(f)
-    hedge_rate = f.need("hedge_rate", conv.share, 0.0, "add hedge_rate (a share in [0, 1])")
-    interval = _record(f, "interval", _step_interval, StepInterval)
-    if interval is not None:
-        _check_inside(f, interval, {"p50_s": p50_s, "p99_s": p99_s, "hedge_rate": hedge_rate})
-    return StepPrediction(p50_s=p50_s, p99_s=p99_s, hedge_rate=hedge_rate, interval=interval)
-
-
-def _plan_prediction(f: Fields) -> PlanPrediction:
-    p50_s, p99_s = _p50_p99(f)
-    miss_rate = f.need("miss_rate", conv.share, 0.0, "add miss_rate (a share in [0, 1])")
-    extra = f.need("extra_attempts", conv.ratio, 0.0, "add extra_attempts (>= 0)")
-    interval = _record(f, "interval", _plan_interval, PlanInterval)
-    if interval is not None:
-        estimates = {"p50_s": p50_s, "p99_s": p99_s, "miss_rate": miss_rate,
-                     "extra_attempts": extra}  # fmt: skip
-        _check_inside(f, interval, estimates)
-    return PlanPrediction(
-        p50_s=p50_s, p99_s=p99_s, miss_rate=miss_rate, extra_attempts=extra, interval=interval
-    )
-
-
-# What each interval holds: seconds (.inf allowed), shares, or ratios.
-_UNITS: dict[str, tuple[Callable[[object], float], str]] = {
-    "p50_s": (conv.duration, "seconds"),
-    "p99_s": (conv.duration, "seconds"),
-    "hedge_rate": (conv.share, "shares"),
-    "miss_rate": (conv.share, "shares"),
-    "extra_attempts": (conv.ratio, "ratios"),
-}
-_NO_BOUNDS: Bounds = (0.0, 0.0)
-
-
-def _bounds(key: str) -> Callable[[object], Bounds]:
-    convert, unit = _UNITS[key]
-
-    def read(value: object) -> Bounds:
-        if not isinstance(value, list) or len(value) != 2:
-            msg = f"must be [low, high], two {unit}"
-            raise Invalid(msg)
-        try:
-            low, high = convert(value[0]), convert(value[1])
-        except Invalid as exc:
-            msg = f"must be [low, high], each {exc.must.removeprefix('must be ')}"
-            raise Invalid(msg) from None
-        if low > high:
-            msg = "must be [low, high] with low <= high"
-            raise Invalid(msg, "swap them")
-        return low, high
-
-    return read
-
-
-def _level(value: object) -> float:
-    if isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1:
-        return float(value)
-    msg = "must be the intervals' coverage, between 0 and 1 (e.g. 0.95)"
-    raise Invalid(msg)
-
-
-def _interval_fields(f: Fields, keys: tuple[str, ...]) -> dict[str, Bounds]:
-    return {key: f.need(key, _bounds(key), _NO_BOUNDS, f"add {key} ([low, high])") for key in keys}
-
-
-def _step_interval(f: Fields) -> StepInterval:
-    level = f.need("level", _level, 0.95, "add level (the coverage, e.g. 0.95)")
-    b = _interval_fields(f, ("p50_s", "p99_s", "hedge_rate"))
-    return StepInterval(level=level, p50_s=b["p50_s"], p99_s=b["p99_s"], hedge_rate=b["hedge_rate"])
-
-
-def _plan_interval(f: Fields) -> PlanInterval:
-    level = f.need("level", _level, 0.95, "add level (the coverage, e.g. 0.95)")
-    b = _interval_fields(f, ("p50_s", "p99_s", "miss_rate", "extra_attempts"))
-    return PlanInterval(
-        level=level, p50_s=b["p50_s"], p99_s=b["p99_s"], miss_rate=b["miss_rate"],
-        extra_attempts=b["extra_attempts"],
-    )  # fmt: skip
-
-
-def _check_inside(
-    f: Fields, interval: PlanInterval | StepInterval, estimates: dict[str, float]
-) -> None:
-    # An interval that leaves out its own estimate was edited by hand, or belongs elsewhere.
-    raw = f.raw.get("interval")
-    if "interval" in f.failed or not isinstance(raw, dict):
-        return
-    for key, value in estimates.items():
-        low, high = getattr(interval, key)
-        if f.ok(key) and not low <= value <= high:
-            shown = format_float(value)
-            f.report.add(
-                (*f.path, "interval", key),
-                f"must contain {key} ({shown}): write [low, high] with low <= {shown} <= high, "
-                "or run tailkit calibrate again to write both",
-                value=raw.get(key),
-            )
-
-
-def _p50_p99(f: Fields) -> tuple[float, float]:
-    p50_s = f.need("p50_s", conv.duration, 0.0, "add p50_s (seconds)")
-    p99_s = f.need("p99_s", conv.duration, 0.0, "add p99_s (seconds)")
-    if f.ok("p50_s", "p99_s") and p99_s < p50_s:
-        f.problem("p99_s", f"must be at least p50_s ({format_float(p50_s)})")
-    return p50_s, p99_s
-
-
-def _basis(f: Fields) -> Basis:
-    return Basis(
-        calls=f.need("calls", conv.count, 0, "add calls (the sample size)"),
-        bucket=f.need("bucket", conv.text, "", "add bucket (e.g. 'in 4k-16k / out 600-1200')"),
-        quantile=f.need("quantile", conv.optional(conv.share), None, "add quantile (or null)"),
-        censored=f.need("censored", conv.share, 0.0, "add censored (a share in [0, 1])"),
-    )
