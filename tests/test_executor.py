@@ -214,14 +214,17 @@ def test_no_attempt_outlives_the_run_deadline() -> None:
 
 
 def test_spent_budget_stops_the_hedge() -> None:
-    """With the hedge budget spent, the cutoff fires but no hedge starts."""
+    """With the hedge budget spent, the cutoff fires, no hedge starts, and the line says why."""
     p = plan("    cutoff_s: 10\n    on_cutoff: hedge\n    hedge_route: b/m\n", budget=0.0)
     budget = HedgeBudget(0.0, allowance=0)
-    value, spent, sink = execute(p, answer({"primary": 30.0}), budget=budget)
+    sink = MemorySink()
+    executor = Executor(p, ledger=Ledger(sink), budget=budget)
+    value = run(executor.run_step("s", answer({"primary": 30.0}), run_id="run"))
     assert value == "ok:a/m:primary"
-    assert spent == 30.0
     [line] = sink.records
-    assert line.attrs["action_skipped"] == "hedge budget spent"
+    denied = {"cutoff": "total", "hedge_denied": "budget", "action_skipped": "hedge budget spent"}
+    assert line.attrs == denied
+    assert executor.denials == {"budget": 1, "throttle": 0}
 
 
 def test_a_throttled_provider_gets_no_hedge() -> None:
@@ -233,6 +236,7 @@ def test_a_throttled_provider_gets_no_hedge() -> None:
     value, _, sink = execute(p, answer({"primary": 30.0}), throttle=throttle)
     assert value == "ok:a/m:primary"
     assert sink.records[0].attrs["action_skipped"] == "provider b throttled"
+    assert sink.records[0].attrs["hedge_denied"] == "throttle"
 
 
 def test_non_idempotent_steps_are_never_duplicated() -> None:
@@ -295,8 +299,13 @@ def test_invalid_output_escalates_to_the_upgrade_route() -> None:
     assert [(r.role, r.status) for r in sink.records] == [("primary", "invalid"), ("upgrade", "ok")]
 
 
-def test_downgrade_when_a_stream_is_projected_to_overrun() -> None:
-    """A stream too slow to finish its expected tokens by the cutoff is downgraded early."""
+@pytest.mark.parametrize(
+    ("project", "spent_s", "why"), [(True, 10.0, "projected"), (False, 32.0, "total")]
+)
+def test_downgrade_when_a_stream_is_projected_to_overrun(
+    project: bool, spent_s: float, why: str
+) -> None:
+    """Asked to, a stream too slow to finish by the cutoff is downgraded early; else at 30 s."""
     p = plan(
         "    expected_tokens: {output: 100}\n    cutoff_s: 30\n    on_cutoff: downgrade\n"
         "    downgrade_route: c/small\n"
@@ -307,10 +316,13 @@ def test_downgrade_when_a_stream_is_projected_to_overrun() -> None:
             return stream(1.0, gaps=[1.0] * 200)(a)
         return answer({"downgrade": 2.0})(a)
 
-    value, spent, sink = execute(p, fn)
+    policy = StepPolicy(project_overrun=project)
+    value, spent, sink = execute(p, fn, policies={"s": policy})
     assert value == "ok:c/small:downgrade"
-    assert spent == 1.0 + 7.0 + 2.0  # projected after 8 tokens (at 8 s), then 2 s on c/small
-    assert sink.records[0].attrs["cutoff"] == "projected"
+    # projected after 8 tokens (at 8 s), or cut at the 30 s cutoff; then 2 s on c/small
+    assert spent == spent_s
+    assert sink.records[0].attrs["cutoff"] == why
+    assert sink.records[1].attrs["started_by"] == "cutoff"
 
 
 def test_abandoned_losers_finish_and_are_recorded_when_they_land() -> None:
@@ -389,3 +401,73 @@ def test_ledger_counts_reconcile_over_many_calls() -> None:
     assert counts["winners"] == good
     assert good + bad == 200
     assert math.isclose(sum(1 for r in sink.records if r.role == "hedge") / 200, 0.5, abs_tol=0.5)
+
+
+def test_what_started_an_attempt_is_on_its_line() -> None:
+    """attrs.started_by: cutoff for an action's attempt, error for a retry, invalid for upgrade."""
+    p = plan(
+        "    cutoff_s: 10\n    on_cutoff: hedge\n    hedge_route: b/m\n    upgrade_route: c/small\n"
+    )
+
+    async def fn(a: Attempt) -> str:
+        await asyncio.sleep({"primary": 1.0, "retry": 12.0, "hedge": 2.0}.get(a.role, 1.0))
+        if a.role == "primary":
+            msg = "boom"
+            raise AttemptError(msg, http_status=503)
+        return "bad" if a.role == "retry" else "good"
+
+    value, spent, sink = execute(p, fn, policies={"s": StepPolicy(validator=lambda v: v == "good")})
+    assert value == "good"
+    assert spent == 1.0 + 12.0 + 1.0  # the error's retry is not watched by the cutoff
+    assert [(r.role, r.status, r.attrs.get("started_by")) for r in sink.records] == [
+        ("primary", "error", None),
+        ("retry", "invalid", "error"),
+        ("upgrade", "ok", "invalid"),
+    ]
+
+
+def test_only_the_first_attempt_is_retried_after_an_error() -> None:
+    """Primary and hedge both fail: no retry after the hedged race (the simulator's rule)."""
+    p = plan("    cutoff_s: 10\n    on_cutoff: hedge\n    hedge_route: b/m\n")
+
+    async def fn(a: Attempt) -> str:
+        await asyncio.sleep({"primary": 14.0, "hedge": 5.0}.get(a.role, 1.0))
+        msg = f"{a.role} failed"
+        raise AttemptError(msg, http_status=500)
+
+    value, spent, sink = execute(p, fn)
+    assert isinstance(value, AllAttemptsFailed)
+    assert spent == 15.0
+    assert [(r.role, r.status) for r in sink.records] == [("primary", "error"), ("hedge", "error")]
+
+
+def test_an_invalid_result_does_not_win_the_race() -> None:
+    """The hedge answers invalid first: the upgrade starts, and the primary still wins at 16 s."""
+    p = plan("    cutoff_s: 10\n    on_cutoff: hedge\n    hedge_route: b/m\n")
+    policy = StepPolicy(validator=lambda v: "hedge" not in v)
+    value, spent, sink = execute(
+        p, answer({"primary": 16.0, "hedge": 3.0, "upgrade": 9.0}), policies={"s": policy}
+    )
+    assert value == "ok:a/m:primary"
+    assert spent == 16.0
+    # the upgrade goes to the step's own route (no upgrade_route), not to the hedge's
+    assert [(r.role, r.provider, r.status) for r in sink.records] == [
+        ("hedge", "b", "invalid"),
+        ("primary", "a", "ok"),
+        ("upgrade", "a", "cancelled"),
+    ]
+
+
+def test_no_extra_attempt_starts_at_the_deadline() -> None:
+    """A cutoff within a microsecond of the deadline does not hedge: no time is left to use."""
+    p = plan(
+        "    cutoff_s: 19.9999995\n    on_cutoff: hedge\n    hedge_route: b/m\n", deadline_s=20.0
+    )
+    sink = MemorySink()
+    executor = Executor(p, ledger=Ledger(sink))
+    result = run(executor.run(answer({"primary": 100.0}), run_id="late"))
+    assert (result.ok, result.elapsed_s) == (False, 20.0)
+    [line] = sink.records
+    assert (line.role, line.status) == ("primary", "timeout")
+    assert line.attrs == {"cutoff": "total", "action_skipped": "no time left"}
+    assert result.denials == {"budget": 0, "throttle": 0}

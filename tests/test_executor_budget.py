@@ -4,262 +4,227 @@ The executor's brakes on extra load: the hedge budget, the provider throttle, Re
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tailkit.config import parse_plan
 from tailkit.errors import ConfigError
+from tailkit.executor import Attempt, Executor, Ledger, MemorySink
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle, retry_after_fits
+from tests._fakeloop import run
 
 
-class _Clock:
-    """
-    A fake clock: the instant is whatever the test last set ``t`` to.
-    """
-
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-
-def _budget(
-    ratio: float, *, window_s: float = 60.0, allowance: int = 0
-) -> tuple[HedgeBudget, _Clock]:
-    clock = _Clock()
-    return HedgeBudget(ratio, window_s=window_s, allowance=allowance, clock=lambda: clock.t), clock
-
-
-def _grants(budget: HedgeBudget, asks: int) -> int:
-    return sum(budget.try_extra() for _ in range(asks))
+def _grants(budget: HedgeBudget, asks: int, firsts: int = 0) -> int:
+    account = budget.open(firsts)
+    return sum(budget.try_extra(account) for _ in range(asks))
 
 
 # ---------------------------------------------------------------------------------- HedgeBudget
 
 
 def test_grant_and_deny_exactly_at_ratio_boundary() -> None:
-    """
-    At 5% the first extra needs 20 first attempts, the second 40.
-    """
-    budget, _ = _budget(0.05)
-    for _ in range(19):
-        budget.record_first()
+    """At 5 % (no noise headroom, no allowance) the first extra needs 20 first attempts."""
+    budget = HedgeBudget(0.05, allowance=0, sigmas=0.0)
+    run_a = budget.open(19)
 
-    assert not budget.try_extra()
+    assert not budget.try_extra(run_a)
 
-    budget.record_first()
+    run_b = budget.open(1)
 
-    assert budget.try_extra()
-    assert not budget.try_extra()
+    assert budget.try_extra(run_a)
+    assert not budget.try_extra(run_b)
 
-    for _ in range(19):
-        budget.record_first()
+    budget.open(20)
 
-    assert not budget.try_extra()
-
-    budget.record_first()
-
-    assert budget.try_extra()
+    assert budget.try_extra(run_b)
     assert (40, 2) == (budget.firsts, budget.extras)
+    assert (1, 1, 1) == (run_a.extras, run_b.extras, run_b.denials)
 
 
 def test_ratio_is_the_decimal_it_prints_as() -> None:
     """
     0.29 of 100 first attempts grants 29 extras, though 0.29 * 100 < 29 in floating point.
     """
-    budget, _ = _budget(0.29)
-    for _ in range(100):
-        budget.record_first()
+    budget = HedgeBudget(0.29, allowance=0, sigmas=0.0)
 
     assert 0.29 * 100 < 29
-    assert 29 == _grants(budget, 40)
+    assert 29 == _grants(budget, 40, firsts=100)
 
 
-def test_allowance_lets_low_traffic_hedge_then_stops() -> None:
-    """
-    With 3 first attempts at 5% the allowance grants exactly 2 per window, then none.
-    """
-    budget, clock = _budget(0.05, window_s=60.0, allowance=2)
+def test_allowance_lets_a_process_that_barely_started_hedge() -> None:
+    """With 3 first attempts at 5 % the allowance of 2 grants exactly 2 extras."""
+    budget = HedgeBudget(0.05, allowance=2, sigmas=0.0)
+
+    assert 2 == _grants(budget, 10, firsts=3)
+
+
+@pytest.mark.parametrize(
+    ("firsts", "sigmas", "grants"),
+    [(400, 3.0, 33), (400, 1.0, 24), (10_000, 3.0, 567), (0, 3.0, 0), (1, 3.0, 0)],
+)
+def test_noise_headroom_is_sigmas_times_the_poisson_spread(
+    firsts: int, sigmas: float, grants: int
+) -> None:
+    """Grants reach floor(ratio * F + sigmas * sqrt(ratio * F)): 20 + 3 * 4.47 = 33.4 at 400."""
+    budget = HedgeBudget(0.05, allowance=0, sigmas=sigmas)
+
+    assert grants == _grants(budget, 2 * grants + 5, firsts=firsts)
+    assert grants == math.floor(0.05 * firsts + sigmas * math.sqrt(0.05 * firsts) + 1e-9)
+
+
+def test_closed_runs_are_forgotten_beyond_window_firsts() -> None:
+    """Closed runs count until newer closed runs bring window_firsts; open ones always count."""
+    budget = HedgeBudget(0.5, allowance=0, sigmas=0.0, window_firsts=10)
+    old = budget.open(10)
+    assert budget.try_extra(old)
+    budget.close(old)
+    still_open = budget.open(4)
+
+    assert (14, 1) == (budget.firsts, budget.extras)
+
     for _ in range(3):
-        budget.record_first()
+        budget.close(budget.open(5))
 
-    assert 2 == _grants(budget, 10)
+    assert (14, 0) == (budget.firsts, budget.extras)  # closed: the latest 10 firsts, 5 + 5
 
-    clock.t = 30.0
+    budget.close(still_open)
+    budget.close(still_open)  # closing twice does nothing
 
-    assert not budget.try_extra()
-
-    clock.t = 60.0  # the two grants leave the window (and the first attempts with them)
-
-    assert (0, 0) == (budget.firsts, budget.extras)
-    assert 2 == _grants(budget, 10)
+    assert 14 == budget.firsts  # 5 + 5 + 4: without the oldest 5, only 9 would be left
+    budget.close(budget.open(6))
+    assert 10 == budget.firsts  # 4 + 6
 
 
-def test_events_fall_out_of_the_window_exactly_at_window_s() -> None:
-    """
-    An event at t counts until just before t + window_s and not at t + window_s.
-    """
-    budget, clock = _budget(1.0, window_s=60.0)
-    clock.t = 1.25
-    budget.record_first()
-    assert budget.try_extra()
+def test_a_burst_of_runs_started_together_brings_its_own_credit() -> None:
+    """400 seven-step runs open before any hedge: late hedges within the share are all granted."""
+    budget = HedgeBudget(0.05)  # the defaults: the executor's own budget
+    accounts = [budget.open(7) for _ in range(400)]
+    # 1 run in 6 hedges its sixth step, 1 in 12 its last: 0.25 per run, 3.6 % per first attempt
+    asks = [a for i, a in enumerate(accounts) if i % 6 == 0]
+    asks += [a for i, a in enumerate(accounts) if i % 12 == 1]
 
-    clock.t = math.nextafter(61.25, 0.0)
+    assert 101 == len(asks) == sum(budget.try_extra(a) for a in asks)
 
-    assert (1, 1) == (budget.firsts, budget.extras)
-    assert not budget.try_extra()
+    for account in accounts:
+        budget.close(account)
+    overspent = [budget.open(7) for _ in range(400)]  # the same burst hedging every run twice
+    granted = sum(budget.try_extra(a) for a in overspent + overspent)
 
-    clock.t = 61.25
-
-    assert (0, 0) == (budget.firsts, budget.extras)
-
-
-def test_an_extra_frees_its_slot_when_it_leaves_the_window() -> None:
-    """
-    A denied extra is granted once the earlier grant ages out, with the first attempts kept.
-    """
-    budget, clock = _budget(0.5, window_s=10.0)
-    for _ in range(2):
-        budget.record_first()
-    clock.t = 4.0
-    assert budget.try_extra()
-    clock.t = 8.0
-    for _ in range(4):
-        budget.record_first()
-    assert budget.try_extra()
-
-    clock.t = 13.0  # 4 first attempts allow 2 extras; both grants still count
-
-    assert not budget.try_extra()
-
-    clock.t = 14.0
-
-    assert budget.try_extra()
+    # held at the share of both bursts' 5,600 first attempts, plus the noise and the allowance
+    assert granted == math.floor(280 + 3 * math.sqrt(280) + 2) - 101 == 231
 
 
-def test_refund_gives_the_grant_back() -> None:
-    """
-    A refunded grant no longer counts, so the next ask is granted.
-    """
-    budget, _ = _budget(0.0, allowance=1)
-    assert budget.try_extra()
-    assert not budget.try_extra()
+def test_window_s_is_accepted_and_ignored() -> None:
+    """A budget written for the old time window counts exactly like one without it."""
+    with_window = HedgeBudget(0.05, window_s=3.0, allowance=2)
+    without = HedgeBudget(0.05, allowance=2)
 
-    budget.refund()
-
-    assert 0 == budget.extras
-    assert budget.try_extra()
-
-
-def test_refund_gives_back_the_latest_grant() -> None:
-    """
-    After a refund the earlier grant still leaves the window at its own time.
-    """
-    budget, clock = _budget(0.0, window_s=10.0, allowance=2)
-    assert budget.try_extra()
-    clock.t = 4.0
-    assert budget.try_extra()
-
-    budget.refund()
-    clock.t = 10.0
-
-    assert 0 == budget.extras
-
-
-def test_refund_after_the_grant_aged_out_does_nothing() -> None:
-    """
-    With no extra in the window a refund leaves the counts alone.
-    """
-    budget, clock = _budget(0.0, window_s=5.0, allowance=1)
-    assert budget.try_extra()
-    clock.t = 5.0
-
-    budget.refund()
-
-    assert (0, 0) == (budget.firsts, budget.extras)
-    assert budget.try_extra()
-    assert not budget.try_extra()
-
-
-def test_zero_ratio_and_zero_allowance_never_grant() -> None:
-    """
-    Ratio 0 and allowance 0 deny every extra, however many first attempts.
-    """
-    budget, clock = _budget(0.0, allowance=0)
-    for i in range(1_000):
-        clock.t = i / 100
-        budget.record_first()
-
-    assert 0 == _grants(budget, 50)
-    assert 0 == budget.extras
-
-
-def test_default_clock_works_outside_an_event_loop() -> None:
-    """
-    Without a clock the budget runs on time.monotonic() outside an event loop.
-    """
-    budget = HedgeBudget(0.0, allowance=1)
-
-    assert budget.try_extra()
-    assert 1 == budget.extras
+    assert _grants(with_window, 30, firsts=100) == _grants(without, 30, firsts=100) == 13
 
 
 _EVENTS = st.lists(
-    st.tuples(
-        st.integers(0, 12).map(lambda q: q / 4), st.sampled_from(["first", "extra", "refund"])
-    ),
-    max_size=120,
+    st.tuples(st.sampled_from(["open", "extra", "close"]), st.integers(0, 30)), max_size=150
 )
 
 
 @given(
     ratio=st.one_of(st.sampled_from([0.0, 0.05, 0.1, 0.29, 0.5, 1.0]), st.floats(0.0, 1.0)),
     allowance=st.integers(0, 3),
-    window_s=st.sampled_from([1.0, 2.5, 10.0]),
+    sigmas=st.sampled_from([0.0, 1.0, 2.5, 3.0]),
+    window_firsts=st.sampled_from([1, 10, 50]),
     events=_EVENTS,
 )
-def test_extras_never_exceed_the_share_plus_allowance(
-    ratio: float, allowance: int, window_s: float, events: list[tuple[float, str]]
+def test_grants_follow_the_rule_exactly(
+    ratio: float, allowance: int, sigmas: float, window_firsts: int, events: list[tuple[str, int]]
 ) -> None:
-    """
-    Grants follow the rule exactly, so no window holds more extras than the budget allows.
-    """
-    budget, clock = _budget(ratio, window_s=window_s, allowance=allowance)
-    exact = Fraction(repr(ratio))
-    firsts: list[float] = []  # the oracle: every event instant, kept forever
-    extras: list[float] = []
+    """Every decision is the exact rule over open and remembered runs, never more extras."""
+    budget = HedgeBudget(ratio, allowance=allowance, sigmas=sigmas, window_firsts=window_firsts)
+    r, s = Fraction(repr(ratio)), Fraction(repr(sigmas))
+    open_runs: list[Any] = []
+    closed: list[Any] = []  # the oracle: every closed run, newest last
 
-    def count(times: list[float], start: float, end: float) -> int:
-        return sum(start < x <= end for x in times)
+    def remembered() -> list[Any]:
+        kept, total = [], 0
+        for account in reversed(closed):
+            if total >= window_firsts:
+                break
+            kept.append(account)
+            total += account.firsts
+        return kept + open_runs
 
-    for dt, kind in events:
-        clock.t += dt
-        t = clock.t
-        in_firsts, in_extras = count(firsts, t - window_s, t), count(extras, t - window_s, t)
-        if kind == "first":
-            budget.record_first()
-            firsts.append(t)
-        elif kind == "extra":
-            allowed = in_extras + 1 <= exact * in_firsts + allowance
-            assert allowed == budget.try_extra()
-            if allowed:
-                extras.append(t)
-        else:
-            budget.refund()
-            if in_extras:  # the newest grant is the one in the window
-                extras.pop()
+    for kind, n in events:
+        if kind == "open":
+            open_runs.append(budget.open(n))
+        elif kind == "close" and open_runs:
+            account = open_runs.pop(n % len(open_runs))
+            budget.close(account)
+            closed.append(account)
+        elif open_runs:
+            counted = remembered()
+            firsts = sum(a.firsts for a in counted)
+            extras = sum(a.extras for a in counted)
+            room = r * firsts + allowance - (extras + 1)
+            allowed = room >= 0 or room * room <= s * s * r * firsts
+            assert allowed == budget.try_extra(open_runs[n % len(open_runs)])
+        counted = remembered()
+        assert sum(a.firsts for a in counted) == budget.firsts
+        assert sum(a.extras for a in counted) == budget.extras
+        firsts = budget.firsts
+        assert budget.extras <= r * firsts + allowance + float(s) * math.sqrt(float(r) * firsts)
 
-        assert count(firsts, t - window_s, t) == budget.firsts
-        assert count(extras, t - window_s, t) == budget.extras
-        # The window's extras were all granted within window_s of the latest grant, so they are
-        # bounded by the share of the first attempts over the 2 * window_s ending now. (Not by
-        # the window's own first attempts: those may expire before the extras they paid for.)
-        bound = exact * count(firsts, t - 2 * window_s, t) + allowance
-        assert count(extras, t - window_s, t) <= bound
+
+PLAN = """\
+tailkit_plan: 1
+workflow: burst
+deadline_s: 100
+hedge_budget: 0.05
+routes:
+  a/m: {provider: a, model: m}
+  b/m: {provider: b, model: m}
+steps:
+  s:
+    route: a/m
+    cutoff_s: 4
+    on_cutoff: hedge
+    hedge_route: b/m
+"""
+
+
+def _burst(scale: float, calls: int) -> tuple[dict[str, int], int]:
+    """``calls`` concurrent calls, every 4th slow, durations times ``scale``: (denials, hedges)."""
+    plan = parse_plan(PLAN.replace("cutoff_s: 4", f"cutoff_s: {4 * scale}"))
+    sink = MemorySink()
+    executor = Executor(plan, ledger=Ledger(sink))
+
+    async def call(a: Attempt) -> str:
+        slow = a.role == "primary" and int(a.idempotency_key, 16) % 4 == 0
+        await asyncio.sleep((30.0 if slow else 1.0) * scale)
+        return "ok"
+
+    async def main() -> None:
+        await asyncio.gather(*(executor.run_step("s", call, call_index=i) for i in range(calls)))
+
+    run(main())
+    return executor.denials, sum(1 for r in sink.records if r.role == "hedge")
+
+
+def test_the_budget_does_not_depend_on_time_scale() -> None:
+    """The same burst at full speed and at 1/20: the same hedges, the same denials."""
+    full, scaled = _burst(1.0, 400), _burst(0.05, 400)
+
+    assert full == scaled
+    denials, hedges = full
+    assert denials["budget"] > 0
+    assert hedges == math.floor(0.05 * 400 + 3 * math.sqrt(0.05 * 400) + 2) == 35
 
 
 # ----------------------------------------------------------------------------- ProviderThrottle
@@ -391,10 +356,12 @@ def test_retry_after_fits_boundaries(
         (lambda: HedgeBudget(-0.01), r"^ratio must be in \[0, 1\].*got -0\.01$"),
         (lambda: HedgeBudget(1.5), r"^ratio .* got 1\.5$"),
         (lambda: HedgeBudget(math.nan), r"^ratio .* got nan$"),
-        (lambda: HedgeBudget(window_s=0.0), r"^window_s must be positive.*got 0\.0$"),
-        (lambda: HedgeBudget(window_s=-1.0), r"^window_s .* got -1\.0$"),
-        (lambda: HedgeBudget(window_s=math.nan), r"^window_s .* got nan$"),
         (lambda: HedgeBudget(allowance=-1), r"^allowance must be 0 or more.*got -1$"),
+        (lambda: HedgeBudget(sigmas=-0.5), r"^sigmas must be 0 or more.*got -0\.5$"),
+        (lambda: HedgeBudget(sigmas=math.inf), r"^sigmas .* got inf$"),
+        (lambda: HedgeBudget(sigmas=math.nan), r"^sigmas .* got nan$"),
+        (lambda: HedgeBudget(window_firsts=0), r"^window_firsts must be at least 1.*got 0$"),
+        (lambda: HedgeBudget().open(-1), r"^firsts must be 0 or more.*got -1$"),
         (lambda: ProviderThrottle(max_tokens=0.0), r"^max_tokens must be .* got 0\.0$"),
         (lambda: ProviderThrottle(max_tokens=-2.0), r"^max_tokens .* got -2\.0$"),
         (lambda: ProviderThrottle(max_tokens=math.inf), r"^max_tokens .* got inf$"),
@@ -418,9 +385,9 @@ def test_invalid_arguments_raise_config_error_naming_them(
 
 def test_boundary_arguments_are_accepted() -> None:
     """
-    Ratio 0 and 1, allowance 0, and token_ratio equal to max_tokens are all valid.
+    Ratio 0 and 1, allowance and sigmas 0, and token_ratio equal to max_tokens are all valid.
     """
-    HedgeBudget(0.0, allowance=0)
+    HedgeBudget(0.0, allowance=0, sigmas=0.0, window_firsts=1)
     HedgeBudget(1.0, window_s=math.inf)
     throttle = ProviderThrottle(max_tokens=2.0, token_ratio=2.0)
     throttle.on_failure("p")

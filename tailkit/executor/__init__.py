@@ -9,6 +9,7 @@ per-provider throttle and the ledger; `Executor.run_step` runs one logical call 
 
 from tailkit.errors import AllAttemptsFailed as AllAttemptsFailed
 from tailkit.errors import StepTimeout as StepTimeout
+from tailkit.executor._budget import BudgetAccount as BudgetAccount
 from tailkit.executor._budget import HedgeBudget as HedgeBudget
 from tailkit.executor._budget import ProviderThrottle as ProviderThrottle
 from tailkit.executor._budget import retry_after_fits as retry_after_fits
@@ -29,8 +30,8 @@ from tailkit.executor._ledger import CallbackSink as CallbackSink
 from tailkit.executor._ledger import JsonlSink as JsonlSink
 from tailkit.executor._ledger import Ledger as Ledger
 from tailkit.executor._ledger import MemorySink as MemorySink
-from tailkit.executor._step import InvalidOutput as InvalidOutput
-from tailkit.executor._step import StepPolicy as StepPolicy
+from tailkit.executor._shared import InvalidOutput as InvalidOutput
+from tailkit.executor._shared import StepPolicy as StepPolicy
 from tailkit.executor._types import FINAL as FINAL
 from tailkit.executor._types import Attempt as Attempt
 from tailkit.executor._types import AttemptError as AttemptError
@@ -51,6 +52,7 @@ __all__ = [
     "AttemptError",
     "AttemptFn",
     "AttemptRecord",
+    "BudgetAccount",
     "CallbackSink",
     "Chunk",
     "Executor",

@@ -1,16 +1,35 @@
 """
-The two brakes on extra load (DESIGN.md §4): a global hedge budget and a per-provider throttle.
+The two brakes on extra load: a global hedge budget and a per-provider throttle.
 
-Every hedge or retry is load that nobody asked for, so the executor caps it twice.
+Every hedge, or retry or downgrade at a cutoff, is load that nobody asked for, so the executor
+caps it twice.
 
-The hedge budget lets extra attempts be at most a share of first attempts, counted over a
-sliding window, plus a small allowance per window. Finagle's backup budget has the share but no
-allowance: one backup costs ``1 / maxExtraLoad`` deposits that expire after 10 s, so a client
-needs at least ``1 / maxExtraLoad`` requests per 10 s (10 QPS at 1%) before its first backup.
-An agent step that runs a few times a minute and takes seconds never gets there, and would never
-hedge. The allowance is Finagle's ``minRetriesPerSec`` reserve in a form that reads at low QPS:
-``allowance`` hedges per window whatever the traffic, the share on top once traffic is high.
-Both counts slide, so a burst cannot bank credit for later.
+The hedge budget speaks the simulator's language. `tailkit calibrate` keeps a plan's *expected*
+extra attempts per first attempt within ``hedge_budget``, counting a run's steps as its first
+attempts; the budget grants an extra attempt while the extras spent stay within that share of
+the first attempts credited, plus the noise a plan on budget makes, plus a small allowance:
+
+    extras + 1 <= ratio * firsts + sigmas * sqrt(ratio * firsts) + allowance
+
+It counts first attempts, never seconds, for three reasons:
+
+- **A plan within budget is not denied.** A run is credited with all its first attempts when it
+  starts, so a step late in a run spends credit its run brought along, however many runs started
+  together; a count over a sliding minute instead sees a burst of runs hedge their late steps
+  before the next burst's first attempts arrive, and denies hedges the simulation counted on.
+  The extras of many independent runs scatter around their mean with a standard deviation of
+  at most ``sqrt(ratio * firsts)`` (a sum of rare events is at most Poisson-wide), so a plan
+  whose mean is on budget exceeds the bound only at a ``sigmas``-deviation fluke.
+- **It is still a brake.** A plan or a provider brownout that hedges far more than planned is
+  held to the share plus that noise term, which shrinks relative to the share as traffic grows
+  (at 5 % over 10,000 first attempts, to 5.7 %).
+- **Nothing depends on wall-clock time**, so a plan time-scaled for a test or a demo needs no
+  scaled budget; the deposits and spends are the same at any speed.
+
+The budget remembers every run in flight, and the closed runs that brought the latest
+``window_firsts`` first attempts: a long quiet spell cannot bank credit for a later storm. The
+allowance lets a process that has barely started still hedge. Decisions are exact (integer
+arithmetic on the decimal ratio), so the simulator's reference can replay them bit for bit.
 
 The throttle is gRPC's retryThrottling, keyed per provider. A 429 says that provider's
 rate-limit pool is full; a hedge sent there is one more request into the storm, and every
@@ -18,7 +37,8 @@ client hedging at once is how a brownout becomes an outage. Each failure (429, 5
 cut stream) costs a token, each success earns back ``token_ratio``; at or below half the tokens
 no hedge goes to that provider, until successes refill it. Another provider has its own pool
 and its own tokens, so a storm at one never stops hedges to another. With the defaults (10,
-0.1) it takes 5 net failures to engage and throttles at about a 9% failure rate.
+0.1) it takes 5 net failures to engage and throttles at about a 9% failure rate. The simulator
+does not model it: a route failing that often is a brownout, not the tail a plan is built on.
 """
 
 from __future__ import annotations
@@ -26,126 +46,180 @@ from __future__ import annotations
 import math
 
 from collections import deque
-from collections.abc import Callable
 from fractions import Fraction
 
 from tailkit.errors import ConfigError
-from tailkit.executor._deadline import now
 
 
-__all__ = ["HedgeBudget", "ProviderThrottle", "retry_after_fits"]
+__all__ = ["BudgetAccount", "HedgeBudget", "ProviderThrottle", "retry_after_fits"]
 
 _MILLI = 1000  # the throttle counts thousandths of a token, as grpc-java does: exact sums
 
 
+class BudgetAccount:
+    """
+    One run's share of the hedge budget: the first attempts it brought, the extras it spent.
+
+    Returned by `HedgeBudget.open`; pass it to `HedgeBudget.try_extra` and `HedgeBudget.close`.
+
+    Attributes:
+        firsts: First attempts credited when the run started.
+        extras: Extra attempts granted to the run.
+        denials: Extra attempts refused to the run.
+    """
+
+    __slots__ = ("closed", "denials", "extras", "firsts")
+
+    def __init__(self, firsts: int) -> None:
+        self.firsts = firsts
+        self.extras = 0
+        self.denials = 0
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"BudgetAccount(firsts={self.firsts}, extras={self.extras}, denials={self.denials})"
+
+
 class HedgeBudget:
     """
-    Global hedge budget: extra attempts as a share of first attempts, plus an allowance.
+    Global hedge budget: extra attempts as a share of first attempts, counted per run.
 
-    An extra attempt is granted iff ``extras + 1 <= ratio * firsts + allowance``, both counted
-    over the last ``window_s`` seconds: the allowance lets a low-traffic step still hedge. An
-    event at instant ``t`` leaves the window at ``t + window_s``. Synchronous, not thread-safe.
+    An extra attempt is granted iff ``extras + 1 <= ratio * firsts + sigmas * sqrt(ratio *
+    firsts) + allowance``, where ``firsts`` and ``extras`` count the runs still open and the
+    closed runs that brought the latest ``window_firsts`` first attempts (see the module
+    docstring). A workflow run opens an account with one first attempt per step of its plan
+    (the simulator's count), a lone step call with one. Synchronous, not thread-safe.
 
     Args:
         ratio: Extra attempts allowed per first attempt, in [0, 1]; read as the decimal it
             prints as, so 0.29 of 100 first attempts is exactly 29.
-        window_s: Length of the sliding window in seconds (``math.inf``: counts never expire).
-        allowance: Extra attempts granted per window on top of the share, whatever the traffic.
-        clock: Returns the current instant in seconds; the running loop's clock by default.
+        allowance: Extra attempts granted on top, whatever the traffic.
+        sigmas: Headroom for the noise of a plan on budget, in standard deviations of its
+            extra attempts (0: none; the share and the allowance only).
+        window_firsts: Closed runs are remembered until newer closed runs bring this many
+            first attempts (runs in flight always count).
+        window_s: Ignored. Budgets used to count over a sliding window of seconds; callers that
+            still pass one keep working, with no window in time.
 
     Raises:
         ConfigError: An argument is out of range.
+
+    Example::
+
+        budget = HedgeBudget(plan.hedge_budget)  # what Executor(plan) uses by default
     """
 
-    __slots__ = ("_allowance", "_clock", "_den", "_extras", "_firsts", "_num", "_window_s")
+    __slots__ = (
+        "_allowance", "_closed", "_closed_firsts", "_den", "_extras", "_firsts", "_num",
+        "_sigma_den", "_sigma_num", "_window_firsts",
+    )  # fmt: skip
 
     def __init__(
         self,
         ratio: float = 0.05,
         *,
-        window_s: float = 60.0,
         allowance: int = 2,
-        clock: Callable[[], float] = now,
+        sigmas: float = 3.0,
+        window_firsts: int = 10_000,
+        window_s: float | None = None,
     ) -> None:
+        del window_s  # accepted for callers written for the time window, which it replaced
         if not 0.0 <= ratio <= 1.0:
             msg = f"ratio must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
             raise ConfigError(msg)
-        if not window_s > 0.0:
-            msg = f"window_s must be positive (seconds), got {window_s!r}"
-            raise ConfigError(msg)
         if allowance < 0:
-            msg = f"allowance must be 0 or more (extra attempts per window), got {allowance!r}"
+            msg = f"allowance must be 0 or more (extra attempts), got {allowance!r}"
+            raise ConfigError(msg)
+        if not 0.0 <= sigmas < math.inf:
+            msg = f"sigmas must be 0 or more (standard deviations of the noise), got {sigmas!r}"
+            raise ConfigError(msg)
+        if window_firsts < 1:
+            msg = f"window_firsts must be at least 1 (first attempts), got {window_firsts!r}"
             raise ConfigError(msg)
         # Compare in integers: as a float 0.29 * 100 is 28.999999999999996, which would deny
         # the 29th extra that the rule grants.
         exact = Fraction(repr(float(ratio)))
         self._num, self._den = exact.numerator, exact.denominator
+        spread = Fraction(repr(float(sigmas))) ** 2
+        self._sigma_num, self._sigma_den = spread.numerator, spread.denominator
         self._allowance = allowance
-        self._clock = clock
-        self._window_s = window_s
-        # Instants at which each counted event leaves the window, oldest first.
-        self._firsts: deque[float] = deque()
-        self._extras: deque[float] = deque()
+        self._window_firsts = window_firsts
+        self._firsts = self._extras = 0  # open runs and remembered closed runs
+        self._closed: deque[BudgetAccount] = deque()
+        self._closed_firsts = 0
 
     @property
     def firsts(self) -> int:
         """
-        First attempts in the current window.
+        First attempts counted now: runs in flight and the remembered closed runs.
         """
-        self._expire(self._clock())
-        return len(self._firsts)
+        return self._firsts
 
     @property
     def extras(self) -> int:
         """
-        Extra attempts in the current window.
+        Extra attempts counted now, of the same runs.
         """
-        self._expire(self._clock())
-        return len(self._extras)
+        return self._extras
 
-    def record_first(self) -> None:
+    def allows(self, extras: int, firsts: int) -> bool:
         """
-        Count a first attempt that starts now.
+        Whether the rule grants one more extra attempt after ``extras``, given ``firsts``.
         """
-        t = self._clock()
-        self._expire(t)
-        self._firsts.append(t + self._window_s)
+        need = self._den * (extras + 1 - self._allowance) - self._num * firsts
+        if need <= 0:
+            return True
+        spread = self._sigma_num * self._num * firsts * self._den
+        return need * need * self._sigma_den <= spread
 
-    def try_extra(self) -> bool:
+    def open(self, firsts: int = 1) -> BudgetAccount:
         """
-        Ask whether an extra attempt (hedge or retry) may start now; a grant is counted.
+        A run starts: credit its first attempts (a workflow: one per step; a lone call: 1).
+        """
+        if firsts < 0:
+            msg = f"firsts must be 0 or more (first attempts of the run), got {firsts!r}"
+            raise ConfigError(msg)
+        self._firsts += firsts
+        return BudgetAccount(firsts)
+
+    def try_extra(self, account: BudgetAccount) -> bool:
+        """
+        Ask whether an extra attempt (hedge, or retry or downgrade at a cutoff) may start now.
+
+        A grant is counted to ``account``, a refusal too (as a denial).
 
         Returns:
-            True if granted (call `refund` if the attempt then does not start).
+            True if granted.
         """
-        t = self._clock()
-        self._expire(t)
-        needed = len(self._extras) + 1 - self._allowance
-        if needed * self._den > self._num * len(self._firsts):
+        if not self.allows(self._extras, self._firsts):
+            account.denials += 1
             return False
-        self._extras.append(t + self._window_s)
+        account.extras += 1
+        self._extras += 1
         return True
 
-    def refund(self) -> None:
+    def close(self, account: BudgetAccount) -> None:
         """
-        Give back the latest grant: the extra attempt did not start after all.
+        A run ended: it is remembered until newer closed runs bring ``window_firsts`` firsts.
 
-        A grant that has already left the window costs nothing any more, so with no extra
-        attempt in the window this does nothing.
+        Closing an account twice does nothing.
         """
-        self._expire(self._clock())
-        if self._extras:
-            self._extras.pop()
-
-    def _expire(self, t: float) -> None:
-        for events in (self._firsts, self._extras):
-            while events and events[0] <= t:
-                events.popleft()
+        if account.closed:
+            return
+        account.closed = True
+        self._closed.append(account)
+        self._closed_firsts += account.firsts
+        while self._closed and self._closed_firsts - self._closed[0].firsts >= self._window_firsts:
+            gone = self._closed.popleft()
+            self._closed_firsts -= gone.firsts
+            self._firsts -= gone.firsts
+            self._extras -= gone.extras
 
     def __repr__(self) -> str:
         return (
-            f"HedgeBudget(ratio={self._num / self._den!r}, window_s={self._window_s!r}, "
-            f"allowance={self._allowance!r}, firsts={self.firsts}, extras={self.extras})"
+            f"HedgeBudget(ratio={self._num / self._den!r}, allowance={self._allowance!r}, "
+            f"sigmas={math.sqrt(self._sigma_num / self._sigma_den)!r}, "
+            f"window_firsts={self._window_firsts!r}, firsts={self._firsts}, extras={self._extras})"
         )
 
 

@@ -16,7 +16,8 @@ from tailkit.errors import ConfigError
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
 from tailkit.executor._deadline import current_deadline
 from tailkit.executor._ledger import Ledger
-from tailkit.executor._step import Shared, StepPolicy, StepRun
+from tailkit.executor._shared import RunBook, Shared, StepPolicy
+from tailkit.executor._step import StepRun
 from tailkit.executor._types import AttemptFn
 
 
@@ -35,7 +36,8 @@ class Executor:
     Args:
         plan: The (calibrated) plan.
         ledger: Where attempt lines go (``None``: counted, then dropped).
-        budget: The global hedge budget (``None``: the plan's ``hedge_budget`` over 60 s).
+        budget: The global hedge budget (``None``: ``HedgeBudget(plan.hedge_budget)``, counted
+            per first attempt as the simulator counts it; see `HedgeBudget`).
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
         policies: Per step name, a validator and what happens to losing attempts.
 
@@ -79,6 +81,17 @@ class Executor:
         """
         return self.shared.ledger
 
+    @property
+    def denials(self) -> dict[str, int]:
+        """
+        Actions refused so far: ``{"budget": n, "throttle": m}``.
+
+        ``budget``: a cutoff fired but the hedge budget refused the extra attempt (hedge, retry
+        or downgrade); ``throttle``: the hedge provider was throttled. Each refusal is also on
+        the ledger line of the attempt whose cutoff fired, as ``attrs.hedge_denied``.
+        """
+        return dict(self.shared.denials)
+
     async def run_step(
         self,
         name: str,
@@ -116,10 +129,40 @@ class Executor:
             msg = f"step {name!r} is not in plan {self.plan.workflow!r}; it has {known}"
             raise ConfigError(msg)
         limit = current_deadline() if deadline is None else min(deadline, current_deadline())
+        budget = self.shared.budget
+        book = RunBook(budget.open(1))  # a lone call: one first attempt
+        try:
+            return await self._step_in_run(
+                name, attempt_fn, book=book, run_id=run_id, call_index=call_index,
+                inputs=inputs, deadline=limit, enforce=enforce,
+            )  # fmt: skip
+        finally:
+            budget.close(book.account)
+
+    async def _step_in_run(
+        self,
+        name: str,
+        attempt_fn: AttemptFn,
+        *,
+        book: RunBook,
+        run_id: str | None,
+        call_index: int = 0,
+        inputs: Mapping[str, Any] | None = None,
+        deadline: float,
+        enforce: bool = True,
+    ) -> Any:
+        """
+        Run one logical call of a known step inside a run whose budget account is open.
+
+        Strictly for `run_workflow` and `run_step`: the run's account already holds the
+        step's first attempt.
+        """
+        step = self.plan.steps[name]
         run = StepRun(
             self.shared, step, attempt_fn,
-            key=idempotency_key(run_id, name, call_index), deadline=limit, run_id=run_id,
-            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), enforce=enforce,
+            key=idempotency_key(run_id, name, call_index), deadline=deadline, run_id=run_id,
+            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), book=book,
+            enforce=enforce,
         )  # fmt: skip
         return await run.run()
 
@@ -145,7 +188,9 @@ def reserves(plan: Plan) -> dict[str, float]:
     Per step, the predicted median seconds of the longest chain of steps still waiting on it.
 
     The plan's ``predicted.p50_s`` per step (0 for steps without a prediction). A step acts
-    on its cutoff no later than ``deadline - reserve``, so the steps after it still fit.
+    on its cutoff no later than ``deadline - reserve``, so the steps after it still fit. The
+    simulator reads the same numbers from the plan (falling back to its samples' medians only
+    for steps without a prediction, where this reads 0).
     """
     order = plan.order()
     reserve: dict[str, float] = {}

@@ -9,19 +9,30 @@ and then decides:
 - an attempt with a good result wins (its validator agreeing); the others are cancelled, or,
   for a step whose losers may finish, left to run and written to the ledger as abandoned when
   they land (they are still cut at the run deadline);
-- a result that fails validation escalates once to the upgrade route (or the same route);
-- an attempt that fails is retried once at once on the same route, if the step is idempotent
-  (a non-idempotent step is retried only after a 429, which means the call never ran), and
-  only if a Retry-After still fits the deadline;
+- a result that fails validation does not win: the others race on, and the first such result
+  escalates once to the upgrade route (or the step's own route);
+- the first attempt, if it fails before the step acted on a cutoff, is retried once at once on
+  the same route, if the step is idempotent (a non-idempotent step is retried only after a 429,
+  which means the call never ran), and only if a Retry-After still fits the deadline; a hedge,
+  a retry or downgrade at the cutoff, an upgrade or an error retry that fails is not retried;
 - the first cutoff that passes (watched on the first attempt only) triggers the step's action:
-  ``hedge`` starts an attempt on the hedge route if the hedge budget grants it and the hedge
-  provider is not throttled; ``retry`` and ``downgrade`` cancel and start again (same route,
-  or the downgrade route: also as soon as a stream's projected finish overruns the cutoff);
-  ``fail`` gives up; ``wait`` does nothing;
+  ``hedge`` starts an attempt on the hedge route if the hedge provider is not throttled and the
+  hedge budget grants it; ``retry`` and ``downgrade`` cancel and start again (same route, or
+  the downgrade route) if the budget grants it; ``fail`` gives up; ``wait`` does nothing. A
+  refused action leaves the step waiting, and the first attempt's ledger line says why
+  (``attrs.hedge_denied``: ``budget`` or ``throttle``). No extra attempt starts at the deadline;
 - at the run deadline everything still running is cancelled and the step times out.
 
+This is the simulator's model, attempt for attempt (``tests/test_twin.py`` replays the
+simulator's own draws through it): slot 0 is the first attempt, slot 1 the attempt a cutoff or
+an error starts (never both), slot 2 the upgrade. Two guards go beyond what the simulator can
+see, because its samples have no chunk timings: the stall cutoff (``stall_cutoff_s``, which
+calibrate never sets) and, only with ``StepPolicy(project_overrun=True)``, a downgrade as soon
+as a stream's projected finish overruns the cutoff.
+
 Every attempt gets the same run deadline and idempotency key; nothing starts a fresh clock.
-Every attempt gets exactly one ledger line, whatever ends it.
+Every attempt gets exactly one ledger line, whatever ends it; an attempt other than the first
+says what started it (``attrs.started_by``: ``cutoff``, ``error`` or ``invalid``).
 """
 
 from __future__ import annotations
@@ -29,58 +40,21 @@ from __future__ import annotations
 import asyncio
 import math
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from tailkit.config import Plan, Step
+from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
-from tailkit.executor._budget import HedgeBudget, ProviderThrottle, retry_after_fits
+from tailkit.executor._budget import retry_after_fits
 from tailkit.executor._deadline import now
-from tailkit.executor._ledger import Ledger
-from tailkit.executor._types import Attempt, AttemptError, AttemptFn, Validator, classify
+from tailkit.executor._shared import DEFAULT_POLICY, InvalidOutput, RunBook, Shared
+from tailkit.executor._types import Attempt, AttemptFn, classify
 
 
 _MIN_PROJECTION_TOKENS = 8  # tokens before a stream's rate is trusted for a projection
 _PROVIDER_FAILURES = ("error", "rate_limited", "timeout")
-
-
-@dataclass(frozen=True, slots=True)
-class StepPolicy:
-    """
-    How the executor treats a step beyond what the plan says.
-
-    Args:
-        validator: Checks a result; a falsy return value escalates to the upgrade route.
-        losers: ``cancel`` a losing attempt, or let it ``finish`` (recorded as abandoned).
-        error_retries: Immediate retries after an attempt fails (0 or more).
-    """
-
-    validator: Validator | None = None
-    losers: str = "cancel"
-    error_retries: int = 1
-
-
-_DEFAULT_POLICY = StepPolicy()
-
-
-class InvalidOutput(AttemptError):  # noqa: N818 - reads as the status it maps to
-    """
-    An attempt's result failed the step's validator.
-    """
-
-
-@dataclass(slots=True, eq=False)
-class Shared:
-    """
-    What every step of one executor shares: the plan, budgets, ledger.
-    """
-
-    plan: Plan
-    budget: HedgeBudget
-    throttle: ProviderThrottle
-    ledger: Ledger
-    policies: dict[str, StepPolicy] = field(default_factory=dict)
+_ACTION_ROLES = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
+NO_TIME_S = 1e-6  # an extra attempt due this close to the deadline (or later) does not start
 
 
 class StepRun:
@@ -89,9 +63,9 @@ class StepRun:
     """
 
     __slots__ = (
-        "_projects", "deadline", "enforce", "errors", "fired", "fn", "inputs", "key", "lives",
-        "loop", "policy", "retries_left", "run_id", "running", "s", "stall_s", "start", "step",
-        "total_at", "ttft_at", "upgraded",
+        "_projects", "acted", "book", "chain", "deadline", "enforce", "errors", "fired", "fn",
+        "inputs", "key", "lives", "loop", "policy", "retries_left", "run_id", "running", "s",
+        "stall_s", "start", "step", "total_at", "ttft_at", "upgraded",
     )  # fmt: skip
 
     def __init__(
@@ -105,26 +79,32 @@ class StepRun:
         run_id: str | None,
         inputs: dict[str, Any],
         reserve_s: float,
+        book: RunBook,
         enforce: bool = True,
     ) -> None:
-        self.s, self.step, self.fn = shared, step, fn
+        self.s, self.step, self.fn, self.book = shared, step, fn, book
         self.key, self.deadline, self.run_id, self.inputs = key, deadline, run_id, inputs
         # A workflow enforces its deadline once for all its steps (one timer per run, not
         # one per step); a step run on its own enforces it here.
         self.enforce = enforce
-        self.policy = shared.policies.get(step.name) or _DEFAULT_POLICY
+        self.policy = shared.policies.get(step.name) or DEFAULT_POLICY
         self.loop = asyncio.get_running_loop()
         self.start = self.loop.time()
         self.lives: list[Live] = []
         self.running: list[Live] = []
         self.errors: list[BaseException] = []
-        self.fired = self.upgraded = False
+        self.fired = self.upgraded = self.acted = False
+        self.chain: Live | None = None  # the attempt whose failure is retried at once
         self.retries_left = self.policy.error_retries
         room = deadline - reserve_s - self.start if step.on_cutoff != "wait" else math.inf
         self.ttft_at = self._instant(step.ttft_cutoff_s, room if step.signal == "ttft" else None)
         self.total_at = self._instant(step.cutoff_s, room if step.signal == "total" else None)
         self.stall_s = step.stall_cutoff_s if step.stall_cutoff_s is not None else math.inf
-        self._projects = step.on_cutoff == "downgrade" and step.expected_tokens.output is not None
+        self._projects = (
+            self.policy.project_overrun
+            and step.on_cutoff == "downgrade"
+            and step.expected_tokens.output is not None
+        )
 
     def _instant(self, cutoff: float | None, room: float | None) -> float:
         seconds = math.inf if cutoff is None else cutoff
@@ -132,13 +112,17 @@ class StepRun:
             seconds = min(seconds, max(room, 0.0))
         return self.start + seconds
 
-    def _launch(self, route_name: str, role: str, *, delay_s: float = 0.0) -> Live:
+    def _launch(
+        self, route_name: str, role: str, *, cause: str | None = None, delay_s: float = 0.0
+    ) -> Live:
         route = self.s.plan.routes[route_name]
         attempt = Attempt(
             self.step.name, route_name, route.provider, route.model, len(self.lives), role,
             self.key, self.deadline, self.run_id, self.inputs,
         )  # fmt: skip
         live = start(attempt, self.fn, delay_s=delay_s)
+        if cause is not None:
+            live.extra["started_by"] = cause
         self.lives.append(live)
         self.running.append(live)
         return live
@@ -151,10 +135,9 @@ class StepRun:
         """
         The winning result; raises `StepTimeout` or `AllAttemptsFailed`.
         """
-        first = self._launch(self.step.route, "primary")
+        first = self.chain = self._launch(self.step.route, "primary")
         if math.isfinite(self.stall_s) or self._projects:
             first.changed = asyncio.Event()
-        self.s.budget.record_first()
         try:
             while self.running:
                 done = await self._wait(first)
@@ -220,14 +203,15 @@ class StepRun:
                 self.errors.append(error)
                 if not self.upgraded:
                     self.upgraded = True
-                    self._launch(self.step.upgrade_route or live.attempt.route, "upgrade")
+                    route = self.step.upgrade_route or self.step.route
+                    self._launch(route, "upgrade", cause="invalid")
                 continue
             status, http, retry_after = classify(error)
             self._write(live, status, at, error=error, http_status=http)
             self.errors.append(error)
             if status in _PROVIDER_FAILURES:
                 self.s.throttle.on_failure(live.attempt.provider)
-            if not self.running:
+            if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
         return None
 
@@ -245,7 +229,9 @@ class StepRun:
             return
         self.retries_left -= 1
         # Retry-After is waited inside the retry's own task, so the deadline still cuts it
-        self._launch(live.attempt.route, "retry", delay_s=retry_after or 0.0)
+        self.chain = self._launch(
+            live.attempt.route, "retry", cause="error", delay_s=retry_after or 0.0
+        )
 
     async def _watch(self, first: Live) -> None:
         at = now()
@@ -297,22 +283,34 @@ class StepRun:
             msg = f"step {step.name!r} gave up at its {why} cutoff after {spent:.3f} s"
             msg += " (on_cutoff: fail)"
             raise StepTimeout(msg, step=step.name, spent_s=spent, cutoff_s=spent)
+        if action not in _ACTION_ROLES:
+            return
         route = {"hedge": step.hedge_route, "retry": step.route, "downgrade": step.downgrade_route}[
             action
         ]
         if route is None or (not step.idempotent and action != "downgrade"):
             first.extra["action_skipped"] = "not idempotent" if route else "no route"
             return
+        if self.deadline - at < NO_TIME_S:
+            first.extra["action_skipped"] = "no time left"
+            return
         provider = self.s.plan.routes[route].provider
         if action == "hedge" and self.s.throttle.throttled(provider):
-            first.extra["action_skipped"] = f"provider {provider} throttled"
+            self._denied(first, "throttle", f"provider {provider} throttled")
             return
-        if not self.s.budget.try_extra():
-            first.extra["action_skipped"] = "hedge budget spent"
+        if not self.s.budget.try_extra(self.book.account):
+            self._denied(first, "budget", "hedge budget spent")
             return
+        self.acted = True
         if action != "hedge":
             self._cut(first, "cancelled", at)
-        self._launch(route, action)
+        self._launch(route, action, cause="cutoff")
+
+    def _denied(self, first: Live, why: str, skipped: str) -> None:
+        first.extra["hedge_denied"] = why
+        first.extra["action_skipped"] = skipped
+        self.book.denials[why] += 1
+        self.s.denials[why] += 1
 
     def _cut(self, live: Live, status: str, at: float) -> None:
         if live.task is not None:

@@ -5,7 +5,11 @@ Each step starts as soon as the steps it depends on are done and gets their resu
 ``attempt.inputs``. A failed optional step is left out of its dependents' inputs; a failed
 required step fails the run, and the steps that need it never start. At the deadline every
 step still running is cancelled (its attempts get their ledger lines, cut at the deadline),
-and the run reports which steps finished.
+and the run reports which steps finished. An optional step cut at the deadline does not fail
+the run; the simulator counts it the same way.
+
+A run opens one hedge-budget account with one first attempt per step of the plan (the
+simulator's count, steps that never start included) and closes it when it ends.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from __future__ import annotations
 import asyncio
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailkit.errors import ConfigError
 from tailkit.executor._deadline import current_deadline, deadline_at, now
+from tailkit.executor._shared import RunBook
 from tailkit.executor._types import AttemptFn
 
 
@@ -40,6 +45,9 @@ class RunResult:
         cancelled: Steps still running (or waiting) when the deadline passed.
         elapsed_s: Seconds from the run's start to its end.
         deadline_s: The run's budget in seconds.
+        denials: Extra attempts the run's cutoffs called for but did not get, by reason:
+            ``budget`` (the hedge budget refused) and ``throttle`` (the hedge provider was
+            throttled).
     """
 
     run_id: str
@@ -51,6 +59,7 @@ class RunResult:
     cancelled: tuple[str, ...]
     elapsed_s: float
     deadline_s: float
+    denials: dict[str, int] = field(default_factory=lambda: {"budget": 0, "throttle": 0})
 
 
 def _resolve(
@@ -115,21 +124,26 @@ class _Run:
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.left = len(self.order)
         self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.book = RunBook(executor.shared.budget.open(len(self.order)))
 
     async def go(self) -> RunResult:
-        # every step task (created here or in a callback registered here) inherits the deadline
-        with deadline_at(self.deadline):
-            for name in self.order:
-                if self.waiting[name] == 0:
-                    self._begin(name)
-            await asyncio.wait({self.over}, timeout=max(self.deadline - now(), 0.0))
-        pending = [task for task in self.tasks.values() if not task.done()]
-        cancelled = [name for name, task in self.tasks.items() if task in pending]
-        cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            # every step task (created here or in a callback registered here) inherits the
+            # deadline
+            with deadline_at(self.deadline):
+                for name in self.order:
+                    if self.waiting[name] == 0:
+                        self._begin(name)
+                await asyncio.wait({self.over}, timeout=max(self.deadline - now(), 0.0))
+            pending = [task for task in self.tasks.values() if not task.done()]
+            cancelled = [name for name, task in self.tasks.items() if task in pending]
+            cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            self.executor.shared.budget.close(self.book.account)
         required = (n for n in self.order if self.plan.steps[n].required)
         return RunResult(
             run_id=self.run_id,
@@ -141,6 +155,7 @@ class _Run:
             cancelled=tuple(cancelled),
             elapsed_s=now() - self.started,
             deadline_s=self.budget_s,
+            denials=dict(self.book.denials),
         )
 
     def _settle(self, name: str) -> None:
@@ -161,9 +176,10 @@ class _Run:
             return
         inputs = {d: self.results[d] for d in deps if d in self.results}
         task = asyncio.ensure_future(
-            self.executor.run_step(
+            self.executor._step_in_run(
                 name,
                 self.fns[name],
+                book=self.book,
                 run_id=self.run_id,
                 inputs=inputs,
                 deadline=self.deadline,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from tailkit.config import Plan, Step
 from tailkit.errors import ConfigError
-from tailkit.simulate._engine import StepModel, WorkflowModel
+from tailkit.simulate._model import StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
 
@@ -67,13 +67,15 @@ def workflow_model(
     """
     order = plan.order()
     index = {name: i for i, name in enumerate(order)}
-    medians = {name: samples_median(samples, plan.steps[name]) for name in order}
+    medians = {name: step_median(samples, plan.steps[name]) for name in order}
     reserve = _reserves(plan, order, medians)
     steps = []
     for name in order:
         step = plan.steps[name]
         second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
-        cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+        ttft = step.signal == "ttft"
+        cutoff = step.ttft_cutoff_s if ttft else step.cutoff_s
+        other = step.cutoff_s if ttft else step.ttft_cutoff_s
         steps.append(
             StepModel(
                 name=name,
@@ -91,15 +93,21 @@ def workflow_model(
                 tokens=float(
                     (step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)
                 ),
+                other_cutoff_s=math.inf if other is None else other,
             )
         )
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
 
 
-def samples_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> float:
+def step_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> float:
     """
-    Median seconds of a step's own route.
+    A step's median seconds, for the deadline reserve of the steps before it.
+
+    The plan's prediction, as the executor reads it (``predicted.p50_s``); before calibration,
+    the median of the step's route sample.
     """
+    if step.predicted is not None:
+        return step.predicted.p50_s
     sample = _sample(samples, step.name, step.route)
     assert sample is not None  # noqa: S101 - a step always has a route
     return sample.quantile(0.5)
@@ -108,6 +116,8 @@ def samples_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> floa
 def _reserves(plan: Plan, order: tuple[str, ...], medians: Mapping[str, float]) -> dict[str, float]:
     """
     Per step, the median seconds of the longest chain of steps still waiting on it.
+
+    The same sum, in the same order, as the executor's ``reserves``: the two agree to the bit.
     """
     reserve: dict[str, float] = {}
     for name in reversed(order):
@@ -135,12 +145,13 @@ def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -
     steps = []
     for step in model.steps:
         if policy == "none" or not step.idempotent:
-            steps.append(dataclasses.replace(step, action="wait", cutoff_s=math.inf))
+            steps.append(
+                dataclasses.replace(step, action="wait", cutoff_s=math.inf, other_cutoff_s=math.inf)
+            )
             continue
         cutoff = step.primary.quantile(quantile)
         action = "retry" if policy == "retry_p95" else "hedge"
         second = step.hedge if action == "hedge" else None
-        steps.append(
-            dataclasses.replace(step, signal="total", cutoff_s=cutoff, action=action, second=second)
-        )
+        on_total = dataclasses.replace(step, signal="total", other_cutoff_s=math.inf)
+        steps.append(dataclasses.replace(on_total, cutoff_s=cutoff, action=action, second=second))
     return dataclasses.replace(model, steps=tuple(steps))

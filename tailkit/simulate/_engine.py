@@ -5,19 +5,26 @@ How a step plays out, in each run (all runs are numpy arrays; the only Python lo
 steps). The first attempt goes to the step's route. If the signal it is watched on -- total
 age, or time to first token -- passes the cutoff while it still runs, the step acts:
 
-- ``hedge``: a second attempt starts on the hedge route; the first good result wins, and the
+- ``hedge``: a second attempt starts on the hedge route; the first valid result wins, and the
   loser is still billed (it counts as an extra attempt whoever wins);
 - ``retry`` / ``downgrade``: the first attempt is cancelled and a fresh one starts on the same
   route (retry) or the downgrade route;
 - ``fail``: the step gives up (a run survives that only for optional steps);
 - ``wait``: nothing; the step takes as long as it takes.
 
-The cutoff is deadline aware (DESIGN.md §3): a step acts at ``min(cutoff, deadline - reserve -
-start)``, where the reserve is what the steps still waiting on it need at their median, so a
-late run acts early rather than overrun. An attempt that fails before the cutoff is retried at
-once on the same route; a result that fails validation goes to the upgrade route (or again to
-the same route). Attempts are independent draws: the tail this models is the transient one,
-which a fresh attempt escapes (the tail table says whether a route's tail is transient).
+The cutoff is deadline aware: a step acts at ``min(cutoff, deadline - reserve - start)``, where
+the reserve is what the steps still waiting on it need at their median (the plan's predicted
+step medians, as the executor reads them), so a late run acts early rather than overrun. A
+plan may also set a cutoff on the other clock, which acts as set. An idempotent step's first
+attempt that fails before the cutoff is retried at once on the same route; a result that fails
+validation goes to the upgrade route (or again to the step's own route). Attempts are
+independent draws: the tail this models is the transient one, which a fresh attempt escapes
+(the tail table says whether a route's tail is transient).
+
+The run follows the executor: a step whose required dependency failed never starts; an
+optional step still running at the deadline is cut there without failing the run; an extra
+attempt due at or after the deadline never starts and is not counted. ``tests/test_twin.py``
+runs the executor on these same draws and expects the same runs.
 
 Every draw comes from `Draws`, seeded per step name, so two plans that differ in one step see
 the same luck in every other step: comparisons between candidates are paired (common random
@@ -26,187 +33,46 @@ numbers) and their differences far more precise than either estimate alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import zlib
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.simulate._sample import Array, Index, RouteSample
+from tailkit.simulate._draws import Draws
+from tailkit.simulate._general import general_step
+from tailkit.simulate._model import (
+    ACTING,
+    NO_TIME_S,
+    SLOTS,
+    Bools,
+    RunOutcome,
+    StepModel,
+    StepOutcome,
+    WorkflowModel,
+    acts_at,
+    cut_at,
+    in_time,
+    needs_slots,
+)
+from tailkit.simulate._sample import Array, Index
 
 
-Bools = npt.NDArray[np.bool_]
-ACTING = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
-SLOTS = 3  # draws per step and run: one per attempt it may make
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class StepModel:
-    """
-    One step as the simulator runs it.
-
-    Args:
-        name: Step name.
-        deps: Indexes (in `WorkflowModel.steps`) of the steps it waits for.
-        required: Whether a run fails when this step fails.
-        primary: Latency of the step's route.
-        signal: ``"total"`` or ``"ttft"``: which age the cutoff watches.
-        cutoff_s: Age in seconds at which the step acts; ``math.inf``: never.
-        action: ``hedge``, ``retry``, ``downgrade``, ``fail`` or ``wait``.
-        second: Route of the attempt the action starts (``None``: the primary route).
-        upgrade: Route that re-does a result that failed validation (``None``: primary).
-        hedge: The step's hedge route whatever its action (``None``: none), for policies.
-        idempotent: Whether an attempt may be repeated (hedged, retried).
-        reserve_s: Seconds the steps still waiting on this one need (their median path).
-        tokens: Tokens billed per attempt (expected input + output), for extra tokens.
-    """
-
-    name: str
-    deps: tuple[int, ...]
-    required: bool
-    primary: RouteSample
-    signal: str = "total"
-    cutoff_s: float = math.inf
-    action: str = "wait"
-    second: RouteSample | None = None
-    upgrade: RouteSample | None = None
-    hedge: RouteSample | None = None
-    idempotent: bool = True
-    reserve_s: float = 0.0
-    tokens: float = 0.0
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class WorkflowModel:
-    """
-    A workflow as the simulator runs it: steps in dependency order, and the deadline.
-
-    Args:
-        steps: Steps, every step after the steps it depends on.
-        deadline_s: End-to-end deadline in seconds; ``math.inf``: none.
-        error_retries: Immediate retries of an attempt that failed before its cutoff (0 or 1).
-    """
-
-    steps: tuple[StepModel, ...]
-    deadline_s: float = math.inf
-    error_retries: int = 1
-
-
-@dataclass(slots=True)
-class Draws:
-    """
-    Draws for every step and run, one stream per step name and slot (common random numbers).
-
-    A step has three slots, one per attempt it may make: its first attempt, the attempt its
-    cutoff or an error starts, and the attempt that re-does invalid output. A draw is a
-    uniform 16-bit index into the route's outcome table (`RouteSample`). Each slot is its own
-    seeded stream, read ``runs`` draws at a time, so a slot a plan does not use is never
-    drawn, and two plans that use different slots still share the draws of the slots they
-    both use. `run_step` reads the same slots for every block of runs, so the streams stay
-    aligned block by block.
-
-    Args:
-        runs: Runs per block: each `slot` call returns the next ``runs`` draws.
-        seed: Base seed.
-        keep: Draw each slot once and return the same draws every time (for the
-            calibrator, which replays one block of runs for every candidate).
-    """
-
-    runs: int
-    seed: int = 0
-    keep: bool = False
-    _streams: dict[tuple[str, int], np.random.Generator] = field(default_factory=dict)
-    _cache: dict[tuple[str, int], Index] = field(default_factory=dict)
-
-    def slot(self, name: str, k: int) -> Index:
-        """
-        The next block of draws of slot ``k`` (0-2) of step ``name``, one per run.
-        """
-        key = (name, k)
-        if key in self._cache:
-            return self._cache[key]
-        stream = self._streams.get(key)
-        if stream is None:
-            stream = np.random.default_rng([self.seed, zlib.crc32(name.encode()), k])
-            self._streams[key] = stream
-        # the raw 64-bit output read as four 16-bit draws: one per entry of a 2**16 table
-        u = stream.bit_generator.random_raw((self.runs + 3) // 4).view(np.uint16)[: self.runs]
-        if self.keep:
-            self._cache[key] = u
-        return u
-
-    def stack(self, name: str) -> Index:
-        """
-        All three slots of step ``name`` as a ``(3, runs)`` array (kept draws, if any).
-        """
-        return np.stack([self.slot(name, k) for k in range(SLOTS)])
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    """
-    One step in every run: when it ended, whether it failed, the attempts it added.
-
-    Args:
-        duration_s: Seconds from the step's start to its result (or to giving up).
-        failed: It produced no valid result.
-        fired: Its cutoff fired (it acted).
-        extra: Attempts its action started (hedge, retry, downgrade).
-        recovery: Attempts started to recover from an error or invalid output.
-    """
-
-    duration_s: Array
-    failed: Bools
-    fired: Bools
-    extra: Bools
-    recovery: npt.NDArray[np.int8]
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempts:
-    """
-    Strictly private: one attempt per run. ``None`` flags are all false (saves the work).
-    """
-
-    index: Index
-    end_s: Array  # when it ends: with its result, or failed
-    err: Bools | None  # it failed
-    invalid: Bools | None  # its result fails validation
-
-
-def _attempt(route: RouteSample, index: Index) -> _Attempts:
-    return _Attempts(
-        index,
-        route.end_table[index],
-        index >= route.ok_entries if route.fails else None,
-        route.invalid_table[index] if route.invalid_rate > 0.0 else None,
-    )
-
-
-def _pick(cond: Bools, a: Bools | None, b: Bools | None) -> Bools | None:
-    """
-    ``where(cond, a, b)`` for flags where ``None`` means all false.
-    """
-    if a is None and b is None:
-        return None
-    if a is None:
-        return b & ~cond  # type: ignore[operator]
-    if b is None:
-        return a & cond
-    return np.where(cond, a, b)
-
-
-def _cut(step: StepModel, start_s: Array, model: WorkflowModel) -> Array | float:
-    """
-    The age at which the step acts: its cutoff, earlier when the run is late (DESIGN.md §3).
-    """
-    if not math.isfinite(model.deadline_s):
-        return step.cutoff_s
-    room = np.subtract(model.deadline_s - step.reserve_s, start_s)
-    return np.clip(room, 0.0, step.cutoff_s, out=room)
+__all__ = [
+    "ACTING",
+    "NO_TIME_S",
+    "SLOTS",
+    "Draws",
+    "RunOutcome",
+    "StepModel",
+    "StepOutcome",
+    "WorkflowModel",
+    "general_step",
+    "run_step",
+    "run_workflow",
+]
 
 
 def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel) -> StepOutcome:
@@ -229,34 +95,33 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
 
     # Read every slot this step may need, needed in this block or not: streams stay aligned.
     first = slot(0)
-    acting = step.action != "wait" and math.isfinite(step.cutoff_s)
-    if (acting and step.action != "fail") or (primary.fails and model.error_retries):
+    one_used, two_used = needs_slots(step, model)
+    if one_used:
         slot(1)
-    routes = (primary, step.second or primary, step.upgrade or primary)
-    if any(r.invalid_rate > 0.0 for r in routes):
+    if two_used:
         slot(2)
     end1 = primary.end_table[first]
-    by_total = step.signal == "total"
     fired = np.zeros(start_s.size, dtype=np.bool_)
     failed = np.zeros(start_s.size, dtype=np.bool_)
     duration, second = end1, None
-    route = step.second or primary
-    if acting:
-        cut = _cut(step, start_s, model)
-        fired = (end1 if by_total else primary.ttft_table[first]) > cut
+    if step.acting:
+        fired, act, plain = _fired(step, start_s, model, end1, first)
         if step.action == "fail":
-            duration = np.minimum(end1, cut) if by_total else np.where(fired, cut, end1)
+            duration = np.minimum(end1, act) if plain else np.where(fired, act, end1)
             failed |= fired
         else:
             second = slot(1)
-            start2 = route.end_table[second]
-            start2 += cut
+            start2 = (step.second or primary).end_table[second]
+            start2 += act
             if step.action != "hedge":
                 duration = np.where(fired, start2, end1)
-            elif by_total:  # an attempt that did not fire ended before the hedge could start
+            elif plain:  # an attempt that did not fire ended before the hedge could start
                 duration = np.minimum(end1, start2, out=start2)
             else:
                 duration = np.where(fired, np.minimum(end1, start2), end1)
+        late = _late(step, start_s, act, fired, model)
+        if late is not None:  # an extra attempt due too late never starts: the step waits
+            fired[late], duration[late] = False, end1[late]
     special = _special(step, first, second, fired)
     recovery = np.zeros(start_s.size, dtype=np.int8)
     if special is not None:
@@ -266,6 +131,47 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
             duration[rows], failed[rows], recovery[rows] = sub.duration_s, sub.failed, sub.recovery
     extra = fired if step.action in ACTING else np.zeros(start_s.size, dtype=np.bool_)
     return StepOutcome(duration, failed, fired, extra, recovery)
+
+
+def _fired(
+    step: StepModel, start_s: Array, model: WorkflowModel, end1: Array, first: Index
+) -> tuple[Bools, Array | float, bool]:
+    """
+    Where the step acts, the age it acts at, and whether that is the plain case.
+
+    Plain: watched on the total age alone, so an attempt that did not fire ended by the age
+    the step would have acted at (and the hedge's duration is a plain minimum).
+    """
+    ttft = step.primary.ttft_table
+    if math.isfinite(step.other_cutoff_s):  # both clocks: act at the earlier cutoff
+        fired, act = acts_at(step, start_s, model, end1, ttft[first])
+        return fired, act, False
+    by_total = step.signal == "total"
+    cut = cut_at(step, start_s, model)
+    return (end1 if by_total else ttft[first]) > cut, cut, by_total
+
+
+def _late(
+    step: StepModel, start_s: Array, cut: Array | float, fired: Bools, model: WorkflowModel
+) -> npt.NDArray[np.intp] | None:
+    """
+    Runs in which an extra attempt would be due too close to the deadline (`in_time`).
+
+    With a reserve beyond `NO_TIME_S` the tightened cut comes by ``deadline - reserve``, or at
+    once for a step starting later: only a step starting past ``deadline - NO_TIME_S`` is late.
+    ``None``: no run (the common case, found with one pass over the starts).
+    """
+    if step.action not in ACTING or not math.isfinite(model.deadline_s):
+        return None
+    if step.reserve_s > NO_TIME_S and not math.isfinite(step.other_cutoff_s):
+        last_chance = model.deadline_s - NO_TIME_S
+        if start_s.max(initial=-np.inf) < last_chance:
+            return None
+        rows = np.flatnonzero(start_s >= last_chance)
+    else:
+        rows = np.flatnonzero(~in_time(step, start_s, cut, model))
+    rows = rows[fired[rows]]
+    return rows if rows.size else None
 
 
 def _special(step: StepModel, first: Index, second: Index | None, fired: Bools) -> Bools | None:
@@ -289,95 +195,19 @@ def _special(step: StepModel, first: Index, second: Index | None, fired: Bools) 
     return special
 
 
-def general_step(
-    step: StepModel, start_s: Array, slot: Callable[[int], Index], model: WorkflowModel
-) -> StepOutcome:
+def _skip(outcome: StepOutcome, skipped: Bools) -> StepOutcome:
     """
-    Play one step in the runs ``slot`` draws for, every outcome considered (errors, invalid).
+    The outcome with the skipped runs written over: no time, no result, no attempt.
+
+    Writes into the outcome's arrays, which `run_step` made for this outcome alone.
     """
-    one = _attempt(step.primary, slot(0))
-    none = np.zeros(start_s.size, dtype=np.bool_)
-    fired, duration, failed, invalid = none, one.end_s, one.err, one.invalid
-    if step.action != "wait" and math.isfinite(step.cutoff_s):
-        cut = _cut(step, start_s, model)
-        watch = step.primary.ttft_table[one.index] if step.signal == "ttft" else one.end_s
-        fired = watch > cut
-        duration, failed, invalid = _act(step, cut, one, fired, slot)
-    recovery = np.zeros(start_s.size, dtype=np.int8)
-    if one.err is not None and model.error_retries:
-        # failed before any cutoff fired: retry at once on the same route
-        retry = one.err & ~fired
-        two = _attempt(step.primary, slot(1))
-        duration = np.where(retry, one.end_s + two.end_s, duration)
-        failed = _pick(retry, two.err, failed)
-        invalid = _pick(retry, two.invalid, invalid)
-        recovery += retry
-    if invalid is not None:
-        redo = invalid if failed is None else invalid & ~failed
-        three = _attempt(step.upgrade or step.primary, slot(2))
-        bad = (
-            _pick(redo, three.err, None)
-            if three.invalid is None
-            else redo & (three.invalid if three.err is None else three.err | three.invalid)
-        )
-        duration = np.where(redo, duration + three.end_s, duration)
-        failed = bad if failed is None else failed if bad is None else failed | bad
-        recovery += redo
-    extra = fired if step.action in ACTING else none
-    return StepOutcome(duration, none if failed is None else failed, fired, extra, recovery)
-
-
-def _act(
-    step: StepModel, cut: Array | float, one: _Attempts, fired: Bools, slot: Callable[[int], Index]
-) -> tuple[Array, Bools | None, Bools | None]:
-    """
-    Duration, failure and invalid output once the step's action has run where it fired.
-    """
-    if step.action == "fail":
-        gave_up = fired if one.err is None else fired | one.err
-        return np.where(fired, cut, one.end_s), gave_up, one.invalid
-    route = step.second or step.primary
-    two = _attempt(route, slot(1))
-    start2 = cut + two.end_s
-    if step.action != "hedge":
-        # retry / downgrade: the first attempt is cancelled at the cut, a fresh one starts
-        duration = np.where(fired, start2, one.end_s)
-        return duration, _pick(fired, two.err, one.err), _pick(fired, two.invalid, one.invalid)
-    # hedge: the first good result wins; when both fail, the step ends with the later failure
-    good1 = one.end_s if one.err is None else step.primary.good_table[one.index]
-    good2 = start2 if two.err is None else cut + route.good_table[two.index]
-    won = np.minimum(good1, good2)
-    if step.signal == "total" and one.err is None:
-        duration = won  # an attempt that did not fire ended before the hedge could start
-    else:
-        duration = np.where(fired, won, one.end_s)
-    failed: Bools | None = None
-    if one.err is not None:
-        failed = one.err & ~fired  # failed before the cut: the error retry takes over
-        if two.err is not None:
-            both = one.err & fired & two.err
-            duration = np.where(both, np.maximum(one.end_s, start2), duration)
-            failed |= both
-    second_won = fired & (good2 < good1)
-    return duration, failed, _pick(second_won, two.invalid, one.invalid)
-
-
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    """
-    Every run: when each step started and ended, and what each step did.
-
-    Args:
-        end_s: Seconds from the run's start to its end (its last step's end).
-        ok: Every required step produced a valid result (deadline not yet applied).
-        starts: Start of each step, in seconds into the run.
-        steps: Each step's outcome.
-    """
-
-    end_s: Array
-    ok: Bools
-    starts: tuple[Array, ...]
-    steps: tuple[StepOutcome, ...]
+    rows = np.flatnonzero(skipped)
+    outcome.duration_s[rows] = 0.0
+    outcome.failed[rows] = True
+    outcome.fired[rows] = False
+    outcome.extra[rows] = False
+    outcome.recovery[rows] = 0
+    return dataclasses.replace(outcome, skipped=skipped)
 
 
 def run_workflow(
@@ -401,6 +231,7 @@ def run_workflow(
     starts: list[Array] = []
     outcomes: list[StepOutcome] = []
     ends: list[Array] = []
+    dead: list[Bools | None] = []  # runs in which the step left its dependents nothing to wait on
     zero = np.zeros(runs)
     for i, step in enumerate(model.steps):
         if reuse is not None and i < changed:
@@ -410,15 +241,38 @@ def run_workflow(
             for d in step.deps[1:]:
                 start = np.maximum(start, ends[d])
             outcome = run_step(step, start, draws, model)
+            skipped = _any(dead[d] for d in step.deps)
+            if skipped is not None:
+                outcome = _skip(outcome, skipped)
         starts.append(start)
         outcomes.append(outcome)
         ends.append(start + outcome.duration_s)
-    # a step ends after the steps it waits for: the run ends with the last of its sinks
+        gone = outcome.failed if step.required and outcome.failed.any() else None
+        dead.append(_any((gone, outcome.skipped)))
+    # a step ends after the steps it waits for: the run ends with the last of its sinks, an
+    # optional one cut at the deadline
     waited = {d for step in model.steps for d in step.deps}
-    sinks = [e for i, e in enumerate(ends) if i not in waited]
+    sinks = []
+    for i, step in enumerate(model.steps):
+        if i in waited:
+            continue
+        cut = not step.required and math.isfinite(model.deadline_s)
+        sinks.append(np.minimum(ends[i], model.deadline_s) if cut else ends[i])
     end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
     bad = np.zeros(runs, dtype=np.bool_)
     for step, outcome in zip(model.steps, outcomes, strict=True):
         if step.required:
             bad |= outcome.failed
     return RunOutcome(end, ~bad, tuple(starts), tuple(outcomes))
+
+
+def _any(masks: Iterable[Bools | None]) -> Bools | None:
+    """
+    The union of the masks that are not ``None`` (``None`` if there are none, or none is set).
+    """
+    out: Bools | None = None
+    for mask in masks:
+        if mask is None or not mask.any():
+            continue
+        out = mask if out is None else out | mask
+    return out

@@ -3,25 +3,54 @@ The simulator once more, one run at a time in plain Python: slow and obviously r
 
 Tests feed it the same draws as the vectorized engine and expect the same numbers;
 ``benchmarks/simulate.py`` times it as the baseline. Not for production use.
+
+`reference_trace` also plays the executor's hedge budget: given a budget (a
+`tailkit.executor.HedgeBudget`, or anything with its ``open`` / ``try_extra`` / ``close``), it
+opens one account per run, asks for every extra attempt at the instant the executor would, in
+the order the executor would (earliest first, across parallel steps), and plays a refused
+action as ``wait``. Runs played one after another through the same budget are what an executor
+running them one after another does, denial for denial (``tests/test_twin.py``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from tailkit.simulate._engine import ACTING, StepModel, WorkflowModel
+from tailkit.simulate._model import ACTING, NO_TIME_S, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
 
-Attempt = tuple[float, float, bool, bool]
+Attempt = tuple[float, float, bool, bool]  # (seconds to its end, to first token, failed, invalid)
+_INF = math.inf
+
+
+class Budget(Protocol):
+    """
+    The hedge budget's shape (`tailkit.executor.HedgeBudget`).
+    """
+
+    def open(self, firsts: int = 1) -> Any:
+        """
+        A run starts with ``firsts`` first attempts; returns its account.
+        """
+
+    def try_extra(self, account: Any) -> bool:
+        """
+        Whether one more extra attempt may start, counted to ``account``.
+        """
+
+    def close(self, account: Any) -> None:
+        """
+        The run ended.
+        """
 
 
 def _attempt(route: RouteSample, index: int) -> Attempt:
-    """
-    One attempt: (seconds to its end, seconds to first token, failed, invalid).
-    """
     return (
         float(route.end_table[index]),
         float(route.ttft_table[index]),
@@ -30,65 +59,225 @@ def _attempt(route: RouteSample, index: int) -> Attempt:
     )
 
 
-def _act(step: StepModel, cut: float, one: Attempt, index: int) -> tuple[float, bool, bool]:
+def acts_at(step: StepModel, start_s: float, model: WorkflowModel, one: Attempt) -> float:
     """
-    Duration, failure and invalid output after the step's action fired at ``cut``.
+    The age at which the step acts on its first attempt ``one`` (``inf``: it does not).
     """
+    if not step.acting:
+        return _INF
+    act = _INF
+    if math.isfinite(step.cutoff_s):
+        cut = step.cutoff_s
+        if math.isfinite(model.deadline_s):
+            cut = min(max((model.deadline_s - step.reserve_s) - start_s, 0.0), cut)
+        if (one[1] if step.signal == "ttft" else one[0]) > cut:
+            act = cut
+    other = step.other_cutoff_s
+    if math.isfinite(other) and (one[0] if step.signal == "ttft" else one[1]) > other:
+        act = min(act, other)
+    if step.action in ACTING and not start_s + act < model.deadline_s - NO_TIME_S:
+        return _INF  # an extra attempt due too close to the deadline never starts
+    return act
+
+
+def play_step(
+    step: StepModel,
+    start_s: float,
+    draws: Sequence[int],
+    model: WorkflowModel,
+    *,
+    act_s: float | None = None,
+    granted: bool = True,
+) -> tuple[float, bool, bool, int]:
+    """
+    One step in one run: (duration, failed, extra attempt started, recovery attempts).
+
+    ``draws`` are the step's three table indexes for this run; ``act_s`` the age it acts at
+    (``None``: computed); ``granted=False`` plays a refused action as ``wait``.
+    """
+    one = _attempt(step.primary, draws[0])
+    act = acts_at(step, start_s, model, one) if act_s is None else act_s
+    if act < _INF and step.action == "fail":
+        return act, True, False, 0
+    acted = act < _INF and step.action in ACTING and granted
+    recovery = 0
+    valid = bad = _INF  # the first valid result, the first invalid one
     end1, _, err1, inv1 = one
-    if step.action == "fail":
-        return cut, True, inv1
-    end2, _, err2, inv2 = _attempt(step.second or step.primary, index)
-    if step.action != "hedge":
-        return cut + end2, err2, inv2
-    if err1 and err2:
-        return max(end1, cut + end2), True, False
-    good1 = math.inf if err1 else end1
-    good2 = math.inf if err2 else cut + end2
-    return min(good1, good2), False, inv1 if good1 <= good2 else inv2
+    if not acted:
+        last = end1
+        if err1 and model.error_retries and step.idempotent:
+            end2, _, err2, inv2 = _attempt(step.primary, draws[1])
+            last = end1 + end2
+            valid, bad = (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
+            recovery = 1
+        elif not err1:
+            valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
+    else:
+        end2, _, err2, inv2 = _attempt(step.second or step.primary, draws[1])
+        last = act + end2
+        if not err2:
+            valid, bad = (last if not inv2 else _INF), (last if inv2 else _INF)
+        if step.action == "hedge":  # the first attempt races on
+            if not err1 and inv1:
+                bad = min(bad, end1)
+            elif not err1:
+                valid = min(valid, end1)
+            last = max(last, end1)
+    if bad < valid:  # the first result came back invalid: re-do it once
+        end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, draws[2])
+        if not err3 and not inv3:
+            valid = min(valid, bad + end3)
+        last = max(last, bad + end3)
+        recovery += 1
+    if valid < _INF:
+        return valid, False, acted, recovery
+    return last, True, acted, recovery
 
 
 def reference_step(
     step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel
 ) -> tuple[float, bool, bool, int]:
     """
-    One step in one run: (duration, failed, extra attempt started, recovery attempts).
-
-    ``draws`` are the step's three table indexes for this run.
+    One step in one run, every action granted: (duration, failed, extra, recovery).
     """
-    one = _attempt(step.primary, draws[0])
-    duration, _, failed, invalid = one
-    fired = False
-    if step.action != "wait" and math.isfinite(step.cutoff_s):
-        cut = step.cutoff_s
-        if math.isfinite(model.deadline_s):
-            cut = min(cut, max(model.deadline_s - step.reserve_s - start_s, 0.0))
-        fired = (one[1] if step.signal == "ttft" else one[0]) > cut
-        if fired:
-            duration, failed, invalid = _act(step, cut, one, draws[1])
-    recovery = 0
-    if model.error_retries and one[2] and not fired:
-        end2, _, failed, invalid = _attempt(step.primary, draws[1])
-        duration = one[0] + end2
-        recovery += 1
-    if invalid and not failed:
-        end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, draws[2])
-        duration, failed = duration + end3, err3 or inv3
-        recovery += 1
-    return duration, failed, fired and step.action in ACTING, recovery
+    return play_step(step, start_s, draws, model)
+
+
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    """
+    One run as the executor would see it.
+
+    Args:
+        end_s: Seconds from the run's start to its end (an optional step still running at
+            the deadline counts as ending there; the executor's run ends at ``min(end_s,
+            deadline)``).
+        ok: Every required step produced a valid result (deadline not applied).
+        missed: Not ``ok``, or it ended after the deadline.
+        extras: Extra attempts started (granted).
+        denials: Extra attempts refused by the budget.
+        ends: Each step's end, seconds into the run (``nan`` where skipped).
+    """
+
+    end_s: float
+    ok: bool
+    missed: bool
+    extras: int
+    denials: int
+    ends: tuple[float, ...]
+
+
+def reference_trace(
+    model: WorkflowModel, draws: Sequence[Sequence[int]], *, budget: Budget | None = None
+) -> RunTrace:
+    """
+    One run, step by step in the executor's order; ``draws[i]`` are step ``i``'s indexes.
+
+    With a ``budget``, the run opens an account with one first attempt per step, asks for each
+    extra attempt in the order of the instants they are due, and closes it at the end.
+    """
+    run = _Run(model, draws, budget)
+    ready = [i for i, step in enumerate(model.steps) if not step.deps]
+    while ready or run.due:
+        while ready:
+            ready += run.start(ready.pop())
+        if run.due:
+            _, i = heapq.heappop(run.due)
+            ready += run.decide(i)
+    if budget is not None:
+        budget.close(run.account)
+    end = _run_end(model, run.ends)
+    ok = not any(bad and s.required for s, bad in zip(model.steps, run.failed, strict=True))
+    missed = not ok or end > model.deadline_s
+    return RunTrace(end, ok, missed, run.extras, run.denials, tuple(run.ends))
+
+
+class _Run:
+    """
+    Strictly private: the state of one run in `reference_trace`.
+    """
+
+    def __init__(
+        self, model: WorkflowModel, draws: Sequence[Sequence[int]], budget: Budget | None
+    ) -> None:
+        steps = self.steps = model.steps
+        self.model, self.draws, self.budget = model, draws, budget
+        self.account = None if budget is None else budget.open(len(steps))
+        self.ends = [math.nan] * len(steps)
+        self.starts = [math.nan] * len(steps)
+        self.failed = [False] * len(steps)
+        self.dead = [False] * len(steps)  # a required step failed, or the step was skipped
+        self.waiting = [len(s.deps) for s in steps]
+        self.dependents: list[list[int]] = [[] for _ in steps]
+        for i, step in enumerate(steps):
+            for d in step.deps:
+                self.dependents[d].append(i)
+        self.due: list[tuple[float, int]] = []  # (instant, step) of pending budget decisions
+        self.extras = self.denials = 0
+
+    def start(self, i: int) -> list[int]:
+        """
+        Start step ``i``: play it, or queue its budget decision; returns the steps now ready.
+        """
+        step = self.steps[i]
+        start = self.starts[i] = max((self.ends[d] for d in step.deps), default=0.0)
+        if any(self.dead[d] for d in step.deps):
+            return self._finish(i, start, True, skipped=True)
+        act = self._acts_at(i)
+        if self.budget is not None and act < _INF and step.action in ACTING:
+            heapq.heappush(self.due, (start + act, i))  # decided when its instant comes
+            return []
+        duration, bad, extra, _ = play_step(step, start, self.draws[i], self.model, act_s=act)
+        self.extras += extra
+        return self._finish(i, start + duration, bad)
+
+    def decide(self, i: int) -> list[int]:
+        """
+        Step ``i``'s action is due: ask the budget, play the step; returns the steps now ready.
+        """
+        assert self.budget is not None  # noqa: S101 - decisions are queued only with a budget
+        granted = self.budget.try_extra(self.account)
+        self.denials += not granted
+        step, start = self.steps[i], self.starts[i]
+        duration, bad, extra, _ = play_step(
+            step, start, self.draws[i], self.model, act_s=self._acts_at(i), granted=granted
+        )
+        self.extras += extra
+        return self._finish(i, start + duration, bad)
+
+    def _acts_at(self, i: int) -> float:
+        step = self.steps[i]
+        first = _attempt(step.primary, self.draws[i][0])
+        return acts_at(step, self.starts[i], self.model, first)
+
+    def _finish(self, i: int, end: float, bad: bool, *, skipped: bool = False) -> list[int]:
+        self.ends[i], self.failed[i] = end, bad
+        self.dead[i] = skipped or (bad and self.steps[i].required)
+        ready = []
+        for child in self.dependents[i]:
+            self.waiting[child] -= 1
+            if self.waiting[child] == 0:
+                ready.append(child)
+        return ready
+
+
+def _run_end(model: WorkflowModel, ends: Sequence[float]) -> float:
+    """
+    The run's end: its last sink's, an optional sink cut at the deadline.
+    """
+    waited = {d for step in model.steps for d in step.deps}
+    return max(
+        min(ends[i], model.deadline_s) if not step.required else ends[i]
+        for i, step in enumerate(model.steps)
+        if i not in waited
+    )
 
 
 def reference_run(model: WorkflowModel, draws: Sequence[Sequence[int]]) -> tuple[float, bool, int]:
     """
-    One run: (end-to-end seconds, every required step succeeded, extra attempts).
+    One run, every action granted: (end-to-end seconds, every required step succeeded, extras).
 
     ``draws[i]`` holds step ``i``'s three table indexes for this run.
     """
-    ends: list[float] = []
-    ok, extra = True, 0
-    for step, d in zip(model.steps, draws, strict=True):
-        start = max((ends[i] for i in step.deps), default=0.0)
-        duration, failed, hedged, _ = reference_step(step, start, d, model)
-        ends.append(start + duration)
-        ok = ok and not (failed and step.required)
-        extra += hedged
-    return max(ends), ok, extra
+    trace = reference_trace(model, draws)
+    return trace.end_s, trace.ok, trace.extras

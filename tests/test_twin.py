@@ -1,0 +1,318 @@
+"""
+The executor and the simulator are twins: on the simulator's draws, the same runs.
+
+A small workflow (a fan-out and a join, a deadline that bites, a hedge watched on the time to
+first token, a retry, a downgrade, optional steps that fail, a route with errors and invalid
+outputs) is simulated on ``Draws``; then the real `Executor` runs the same runs on the
+virtual-time loop, with an attempt function that plays, for each (run, step, slot), the drawn
+outcome: it streams its first token at the drawn TTFT and ends at the drawn total, or fails at
+the drawn error time, or answers with output the step's validator refuses. Attempts map to
+slots as the simulator defines them: slot 0 the first attempt, slot 1 the attempt a cutoff or
+an error starts, slot 2 the upgrade. Every run must end at the same instant (to 1e-6 s of
+virtual time), with the same verdict, the same extra attempts and the same budget denials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tailkit.config import Plan, parse_plan
+from tailkit.executor import (
+    FINAL,
+    Attempt,
+    AttemptError,
+    Executor,
+    HedgeBudget,
+    Ledger,
+    MemorySink,
+    RunResult,
+    StepPolicy,
+)
+from tailkit.simulate import Draws, RouteSample, run_workflow, workflow_model
+from tailkit.simulate._reference import RunTrace, reference_trace
+from tests._fakeloop import run
+
+
+RUNS = 500
+DEADLINE_S = 16.0
+SLOT = {"primary": 0, "hedge": 1, "retry": 1, "downgrade": 1, "upgrade": 2}
+PLAN = """\
+tailkit_plan: 1
+workflow: twin
+deadline_s: {deadline}
+hedge_budget: {budget}
+routes:
+  a/m: {{provider: a, model: m}}
+  b/m: {{provider: b, model: m}}
+  c/m: {{provider: c, model: m}}
+  u/big: {{provider: u, model: big}}
+  d/small: {{provider: d, model: small}}
+steps:
+  plan:
+    route: a/m
+    signal: ttft
+    ttft_cutoff_s: 1.1
+    cutoff_s: 7.5
+    on_cutoff: hedge
+    hedge_route: b/m
+    predicted: {{p50_s: 3.1, p99_s: 9.0, hedge_rate: 0.1}}
+  fetch:
+    route: c/m
+    depends_on: [plan]
+    cutoff_s: 7.0
+    on_cutoff: retry
+    upgrade_route: u/big
+    predicted: {{p50_s: 4.2, p99_s: 12.0, hedge_rate: 0.05}}
+  search:
+    route: a/m
+    depends_on: [plan]
+    cutoff_s: 5.0
+    on_cutoff: downgrade
+    downgrade_route: d/small
+    predicted: {{p50_s: 2.9, p99_s: 7.0, hedge_rate: 0.1}}
+  tag:
+    route: a/m
+    depends_on: [plan]
+    required: false
+    cutoff_s: 3.5
+    on_cutoff: fail
+    predicted: {{p50_s: 2.8, p99_s: 3.5, hedge_rate: 0.0}}
+  note:
+    route: c/m
+    depends_on: [plan]
+    required: false
+    idempotent: false
+    predicted: {{p50_s: 4.0, p99_s: 12.0, hedge_rate: 0.0}}
+  write:
+    route: a/m
+    depends_on: [fetch, search, tag]
+    cutoff_s: 6.0
+    on_cutoff: hedge
+    hedge_route: b/m
+    upgrade_route: u/big
+    predicted: {{p50_s: 3.0, p99_s: 8.0, hedge_rate: 0.12}}
+"""
+
+
+def _route(
+    rng: np.random.Generator, median_s: float, sigma: float, *, error_rate: float = 0.0,
+    invalid_rate: float = 0.0,
+) -> RouteSample:  # fmt: skip
+    """A streamed route: lognormal totals, first tokens at 5-40 % of them, 4 % stuck starts."""
+    n = 4000
+    total = median_s * np.exp(sigma * rng.standard_normal(n))
+    share = np.where(rng.random(n) < 0.04, rng.uniform(0.8, 1.0, n), rng.uniform(0.05, 0.4, n))
+    return RouteSample.from_latencies(
+        total, ttft_s=total * share, error_rate=error_rate, error_s=rng.uniform(0.2, 4.0, 50),
+        invalid_rate=invalid_rate,
+    )  # fmt: skip
+
+
+def _samples() -> dict[tuple[str, str], RouteSample]:
+    rng = np.random.default_rng(7)
+    routes = {
+        "a/m": _route(rng, 2.6, 0.55, invalid_rate=0.03),
+        "b/m": _route(rng, 2.4, 0.45, invalid_rate=0.1),
+        "c/m": _route(rng, 3.5, 0.6, error_rate=0.1, invalid_rate=0.12),
+        "u/big": _route(rng, 4.5, 0.3, error_rate=0.1),
+        "d/small": _route(rng, 1.2, 0.3),
+    }
+    steps = ("plan", "fetch", "search", "tag", "note", "write")
+    return {(step, name): sample for step in steps for name, sample in routes.items()}
+
+
+SAMPLES = _samples()
+
+
+def _plan(budget: float = 0.5, deadline_s: float = DEADLINE_S) -> Plan:
+    return parse_plan(PLAN.format(budget=budget, deadline=deadline_s))
+
+
+class Twin:
+    """The simulator's draws for ``runs`` runs, and an attempt function that plays them."""
+
+    def __init__(self, plan: Plan, runs: int, seed: int = 3) -> None:
+        self.plan, self.runs = plan, runs
+        self.model = workflow_model(plan, SAMPLES)
+        self.draws = Draws(runs, seed=seed, keep=True)
+        self.names = [step.name for step in self.model.steps]
+        self.index = {name: self.draws.stack(name) for name in self.names}
+
+    def per_run(self, r: int) -> list[list[int]]:
+        """Every step's three table indexes in run ``r``."""
+        return [[int(x) for x in self.index[name][:, r]] for name in self.names]
+
+    def attempt(self, a: Attempt) -> Any:
+        """Play the drawn outcome of this (run, step, slot)."""
+        r = int(a.run_id[1:]) if a.run_id else 0
+        route = SAMPLES[(a.step, a.route)]
+        k = int(self.index[a.step][SLOT[a.role], r])
+        end_s, ttft_s = float(route.end_table[k]), float(route.ttft_table[k])
+        if k >= route.ok_entries:
+            return _fail_after(end_s)
+        text = "refused" if route.invalid_table[k] else "fine"
+        return _stream(ttft_s, end_s, text)
+
+    def executor(self, budget: HedgeBudget | None = None) -> tuple[Executor, MemorySink]:
+        """An executor for the plan (``budget``: the default), validating every step's output."""
+        sink = MemorySink()
+        valid = StepPolicy(validator=lambda result: result.text == "fine")
+        policies = dict.fromkeys(self.names, valid)
+        return Executor(self.plan, ledger=Ledger(sink), budget=budget, policies=policies), sink
+
+
+async def _fail_after(seconds: float) -> Any:
+    await asyncio.sleep(seconds)
+    msg = "drawn failure"
+    raise AttemptError(msg, http_status=500)
+
+
+async def _stream(ttft_s: float, end_s: float, text: str) -> AsyncIterator[Any]:
+    await asyncio.sleep(ttft_s)
+    yield text
+    await asyncio.sleep(end_s - ttft_s)
+    yield FINAL
+
+
+def _extras(sink: MemorySink) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in sink.records:
+        if record.attrs.get("started_by") == "cutoff":
+            counts[record.run_id or ""] = counts.get(record.run_id or "", 0) + 1
+    return counts
+
+
+def _same(result: RunResult, trace: RunTrace, extras: int, deadline_s: float) -> None:
+    """One run: the executor's end, verdict, extra attempts and denials are the simulator's."""
+    where = f"run {result.run_id}"
+    assert math.isclose(result.elapsed_s, min(trace.end_s, deadline_s), abs_tol=1e-6), where
+    assert result.ok == (not trace.missed), where
+    assert extras == trace.extras, where
+    assert result.denials["budget"] == trace.denials, where
+
+
+def _sequential(twin: Twin, executor: Executor, sink: MemorySink) -> list[RunResult]:
+    """Every run on its own fresh virtual loop, one after another (each starting at t = 0)."""
+    return [run(executor.run(twin.attempt, run_id=f"r{r}")) for r in range(twin.runs)]
+
+
+def test_executor_plays_every_run_as_the_simulator_does() -> None:
+    """With a budget that never binds, every run matches the engine and the reference."""
+    twin = Twin(_plan(), RUNS)
+    executor, sink = twin.executor()
+    results = _sequential(twin, executor, sink)
+    engine = run_workflow(twin.model, twin.draws)
+    extras = _extras(sink)
+    traces = [reference_trace(twin.model, twin.per_run(r)) for r in range(RUNS)]
+    for r, (result, trace) in enumerate(zip(results, traces, strict=True)):
+        _same(result, trace, extras.get(f"r{r}", 0), DEADLINE_S)
+        assert engine.end_s[r] == pytest.approx(trace.end_s, rel=1e-12, abs=1e-12)
+        assert bool(engine.ok[r]) == trace.ok
+        assert sum(int(o.extra[r]) for o in engine.steps) == trace.extras
+    # the workflow exercised what it is meant to: misses, failures, every action, recoveries
+    missed = sum(t.missed for t in traces)
+    assert 0.05 * RUNS < missed < 0.5 * RUNS
+    assert sum(not t.ok for t in traces) > 5
+    assert sum(t.end_s > DEADLINE_S for t in traces) > 5
+    roles = {r.role for r in sink.records}
+    assert roles == {"primary", "hedge", "retry", "downgrade", "upgrade"}
+    causes = {r.attrs.get("started_by") for r in sink.records}
+    assert causes == {None, "cutoff", "error", "invalid"}
+    assert {r.attrs.get("cutoff") for r in sink.records} >= {"ttft", "total"}
+    assert executor.denials == {"budget": 0, "throttle": 0}
+
+
+def test_a_binding_budget_denies_what_the_reference_denies() -> None:
+    """A tight budget, runs one after another: denials and their effects match run by run."""
+    twin = Twin(_plan(), RUNS, seed=5)
+    budget: dict[str, Any] = {"allowance": 1, "sigmas": 1.0, "window_firsts": 300}
+    executor, sink = twin.executor(HedgeBudget(0.04, **budget))
+    results = _sequential(twin, executor, sink)
+    mirror = HedgeBudget(0.04, **budget)
+    traces = [reference_trace(twin.model, twin.per_run(r), budget=mirror) for r in range(RUNS)]
+    extras = _extras(sink)
+    for r, (result, trace) in enumerate(zip(results, traces, strict=True)):
+        _same(result, trace, extras.get(f"r{r}", 0), DEADLINE_S)
+    denied = sum(t.denials for t in traces)
+    assert denied > 20
+    assert sum(t.denials > 0 for t in traces) < 0.8 * RUNS  # it binds for some runs, not all
+    assert executor.denials["budget"] == denied
+    lines = [r for r in sink.records if r.attrs.get("hedge_denied") == "budget"]
+    assert len(lines) == denied
+    assert all(r.attrs["cutoff"] in {"ttft", "total"} for r in lines)
+    # the engine never denies: where the budget did not bind, it agrees with the reference
+    free = [reference_trace(twin.model, twin.per_run(r)) for r in range(RUNS)]
+    assert sum(f.extras for f in free) > sum(t.extras for t in traces)
+
+
+def _concurrent(twin: Twin, executor: Executor) -> list[RunResult]:
+    async def main() -> list[RunResult]:
+        return list(
+            await asyncio.gather(
+                *(executor.run(twin.attempt, run_id=f"r{r}") for r in range(twin.runs))
+            )
+        )
+
+    return run(main())
+
+
+def test_many_concurrent_runs_within_budget_are_never_denied() -> None:
+    """400 runs started together under the default budget: no denial, every run as simulated."""
+    runs = 400
+    probe = Twin(_plan(), runs, seed=11)
+    traces = [reference_trace(probe.model, probe.per_run(r)) for r in range(runs)]
+    spent = sum(t.extras for t in traces) / (runs * len(probe.names))
+    budget = round(spent / 0.9, 3)  # the plan spends 90 % of its budget, as calibrated
+    twin = Twin(_plan(budget=budget), runs, seed=11)
+    executor, sink = twin.executor()  # Executor's default budget: HedgeBudget(plan.hedge_budget)
+    results = _concurrent(twin, executor)
+    extras = _extras(sink)
+    assert executor.denials == {"budget": 0, "throttle": 0}
+    for r, (result, trace) in enumerate(zip(results, traces, strict=True)):
+        _same(result, trace, extras.get(f"r{r}", 0), DEADLINE_S)
+    assert sum(extras.values()) == sum(t.extras for t in traces) > 0.05 * runs
+
+
+def test_the_budget_brakes_a_plan_that_overspends() -> None:
+    """Hedging nearly every run at 5 %: extras stay at the share plus its noise; the rest denied."""
+    runs = 400
+    text = PLAN.format(budget=0.05, deadline=100.0).replace(
+        "ttft_cutoff_s: 1.1", "ttft_cutoff_s: 0.01"
+    )
+    twin = Twin(parse_plan(text), runs, seed=2)
+    executor, sink = twin.executor()
+    results = _concurrent(twin, executor)
+    firsts = runs * len(twin.names)
+    extras = sum(_extras(sink).values())
+    wanted = extras + executor.denials["budget"]
+    assert wanted > 0.9 * runs  # the plan step alone hedges nearly every run
+    bound = 0.05 * firsts + 3.0 * math.sqrt(0.05 * firsts) + 2
+    assert 0.05 * firsts <= extras <= bound
+    assert executor.denials["budget"] == sum(r.denials["budget"] for r in results) > 0.5 * runs
+    assert (
+        sum(1 for r in sink.records if r.attrs.get("hedge_denied") == "budget")
+        == (executor.denials["budget"])
+    )
+
+
+def test_a_throttled_hedge_provider_is_a_visible_denial() -> None:
+    """Failures at the hedge provider stop hedges there; each denial is on the ledger."""
+    twin = Twin(_plan(), 40, seed=4)
+    executor, sink = twin.executor()
+    for _ in range(6):
+        executor.shared.throttle.on_failure("b")
+    results = [run(executor.run(twin.attempt, run_id=f"r{r}")) for r in range(40)]
+    denied = [r for r in sink.records if r.attrs.get("hedge_denied") == "throttle"]
+    assert (
+        len(denied) == executor.denials["throttle"] == sum(r.denials["throttle"] for r in results)
+    )
+    assert denied
+    assert all(r.attrs["action_skipped"] == "provider b throttled" for r in denied)
+    assert not any(r.role == "hedge" for r in sink.records)
