@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import math
 import time
 
 from typing import Any
@@ -165,10 +166,11 @@ def test_a_429_storm_does_not_amplify() -> None:
     ledger = found["ledger"]
     firsts = sum(1 for r in ledger if r.attempt == 0)
     hedges = sum(1 for r in ledger if r.role == "hedge")
-    windows = found["seconds"] / WINDOW_S + 1
-    assert hedges <= BUDGET * firsts + ALLOWANCE * windows
+    # the budget credits each run's two steps as it starts, with 3 sigmas of noise headroom
+    credited = 2 * 60
+    assert hedges <= BUDGET * credited + 3 * math.sqrt(BUDGET * credited) + ALLOWANCE
     assert sum(1 for r in ledger if r.status == "rate_limited") > firsts // 2  # it was a storm
-    assert len(ledger) <= firsts * (2 + BUDGET) + ALLOWANCE * windows  # one retry each, at most
+    assert len(ledger) <= 2 * firsts + hedges  # one retry each, at most, and the hedges
 
 
 def test_a_thousand_concurrent_runs_through_one_process() -> None:
