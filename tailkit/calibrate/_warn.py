@@ -136,5 +136,5 @@ def _pct(share: float) -> str:
 
 
 def _span(low: float, high: float) -> str:
-    digits = 1 if high < 0.1 else 0
+    digits = 2 if high < 0.01 else 1 if high < 0.1 else 0
     return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"

@@ -63,6 +63,14 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def _span(low: float, high: float) -> str:
+    """
+    An interval of shares in percent, ``2.6–3.6%``; two decimals below 1 %.
+    """
+    digits = 2 if high < 0.01 else 1
+    return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"
+
+
 def _seconds(value: float) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
 
@@ -142,9 +150,9 @@ def calibrate(
     )
     if replicates:
         console.print(
-            f"the plan's interval: 95% of {replicates:,} bootstrap replicates of the measured "
-            f"calls ({found.prediction.replicate_runs:,} runs each); other rows: ± one "
-            "Monte Carlo standard error"
+            f"the plan's intervals: 95%, from {replicates:,} bootstrap replicates of the "
+            f"measured calls ({found.prediction.replicate_runs:,} runs each); other rows: "
+            "± one Monte Carlo standard error"
         )
     console.print(f"wrote {out}")
     for warning in found.warnings:
@@ -264,16 +272,17 @@ def _policy_table(
     for key, result in policies.items():
         over = result.extra_attempts > plan.hedge_budget + 1e-9
         miss = f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}"
+        extra = f"{result.extra_attempts:.1%}"
         if key == "plan" and prediction is not None and prediction.replicates:
-            low, high = prediction.miss_rate.bounds
-            miss = f"{result.miss_rate:.2%} ({low * 100:.1f}–{high * 100:.1f}%)"
+            miss = f"{result.miss_rate:.2%} ({_span(*prediction.miss_rate.bounds)})"
+            extra += f" ({_span(*prediction.extra_attempts.bounds)})"
         table.add_row(
             POLICY_TITLES.get(key, key),
             miss,
             _seconds(result.p50_s),
             _seconds(result.p90_s),
             _seconds(result.p99_s),
-            f"{result.extra_attempts:.1%}" + (" (over budget)" if over else ""),
+            extra + (" (over budget)" if over else ""),
             f"{result.extra_tokens:,.0f}",
         )
     console.print(table)
