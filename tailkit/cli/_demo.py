@@ -1,9 +1,10 @@
 """
-``tailkit demo``: the whole loop on the bundled samples, with progress and a before/after table.
+``tailkit demo``: the whole loop on the bundled samples, result first, then the tail table.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import fail
+from tailkit.cli._common import JsonOption, fail
 from tailkit.errors import TailkitError
 
 
@@ -25,66 +26,85 @@ RunsOption = Annotated[
     int, typer.Option(help="Workflow runs per side (without / with the plan).", min=1)
 ]
 ScaleOption = Annotated[
-    float, typer.Option("--time-scale", help="Real seconds per profile second when serving.")
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help="Real seconds per profile second when replaying (default: chosen so the "
+        "replay's timing error stays under 2% of the smallest cutoff).",
+    ),
 ]
-QuickOption = Annotated[bool, typer.Option("--quick", help="30 runs and a shorter search (tests).")]
+QuickOption = Annotated[
+    bool, typer.Option("--quick", help="30 runs, a shorter search, time scale 0.05 (tests).")
+]
 SeedOption = Annotated[int, typer.Option(help="Seed of the calibration and the served latencies.")]
+_SHORT_TABLE = 6  # routes in the terminal's tail table; the report has them all
 
 
 def demo(
     out: OutOption = Path("demo"),
     runs: RunsOption = 200,
-    time_scale: ScaleOption = 0.05,
+    time_scale: ScaleOption = None,
     quick: QuickOption = False,
     seed: SeedOption = 0,
+    as_json: JsonOption = False,
 ) -> None:
     """
-    Run the whole tailkit loop on the bundled samples and show what the plan changes.
+    Run the whole tailkit loop on the bundled samples and check the plan's predictions.
 
-    Ingests data_samples/, prints the tail table, calibrates data_samples/workflow.yaml,
-    replays the measured tails with `tailkit serve` on 127.0.0.1, runs the workflow without
-    and with the plan through the executor and the OpenAI adapter, ingests the ledger back,
-    writes the report, and prints before/after p50, p99 and miss rate. Everything goes under
-    --out (its own store: ./tailkit.duckdb is not touched).
+    Ingests data_samples/, computes the tail table, calibrates data_samples/workflow.yaml,
+    replays the calls it was calibrated on through the executor and the OpenAI adapter
+    (tailkit replay: --runs without and with the plan), checks the plan against the with-plan
+    ledger (tailkit check), and writes the report. Prints the result first: each side's miss
+    rate, p50, p99 and extra attempts, predicted and observed, and the check's verdict; then
+    a short tail table. Everything goes under --out (./tailkit.duckdb is not touched).
 
     Example:
 
         tailkit demo --out demo/ --runs 200
     """
     from rich.console import Console
-    from rich.table import Table
 
     from tailkit.cli import _stats_view
+    from tailkit.cli._replay import ReplayProgress, render_replay
     from tailkit.demo import run_demo
-    from tailkit.demo._demo import side_rows
 
-    console = Console(width=None if os.isatty(1) else 160)
+    console = Console(width=None if os.isatty(1) else 120, stderr=as_json)
     started = time.perf_counter()
+    shown: list[TailReport] = []
 
     def say(message: str) -> None:
-        elapsed = time.perf_counter() - started
-        console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]")
-
-    def show(tails: TailReport) -> None:
-        _stats_view.render_table(tails, ["provider", "model"], console)
+        if not as_json:
+            elapsed = time.perf_counter() - started
+            console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]")
 
     try:
-        result = run_demo(
-            out, runs=30 if quick else runs, time_scale=time_scale,
-            calibrate_runs=4000 if quick else 20_000, seed=seed, progress=say, show_table=show,
-        )  # fmt: skip
+        with ReplayProgress(enabled=not as_json and os.isatty(2)) as bar:
+            result = run_demo(
+                out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
+                calibrate_runs=4000 if quick else 20_000, seed=seed, progress=say,
+                replay_progress=bar, show_table=shown.append,
+            )  # fmt: skip
     except TailkitError as exc:
         fail(str(exc))
-    table = Table(title=f"the sample workflow, {result.before.runs} runs per side "
-                        f"(deadline {result.plan.deadline_s:g} s, profile seconds)")  # fmt: skip
-    for name in ("", "miss rate", "p50 s", "p99 s", "extra attempts"):
-        table.add_column(name, justify="left" if not name else "right")
-    for row in side_rows(result):
-        table.add_row(
-            str(row["side"]), f"{row['miss_rate']:.1%}", f"{row['p50_s']:.1f}",
-            f"{row['p99_s']:.1f}", f"{row['extra_attempts']:.1%}",
-        )  # fmt: skip
-    console.print(table)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    render_replay(result.replay, console)
+    check = result.check
+    counts = check.counts()
+    console.print(
+        f"tailkit check on the with-plan ledger: [bold]{check.verdict}[/bold] "
+        f"({', '.join(f'{n} {v}' for v, n in counts.items() if n)}); on the without-plan "
+        f"ledger: {result.check_without.verdict} (those runs did not follow the plan)"
+    )
+    for line in check.drifted:
+        console.print(f"  drifted: {line.scope} {line.figure}: {line.reason}")
+    if shown:
+        console.print(
+            f"\nthe tail per route (the {_SHORT_TABLE} busiest; all of them in the report)"
+        )
+        _stats_view.render_table(shown[0], ["provider", "model"], console, limit=_SHORT_TABLE)
     console.print(f"plan: {result.out_dir / 'plan.yaml'}")
+    console.print(f"ledgers: {result.replay.sides[0].ledger}, {result.replay.sides[1].ledger}")
     console.print(f"report: {result.report}")
     console.print(f"done in {time.perf_counter() - started:.0f} s")

@@ -33,8 +33,13 @@ class ReplayProgress:
 
     def __init__(self, *, enabled: bool) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._bar: Progress = Progress(
             TextColumn("{task.description}"),

@@ -36,9 +36,13 @@ def _growth(row: dict[str, Any]) -> str:
     return f"{'yes' if row['tail_grows'] else 'no'} (ρ={_num(row['growth_rho'])})"
 
 
-def render_table(report: TailReport, keys: list[str], console: Console) -> None:
+def render_table(
+    report: TailReport, keys: list[str], console: Console, *, limit: int | None = None
+) -> None:
     """
     Print the tail table, the work-vs-transient verdicts and the warnings.
+
+    With ``limit``, only the table's ``limit`` biggest groups (a short table, no verdicts).
     """
     if report.table.is_empty():
         console.print("No calls to describe: the store is empty, or the filter matches nothing.")
@@ -49,7 +53,8 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
     for name in ("n", "cut", "failed", "p50", "p99", "p99/p50", "σ", "fit", "transient",
                  "tail in", "signal"):  # fmt: skip
         table.add_column(name, justify="right" if name in ("n", "cut", "failed") else "left")
-    for row in report.table.iter_rows(named=True):
+    rows = report.table if limit is None else report.table.sort("n", descending=True).head(limit)
+    for row in rows.iter_rows(named=True):
         transient = (
             f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
             if row["transient"]
@@ -70,6 +75,8 @@ def render_table(report: TailReport, keys: list[str], console: Console) -> None:
             row["signal"],
         )
     console.print(table)
+    if limit is not None:
+        return
     informative = (
         report.verdicts
         if report.verdicts.is_empty()

@@ -1,18 +1,20 @@
 """
-How faithfully a replay kept time: measured on both ends, compared with the smallest cutoff.
+How faithfully a replay kept time: served latency against intended, against the smallest cutoff.
 
-A time-scaled replay is only worth its numbers if the served latencies are the intended ones.
-Two things can make them late, and both are measured while the replay runs:
+A time-scaled replay is only worth its numbers if the latencies the executor sees are the ones
+the outcome table intended. The server writes each request's intended TTFT and end into its
+access log (``intended_ttft_s``, ``intended_total_s``, real seconds from receipt); the
+executor's ledger has what the client's code saw, from the attempt's start. Joined by
+idempotency key and attempt number, their difference is the replay's timing error per request:
+network, the server's and the client's event loops, everything.
 
-- the server sends late: each request's access-log line carries the intended TTFT and end
-  (``intended_ttft_s``, ``intended_total_s``) next to what it sent (``ttft_s``, ``total_s``);
-- the client sees late: a lag monitor on the client's event loop sleeps a few milliseconds at
-  a time and records how much longer each sleep took (a busy loop reads every chunk late).
-
-The replay's timing error is the server's p99 lateness plus the client loop's p99 lag, in
-profile seconds (real seconds divided by the time scale). It must stay within 2 % of the
-smallest cutoff of the plan, or the cutoffs fire at the wrong moments and the figures mean
-nothing: then the replay slows down, or says so.
+Part of it is a constant (the time an answer takes to reach the client's code): the replay
+measures it on a short probe and has the server send everything that much early (the *lead*).
+What is left -- the bias that remains and the jitter -- is reported in profile seconds (real
+seconds divided by the time scale). The timing error is the 95th percentile of its absolute
+value; it must stay within 2 % of the plan's smallest cutoff, or the cutoffs fire at the wrong
+moments and the figures mean nothing: then the replay slows down, or says so. A lag monitor on
+the client's loop reports how busy it was.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import asyncio
 import json
 import math
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
-__all__ = ["MAX_ERROR_SHARE", "Fidelity", "LagMonitor", "fidelity", "server_lateness"]
+__all__ = ["MAX_ERROR_SHARE", "Fidelity", "LagMonitor", "fidelity", "timing_errors"]
 
 MAX_ERROR_SHARE = 0.02  # timing error allowed, as a share of the smallest cutoff
 _TICK_S = 0.005  # real seconds between the lag monitor's wake-ups
@@ -63,28 +65,43 @@ class LagMonitor:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
-def server_lateness(access_log: Path) -> list[float]:
-    """
-    Real seconds each replayed answer reached its client after the intended instant.
+def _lines(path: Path) -> Iterable[dict[str, Any]]:
+    if path.exists():
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                yield json.loads(line)
 
-    One value per request with an intended schedule: the first token's lateness for a stream,
-    and the end's lateness for every request that finished (negative values count as 0).
+
+def timing_errors(ledgers: Sequence[Path], access_log: Path, *, factor: float) -> list[float]:
     """
-    late: list[float] = []
-    if not access_log.exists():
-        return late
-    with access_log.open(encoding="utf-8") as lines:
-        for line in lines:
-            record: dict[str, Any] = json.loads(line)
-            attrs = record.get("attrs") or {}
-            first, end = attrs.get("intended_ttft_s"), attrs.get("intended_total_s")
-            if first is None or end is None:
+    Per request, real seconds between what the client saw and what the server intended.
+
+    One value for each first token of a stream and each end of a finished answer, joined by
+    idempotency key and attempt number; positive when the client saw it late.
+
+    Args:
+        ledgers: The executor's ledgers, in profile seconds (``factor`` converts back).
+        access_log: The server's access log (real seconds, intended times in ``attrs``).
+        factor: Real seconds per profile second.
+    """
+    intended: dict[tuple[str, int], tuple[float, float]] = {}
+    for record in _lines(access_log):
+        attrs = record.get("attrs") or {}
+        first, end = attrs.get("intended_ttft_s"), attrs.get("intended_total_s")
+        if first is not None and end is not None and record.get("idempotency_key"):
+            intended[(record["idempotency_key"], int(record["attempt"]))] = (first, end)
+    errors: list[float] = []
+    for ledger in ledgers:
+        for record in _lines(ledger):
+            key = (record.get("idempotency_key") or "", int(record["attempt"]))
+            if key not in intended:
                 continue
+            first, end = intended[key]
             if record.get("ttft_s") is not None:
-                late.append(max(record["ttft_s"] - first, 0.0))
-            if record.get("total_s") is not None:
-                late.append(max(record["total_s"] - end, 0.0))
-    return late
+                errors.append(record["ttft_s"] * factor - first)
+            if record.get("total_s") is not None and record.get("status") == "ok":
+                errors.append(record["total_s"] * factor - end)
+    return errors
 
 
 def _quantile(values: Iterable[float], q: float) -> float:
@@ -102,22 +119,24 @@ class Fidelity:
     Args:
         time_scale: Real seconds per profile second.
         smallest_cutoff_s: The plan's smallest cutoff (profile seconds; ``inf``: none).
-        server_p99_s: 99th percentile of the server's lateness (profile seconds).
-        client_p99_s: 99th percentile of the client loop's lag (profile seconds).
-        client_max_s: The client loop's largest lag (profile seconds).
-        requests: Requests the server's figure is measured on.
-        error_s: The timing error: ``server_p99_s + client_p99_s``.
+        lead_s: Real seconds the server sent everything early (the measured constant).
+        bias_s: Median timing error left (profile seconds; positive: late).
+        error_s: 95th percentile of the absolute timing error (profile seconds).
+        jitter_s: 95th percentile of its distance from the bias: what a lead cannot remove.
+        loop_lag_s: 99th percentile of the client loop's lag (profile seconds).
+        requests: Timings the error is measured on (first tokens and ends).
         error_share: ``error_s / smallest_cutoff_s``.
         ok: ``error_share`` is within `MAX_ERROR_SHARE`.
     """
 
     time_scale: float
     smallest_cutoff_s: float
-    server_p99_s: float
-    client_p99_s: float
-    client_max_s: float
-    requests: int
+    lead_s: float
+    bias_s: float
     error_s: float
+    jitter_s: float
+    loop_lag_s: float
+    requests: int
     error_share: float
     ok: bool
 
@@ -138,9 +157,10 @@ class Fidelity:
         """
         share = f"{self.error_share:.1%}" if math.isfinite(self.smallest_cutoff_s) else "-"
         return (
-            f"replay timing error {self.error_s * 1000:.1f} ms (profile) = {share} of the "
-            f"smallest cutoff ({self.smallest_cutoff_s:.2f} s); allowed {MAX_ERROR_SHARE:.0%}; "
-            f"time scale {self.time_scale:g}"
+            f"replay timing error {self.error_s * 1000:.1f} ms (p95, profile seconds, over "
+            f"{self.requests:,} timings) = {share} of the smallest cutoff "
+            f"({self.smallest_cutoff_s:.2f} s; allowed {MAX_ERROR_SHARE:.0%}); time scale "
+            f"{self.time_scale:.3g}"
         )
 
 
@@ -148,25 +168,25 @@ def fidelity(
     *,
     time_scale: float,
     smallest_cutoff_s: float,
-    server_late_s: list[float],
-    client_lag_s: list[float],
+    lead_s: float,
+    errors_s: Sequence[float],
+    loop_lag_s: Sequence[float],
 ) -> Fidelity:
     """
-    Summarize the measured lateness (real seconds) into a `Fidelity` (profile seconds).
+    Summarize measured timing errors and loop lag (real seconds) into a `Fidelity`.
     """
-    server = _quantile(server_late_s, 0.99) / time_scale
-    client = _quantile(client_lag_s, 0.99) / time_scale
-    worst = max(client_lag_s, default=0.0) / time_scale
-    error = server + client
+    median = _quantile(errors_s, 0.5)
+    error = _quantile((abs(e) for e in errors_s), 0.95) / time_scale
     share = error / smallest_cutoff_s if math.isfinite(smallest_cutoff_s) else 0.0
     return Fidelity(
         time_scale=time_scale,
         smallest_cutoff_s=smallest_cutoff_s,
-        server_p99_s=server,
-        client_p99_s=client,
-        client_max_s=worst,
-        requests=len(server_late_s),
+        lead_s=lead_s,
+        bias_s=median / time_scale,
         error_s=error,
+        jitter_s=_quantile((abs(e - median) for e in errors_s), 0.95) / time_scale,
+        loop_lag_s=_quantile(loop_lag_s, 0.99) / time_scale,
+        requests=len(errors_s),
         error_share=share,
-        ok=share <= MAX_ERROR_SHARE,
+        ok=share <= MAX_ERROR_SHARE and len(errors_s) > 0,
     )

@@ -35,16 +35,10 @@ from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.replay._compare import Figure, observed_figures, verdicts
-from tailkit.replay._fidelity import (
-    MAX_ERROR_SHARE,
-    Fidelity,
-    LagMonitor,
-    fidelity,
-    server_lateness,
-)
+from tailkit.replay._fidelity import MAX_ERROR_SHARE, Fidelity, LagMonitor, fidelity, timing_errors
 from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
-from tailkit.replay._tables import served_models
+from tailkit.replay._tables import ServedModels, served_models
 from tailkit.serve import dump_outcomes
 from tailkit.simulate import (
     DEFAULT_MIN_CALLS,
@@ -336,57 +330,11 @@ def replay(
     samples = load_samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
     baseline = workflow_of(plan)
     predictions = (_prediction(baseline, samples, seed=seed), _prediction(plan, samples, seed=seed))
-    served = served_models(plan, samples)
-    smallest = smallest_cutoff_s(plan)
-    p50 = predictions[0][0]["p50_s"]
-    notes: list[str] = []
-
-    def once(scale: float, count: int) -> tuple[list[SideRun], Fidelity]:
-        path = out / "outcomes.json"
-        path.write_text(dump_outcomes(served.tables, time_scale=scale, seed=seed), "utf-8")
-        access = out / "access.jsonl"
-        access.unlink(missing_ok=True)
-        with ServerProcess(path, access) as server:
-            sides, lag = asyncio.run(
-                _rehearse(
-                    (baseline, plan),
-                    url=server.url,
-                    out=out,
-                    ids=served.ids,
-                    runs=count,
-                    scale=scale,
-                    p50_s=p50,
-                    progress=progress,
-                )
-            )
-        found = fidelity(
-            time_scale=scale,
-            smallest_cutoff_s=smallest,
-            server_late_s=server_lateness(access),
-            client_lag_s=lag,
-        )
-        return sides, found
-
-    tried: list[float] = []
-    scale = time_scale if time_scale is not None else _PROBE_SCALE
-    if time_scale is None:
-        probe_runs = min(runs, max(24, runs // 8))
-        _, probed = once(scale, probe_runs)
-        tried.append(scale)
-        scale = _chosen_scale(scale, probed)
-    sides, found = once(scale, runs)
-    tried.append(scale)
-    if not found.ok and time_scale is None and scale < _MAX_SCALE:
-        notes.append(f"{found.describe()}: ran again slower")
-        scale = _chosen_scale(scale, found)
-        sides, found = once(scale, runs)
-        tried.append(scale)
-    if not found.ok:
-        notes.append(
-            f"{found.describe()}: this machine was too busy for the figures to mean anything; "
-            f"rerun on a quieter machine or with a larger --time-scale (e.g. "
-            f"{_chosen_scale(scale, found, cap=10.0):.2g})"
-        )
+    rehearsal = _Rehearsal(
+        (baseline, plan), served_models(plan, samples), out, smallest_cutoff_s(plan),
+        predictions[0][0]["p50_s"], seed, progress,
+    )  # fmt: skip
+    sides, found, tried, notes = rehearsal.run(runs, time_scale)
     result_sides = (_side(sides[0], predictions[0]), _side(sides[1], predictions[1]))
     denied = result_sides[1].denials
     if denied:
@@ -396,12 +344,80 @@ def replay(
     return ReplayResult(plan, result_sides, found, tuple(tried), out, tuple(notes))
 
 
-def _chosen_scale(scale: float, measured: Fidelity, *, cap: float = _MAX_SCALE) -> float:
+@dataclass(slots=True)
+class _Rehearsal:
     """
-    The time scale that brings a measured timing error under the allowance, with a margin.
+    Runs both sides against a fresh server, and picks the time scale and the lead.
+    """
 
-    The error is mostly real seconds of lateness, so it shrinks as the scale grows.
+    plans: tuple[Plan, Plan]
+    served: ServedModels
+    out: Path
+    smallest_s: float
+    p50_s: float
+    seed: int
+    progress: Callable[[str, int, int], None] | None
+
+    def once(
+        self, scale: float, runs: int, lead_s: float, *, phase: str = ""
+    ) -> tuple[list[SideRun], Fidelity]:
+        path = self.out / "outcomes.json"
+        text = dump_outcomes(self.served.tables, time_scale=scale, seed=self.seed, lead_s=lead_s)
+        path.write_text(text, "utf-8")
+        access = self.out / "access.jsonl"
+        access.unlink(missing_ok=True)
+        report = self.progress
+
+        def progress(label: str, done: int, total: int) -> None:
+            if report is not None:
+                report(f"{phase}{label}", done, total)
+
+        with ServerProcess(path, access) as server:
+            sides, lag = asyncio.run(
+                _rehearse(self.plans, url=server.url, out=self.out, ids=self.served.ids,
+                          runs=runs, scale=scale, p50_s=self.p50_s, progress=progress)
+            )  # fmt: skip
+        errors = timing_errors([side.ledger for side in sides], access, factor=scale)
+        found = fidelity(time_scale=scale, smallest_cutoff_s=self.smallest_s, lead_s=lead_s,
+                         errors_s=errors, loop_lag_s=lag)  # fmt: skip
+        return sides, found
+
+    def run(
+        self, runs: int, time_scale: float | None
+    ) -> tuple[list[SideRun], Fidelity, list[float], list[str]]:
+        notes: list[str] = []
+        tried: list[float] = []
+        scale = time_scale if time_scale is not None else _PROBE_SCALE
+        # the probe measures the constant part of the timing error (the lead) and the jitter
+        _, probed = self.once(scale, min(runs, max(24, runs // 8)), 0.0, phase="probe, ")
+        tried.append(scale)
+        lead = max(probed.bias_s * scale, 0.0)
+        if time_scale is None:
+            scale = _chosen_scale(scale, probed.jitter_s / self.smallest_s)
+        sides, found = self.once(scale, runs, lead)
+        tried.append(scale)
+        if not found.ok and time_scale is None and scale < _MAX_SCALE:
+            notes.append(f"{found.describe()}: ran again slower")
+            lead = max(lead + found.bias_s * scale, 0.0)
+            scale = _chosen_scale(scale, found.error_share)
+            sides, found = self.once(scale, runs, lead, phase="again, ")
+            tried.append(scale)
+        if not found.ok:
+            notes.append(
+                f"{found.describe()}: this machine was too busy for the figures to mean "
+                f"anything; rerun on a quieter machine or with a larger --time-scale (e.g. "
+                f"{_chosen_scale(scale, found.error_share, cap=10.0):.2g})"
+            )
+        return sides, found, tried, notes
+
+
+def _chosen_scale(scale: float, share: float, *, cap: float = _MAX_SCALE) -> float:
     """
-    needed = scale * measured.error_share / MAX_ERROR_SHARE * _MARGIN
+    The time scale that brings a timing error (a share of the smallest cutoff) under the limit.
+
+    The error is mostly real seconds of jitter, so it shrinks as the scale grows; the margin
+    leaves room for a busier moment.
+    """
+    needed = scale * share / MAX_ERROR_SHARE * _MARGIN
     # faster than a quarter of the measured scale is a guess: lateness grows with the pace
     return float(min(max(needed, scale / 4, 0.01), cap))

@@ -44,11 +44,14 @@ class Figure:
 class Section:
     """
     A heading, its figures, and a one-line note where it has no data (or something to add).
+
+    ``table`` is a small table shown before the figures: its first row is the header.
     """
 
     title: str
     figures: tuple[Figure, ...] = ()
     note: str | None = None
+    table: tuple[tuple[str, ...], ...] = ()
 
 
 def new_figure(width_in: float, height_in: float) -> MplFigure:

@@ -25,6 +25,9 @@ figure { margin: 0 0 28px; }
 figure img { display: block; width: 100%; height: auto; border: 1px solid #e3e6ea; }
 figcaption { color: #3b444e; font-size: 14px; margin-top: 6px; }
 nav ol { columns: 2; padding-left: 20px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
+th, td { border-bottom: 1px solid #e3e6ea; padding: 4px 10px; text-align: right; }
+th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
 """
 
 
@@ -47,6 +50,14 @@ def render_html(title: str, meta: str, sections: Sequence[Section]) -> str:
         parts.append(f'<section id="s{i}"><h2>{escape(section.title)}</h2>')
         if section.note:
             parts.append(f'<p class="note">{escape(section.note)}</p>')
+        if section.table:
+            head, *rows = section.table
+            parts.append("<table><thead><tr>")
+            parts += [f"<th>{escape(cell)}</th>" for cell in head]
+            parts.append("</tr></thead><tbody>")
+            for row in rows:
+                parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
+            parts.append("</tbody></table>")
         for fig in section.figures:
             data = base64.b64encode(fig.png).decode("ascii")
             parts += [

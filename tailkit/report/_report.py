@@ -8,12 +8,14 @@ import os
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.report._common import Figure, Section
 from tailkit.report._html import render_html
 from tailkit.report._races import RaceFindings, races_section
+from tailkit.report._replay import replay_section
 from tailkit.simulate import SimResult
 from tailkit.store import Store
 
@@ -33,6 +35,7 @@ def write_report(
     where: str | None = None,
     max_routes: int = 8,
     races: RaceFindings | None = None,
+    replay: Mapping[str, Any] | None = None,
 ) -> Path:
     """
     Write ``index.html`` (self-contained: figures embedded, no script) and the figures' PNGs.
@@ -52,6 +55,8 @@ def write_report(
         where: SQL filter on call-record columns for the tail sections.
         max_routes: The biggest routes shown in the per-route figures.
         races: A `tailkit.races.RaceReport` (harness log against tool log): adds its section.
+        replay: A ``tailkit replay --json`` document (``ReplayResult.to_json()``): adds the
+            replay beside the simulation.
 
     Returns:
         The path of ``index.html``.
@@ -95,6 +100,8 @@ def write_report(
     else:
         sections.append(Section("Latency per route", note="No finished calls in the store."))
     sections.append(_workflow_section(store, plan, comparison))
+    if replay is not None:
+        sections.append(replay_section(replay))
     traces = _figures_traces.load_traces(store)
     if traces is None:
         sections.append(

@@ -42,8 +42,9 @@ class Draw:
         error_status: The status of an ``error_5xx`` fault: 500, 502 or 503.
         cut_after: Tokens sent before a ``stall_mid`` or ``cut_stream`` stops (1 … tokens).
         invalid: The answer is well-formed but its text fails validation (replayed outcomes).
-        intended_total_s: Real seconds from receipt to the end the draw intends (what a
-            replay's timing error is measured against).
+        intended_ttft_s: Real seconds from receipt to the first token the draw intends, as
+            the client should see it (what a replay's timing error is measured against).
+        intended_total_s: The same for the end.
     """
 
     fault: str | None
@@ -55,6 +56,7 @@ class Draw:
     error_status: int
     cut_after: int
     invalid: bool = False
+    intended_ttft_s: float | None = None
     intended_total_s: float | None = None
 
 
@@ -109,7 +111,9 @@ def _replayed(
     """
     i = table.pick(rng)
     kind = table.kinds[i]
-    ttft, total = table.ttft_s[i] * time_scale, table.total_s[i] * time_scale
+    first, end = table.ttft_s[i] * time_scale, table.total_s[i] * time_scale
+    # sent early by the lead, so that the client's code sees them at the intended times
+    ttft, total = max(first - table.lead_s, 0.0), max(end - table.lead_s, 0.0)
     tokens, finish_reason = table.output_tokens, "stop"
     if max_tokens is not None and tokens > max_tokens:
         tokens, finish_reason = max_tokens, "length"
@@ -124,7 +128,8 @@ def _replayed(
         error_status=ERROR_STATUSES[0],
         cut_after=tokens,
         invalid=kind == "i",
-        intended_total_s=ttft if failed else total,
+        intended_ttft_s=first,
+        intended_total_s=first if failed else end,
     )
 
 

@@ -61,6 +61,9 @@ class Outcomes:
         counts: How many table slots each entry fills (its weight; ``None``: one each). A
             simulator's 65,536-slot table repeats each measured call over neighbouring
             slots, so it is stored once with its count.
+        lead_s: Real seconds to send everything early, to make up for the time the answer
+            then takes to reach the client's code (measured by the replay; 0: none). The
+            access log's intended times are without it.
 
     Raises:
         ConfigError: The columns differ in length, are empty, hold a negative, NaN or
@@ -72,6 +75,7 @@ class Outcomes:
     kinds: str
     output_tokens: int = 200
     counts: tuple[int, ...] | None = None
+    lead_s: float = 0.0
     _ends: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +86,9 @@ class Outcomes:
                 f"outcomes need ttft_s, total_s, kinds (and counts) of one equal, non-zero "
                 f"length, got {len(self.ttft_s)}, {n}, {len(self.kinds)} and {len(weights)}"
             )
+            raise ConfigError(msg)
+        if not (isinstance(self.lead_s, int | float) and 0.0 <= self.lead_s < math.inf):
+            msg = f"lead_s must be 0 or more real seconds, got {self.lead_s!r}"
             raise ConfigError(msg)
         if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in weights):
             msg = "outcome counts must be whole numbers >= 1 (slots per entry)"
@@ -125,6 +132,7 @@ def dump_outcomes(
     *,
     time_scale: float,
     seed: int,
+    lead_s: float = 0.0,
 ) -> str:
     """
     The JSON document `load_outcomes` reads.
@@ -133,11 +141,13 @@ def dump_outcomes(
         models: Model id -> (its outcomes, tokens per streamed chunk).
         time_scale: Real seconds per profile second.
         seed: The server's seed.
+        lead_s: Real seconds every answer is sent early (see `Outcomes.lead_s`).
     """
     document = {
         "tailkit_outcomes": OUTCOMES_VERSION,
         "time_scale": time_scale,
         "seed": seed,
+        "lead_s": lead_s,
         "models": {
             name: {
                 "output_tokens": table.output_tokens,
@@ -220,6 +230,7 @@ def load_outcomes(
                 kinds=str(raw.get("kinds", "")),
                 output_tokens=raw.get("output_tokens", 200),
                 counts=_counts(f"{where}.counts", raw.get("counts")),
+                lead_s=document.get("lead_s", 0.0),
             )
         except ConfigError as exc:
             msg = f"{where}: {exc}"

@@ -310,7 +310,7 @@ class Server:
         drawn = draw(self._rng, profile, time_scale=scale, max_tokens=chat.max_tokens)
         ex.stalled = drawn.stalled
         if drawn.intended_total_s is not None:  # a replay: what its timing error is measured by
-            ex.attrs["intended_ttft_s"] = drawn.ttft_s
+            ex.attrs["intended_ttft_s"] = drawn.intended_ttft_s
             ex.attrs["intended_total_s"] = drawn.intended_total_s
         if profile.faults.tpm_limit is not None:
             if chat.model not in self._buckets:  # full when the model is first asked
