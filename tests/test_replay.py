@@ -1,0 +1,290 @@
+"""
+`tailkit replay`: outcome tables, serving them, the timing error, and replay against simulation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from typer.testing import CliRunner
+
+from tailkit.calibrate import calibrate, workflow_of
+from tailkit.cli import app
+from tailkit.config import dump_plan, parse_plan
+from tailkit.errors import ConfigError
+from tailkit.ingest import ingest_paths
+from tailkit.replay import replay
+from tailkit.replay._compare import Figure, agrees, rate_interval
+from tailkit.replay._fidelity import fidelity, timing_errors
+from tailkit.replay._replay import _chosen_scale, smallest_cutoff_s
+from tailkit.replay._tables import _outcomes
+from tailkit.serve import INVALID_MARK, ModelProfile, Outcomes, ServeConfig, Server, serve_outcomes
+from tailkit.serve import dump_outcomes
+from tailkit.simulate import RouteSample, load_samples, simulate
+from tailkit.store import Store
+
+
+WORKFLOW = """
+tailkit_plan: 1
+workflow: small
+deadline_s: 7
+hedge_budget: 0.1
+routes:
+  a/m: {provider: a, model: m}
+  b/m: {provider: b, model: m}
+  a/small: {provider: a, model: small}
+steps:
+  ask:
+    route: a/m
+    expected_tokens: {input: 2000, output: 300}
+    hedge_route: b/m
+  answer:
+    depends_on: [ask]
+    route: b/m
+    expected_tokens: {input: 2000, output: 300}
+    hedge_route: a/m
+  tag:
+    depends_on: [ask]
+    required: false
+    route: a/small
+    expected_tokens: {input: 2000, output: 300}
+"""
+
+
+def _calls(path: Path, *, seed: int = 1, per_route: int = 1500) -> None:
+    """A log of three routes: lognormal TTFT with 8 % stalls ×8, a decode time, 2 % errors."""
+    rng = np.random.default_rng(seed)
+    with path.open("w", encoding="utf-8") as out:
+        for provider, model, median in (("a", "m", 0.4), ("b", "m", 0.5), ("a", "small", 0.2)):
+            for i in range(per_route):
+                ttft = median * math.exp(0.3 * rng.standard_normal())
+                if rng.random() < 0.08:
+                    ttft *= 8
+                total = ttft + 1.0 * math.exp(0.2 * rng.standard_normal())
+                failed = rng.random() < 0.02
+                row = {
+                    "call_id": f"{provider}-{model}-{i}", "provider": provider, "model": model,
+                    "input_tokens": 2000, "output_tokens": 300,
+                    "status": "error" if failed else "ok",
+                    "ttft_s": None if failed else round(ttft, 4),
+                    "total_s": round(total if not failed else 0.3, 4),
+                }  # fmt: skip
+                out.write(json.dumps(row) + "\n")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A store with the three routes, and the small workflow calibrated on it."""
+    folder = tmp_path_factory.mktemp("replay")
+    _calls(folder / "calls.jsonl")
+    db = folder / "calls.duckdb"
+    with Store.open(db) as store:
+        assert ingest_paths(store, [folder / "calls.jsonl"]).ok
+        found = calibrate(store, parse_plan(WORKFLOW), runs=4000, check_runs=20_000, seed=2)
+    plan = folder / "plan.yaml"
+    plan.write_text(dump_plan(found.plan), encoding="utf-8")
+    return db, plan
+
+
+def test_outcome_table_is_the_simulators_table() -> None:
+    """The served table, expanded by its counts, is slot for slot the simulator's table."""
+    rng = np.random.default_rng(3)
+    total = np.sort(rng.lognormal(0.0, 0.5, 900))
+    sample = RouteSample.from_latencies(
+        total, ttft_s=total * 0.3, error_rate=0.05, error_s=np.full(10, 0.2), invalid_rate=0.02
+    )
+    table = _outcomes(sample, 300)
+    counts = table.counts
+    assert counts is not None
+    assert 65_536 == sum(counts) == table.slots
+    ends = np.repeat(table.total_s, counts)
+    firsts = np.repeat(table.ttft_s, counts)
+    kinds = np.repeat(np.array(list(table.kinds)), counts)
+    assert np.array_equal(ends, sample.end_table)
+    ok = sample.ok_entries
+    assert np.array_equal(firsts[:ok], sample.ttft_table[:ok])
+    assert (kinds[ok:] == "e").all()
+    assert np.array_equal(kinds[:ok] == "i", sample.invalid_table[:ok])
+    assert len(table.kinds) < 65_536 / 10  # each measured call once (split by invalid slots)
+
+
+def test_outcomes_are_drawn_by_their_counts() -> None:
+    """Each entry is drawn in proportion to its count."""
+    table = Outcomes((0.1, 0.2, 0.3), (1.0, 1.0, 1.0), "ooe", counts=(1, 6, 3))
+    rng = random.Random(0)
+    draws = [table.pick(rng) for _ in range(20_000)]
+    for entry, share in ((0, 0.1), (1, 0.6), (2, 0.3)):
+        seen = draws.count(entry) / len(draws)
+        assert abs(seen - share) < 5 * math.sqrt(share * (1 - share) / len(draws))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ttft_s": (0.1,), "total_s": (1.0, 2.0), "kinds": "oo"}, "equal, non-zero"),
+        ({"ttft_s": (2.0,), "total_s": (1.0,), "kinds": "o"}, "ttft_s <= total_s"),
+        ({"ttft_s": (0.1,), "total_s": (1.0,), "kinds": "x"}, r"o \(ok\), e \(error\)"),
+        ({"ttft_s": (0.1,), "total_s": (1.0,), "kinds": "o", "counts": (0,)}, "counts"),
+    ],
+)
+def test_bad_outcome_tables_are_refused(kwargs: dict[str, object], message: str) -> None:
+    """A malformed table names what is wrong."""
+    with pytest.raises(ConfigError, match=message):
+        Outcomes(**kwargs)  # type: ignore[arg-type]
+
+
+def test_outcomes_file_round_trips_and_names_its_errors(tmp_path: Path) -> None:
+    """dump_outcomes → serve_outcomes gives the same tables; a broken file names itself."""
+    table = Outcomes((0.1, 0.5), (1.0, 2.0), "oi", output_tokens=40, counts=(3, 1))
+    path = tmp_path / "outcomes.json"
+    path.write_text(dump_outcomes({"m": (table, 5)}, time_scale=0.5, seed=4, lead_s=0.01))
+    config = serve_outcomes(path)
+    assert (0.5, 4) == (config.time_scale, config.seed)
+    served = config.models["m"].outcomes
+    assert served is not None
+    assert (table.ttft_s, table.total_s, table.kinds, table.counts) == (
+        served.ttft_s, served.total_s, served.kinds, served.counts)  # fmt: skip
+    assert (40, 0.01, 5) == (served.output_tokens, served.lead_s, config.models["m"].chunk_tokens)
+    path.write_text('{"tailkit_outcomes": 1, "models": {"m": {"ttft_s": [1], "total_s": [0.5]}}}')
+    with pytest.raises(ConfigError, match=r"outcomes.json: models\.m"):
+        serve_outcomes(path)
+    with pytest.raises(ConfigError, match="no such outcomes file"):
+        serve_outcomes(tmp_path / "missing.json")
+
+
+def test_served_outcomes_fail_and_invalidate_as_measured() -> None:
+    """Errors answer 5xx, invalid outputs carry the mark, and the access log keeps the intent."""
+    import httpx
+
+    table = Outcomes((0.01, 0.02, 0.03), (0.02, 0.02, 0.05), "oei", output_tokens=8)
+    config = ServeConfig(models={"m": ModelProfile(outcomes=table, chunk_tokens=4)},
+                         time_scale=0.1, seed=5)  # fmt: skip
+
+    async def main() -> tuple[list[int], list[str], list[dict[str, object]]]:
+        async with Server(config) as server, httpx.AsyncClient(base_url=server.url) as client:
+            statuses, texts = [], []
+            for _ in range(60):
+                response = await client.post(
+                    "/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                )
+                statuses.append(response.status_code)
+                if response.status_code == 200:
+                    texts.append(response.json()["choices"][0]["message"]["content"])
+            return statuses, texts, [r.attrs for r in server.records]
+
+    statuses, texts, attrs = asyncio.run(main())
+    assert {200, 500} == set(statuses)
+    assert any(t.startswith(INVALID_MARK) for t in texts)
+    assert any(not t.startswith(INVALID_MARK) for t in texts)
+    intended = {(round(a["intended_ttft_s"], 9), round(a["intended_total_s"], 9)) for a in attrs}
+    assert {(0.001, 0.002), (0.002, 0.002), (0.003, 0.005)} == intended
+
+
+def test_timing_errors_join_the_ledger_to_the_access_log(tmp_path: Path) -> None:
+    """Each client timing is compared with the server's intent for the same key and attempt."""
+    access, ledger = tmp_path / "access.jsonl", tmp_path / "ledger.jsonl"
+    access.write_text(
+        "\n".join(json.dumps(r) for r in [
+            {"idempotency_key": "k1", "attempt": 0,
+             "attrs": {"intended_ttft_s": 0.10, "intended_total_s": 0.50}},
+            {"idempotency_key": "k1", "attempt": 1,
+             "attrs": {"intended_ttft_s": 0.20, "intended_total_s": 0.30}},
+            {"idempotency_key": "k2", "attempt": 0, "attrs": {}},
+        ]) + "\n"
+    )  # fmt: skip
+    ledger.write_text(
+        "\n".join(json.dumps(r) for r in [
+            {"idempotency_key": "k1", "attempt": 0, "ttft_s": 1.2, "total_s": 5.1, "status": "ok"},
+            {"idempotency_key": "k1", "attempt": 1, "ttft_s": 2.1, "total_s": None,
+             "status": "cancelled"},
+            {"idempotency_key": "k2", "attempt": 0, "ttft_s": 1.0, "total_s": 2.0, "status": "ok"},
+        ]) + "\n"
+    )  # fmt: skip
+    errors = timing_errors([ledger], access, factor=0.1)
+    assert [0.02, 0.01, 0.01] == pytest.approx(errors)
+    found = fidelity(time_scale=0.1, smallest_cutoff_s=1.0, lead_s=0.0, errors_s=errors,
+                     loop_lag_s=[0.0])  # fmt: skip
+    assert found.error_s == pytest.approx(0.2)
+    assert not found.ok  # 0.2 s of a 1 s cutoff is 20 %, over the 2 % allowed
+
+
+def test_a_slower_scale_is_chosen_for_a_larger_error() -> None:
+    """The chosen time scale grows with the measured error share, within its bounds."""
+    assert _chosen_scale(0.05, 0.04) == pytest.approx(0.15)
+    assert _chosen_scale(0.05, 0.0) == pytest.approx(0.0125)
+    assert 1.0 == _chosen_scale(0.5, 1.0)
+
+
+def test_agreement_rules() -> None:
+    """Inside the interval, within 15 %, or overlapping the predicted interval agrees."""
+    seen = Figure(0.10, 0.06, 0.15, 200)
+    assert agrees(0.07, seen)
+    assert agrees(0.16, Figure(0.14, 0.13, 0.15, 9000))  # 12.5 % apart
+    assert not agrees(0.02, seen)
+    assert agrees(0.02, seen, (0.01, 0.07))
+    low, high = rate_interval(0, 50)
+    assert (0.0, pytest.approx(0.0711, abs=1e-3)) == (low, high)
+
+
+def test_smallest_cutoff_ignores_waiting_steps(small: tuple[Path, Path]) -> None:
+    """The smallest cutoff is over steps that act; a workflow without cutoffs has none."""
+    from tailkit.config import load_plan
+
+    plan = load_plan(small[1])
+    acting = [s for s in plan.steps.values() if s.on_cutoff != "wait"]
+    assert acting
+    assert math.isinf(smallest_cutoff_s(workflow_of(plan)))
+
+
+@pytest.mark.slow
+def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: Path) -> None:
+    """Both sides' miss rate and extra attempts fall in the observed 99.9 % interval."""
+    from scipy import stats
+
+    from tailkit.config import load_plan
+
+    db, plan_path = small
+    plan = load_plan(plan_path)
+    with Store.open(db, read_only=True) as store:
+        result = replay(store, plan, runs=200, out_dir=tmp_path, seed=1)
+        samples = load_samples(store, plan, seed=1)
+    assert result.fidelity.ok, result.fidelity.describe()
+    for side, predicted_plan in zip(result.sides, (workflow_of(plan), plan), strict=True):
+        predicted = simulate(predicted_plan, samples, runs=100_000, seed=1)
+        misses = round(side.observed["miss_rate"].value * side.runs)
+        test = stats.binomtest(misses, side.runs, predicted.miss_rate)
+        assert test.pvalue > 0.001, (side.label, misses, predicted.miss_rate)
+        firsts = side.observed["extra_attempts"].n
+        extras = round(side.observed["extra_attempts"].value * firsts)
+        expected = predicted.extra_attempts * firsts
+        assert stats.poisson.cdf(extras, expected) > 0.0005, (side.label, extras, expected)
+        assert stats.poisson.sf(extras - 1, expected) > 0.0005, (side.label, extras, expected)
+        p50 = side.observed["p50_s"]
+        assert abs(p50.value - side.predicted["p50_s"]) <= 0.15 * side.predicted["p50_s"]
+    assert (tmp_path / "ledger-without-plan.jsonl").exists()
+    assert (tmp_path / "ledger-with-plan.jsonl").exists()
+    assert 0 == result.sides[0].observed["extra_attempts"].value
+
+
+def test_cli_replay_refuses_a_plan_without_cutoffs(small: tuple[Path, Path], tmp_path: Path) -> None:
+    """A workflow that was never calibrated has nothing to rehearse: the fix is named."""
+    from tailkit.config import load_plan
+
+    db, plan_path = small
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(dump_plan(workflow_of(load_plan(plan_path))), encoding="utf-8")
+    result = CliRunner().invoke(app, ["replay", str(bare), "--db", str(db)])
+    assert 1 == result.exit_code
+    assert "calibrate it first" in result.output
+    result = CliRunner().invoke(app, ["replay", str(tmp_path / "nope.yaml"), "--db", str(db)])
+    assert 1 == result.exit_code
+    assert "nope.yaml" in result.output
