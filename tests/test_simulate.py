@@ -160,7 +160,7 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
             rng.lognormal(rng.uniform(0, 3), rng.uniform(0.2, 1.0), 500),
             ttft_s=rng.lognormal(-1, 0.5, 500),
             error_rate=float(rng.choice([0.0, 0.05, 0.2])),
-            error_s=rng.uniform(0, 3, 20),
+            error_s=rng.uniform(0, 25, 20),
             invalid_rate=float(rng.choice([0.0, 0.1])),
         )
         for _ in range(4)
@@ -185,7 +185,9 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
                 action=str(rng.choice(["wait", "hedge", "retry", "downgrade", "fail"])),
                 second=routes[int(rng.integers(4))] if rng.random() < 0.5 else None,
                 upgrade=routes[int(rng.integers(4))] if rng.random() < 0.5 else None,
-                reserve_s=float(rng.uniform(0, 10)),
+                idempotent=bool(rng.random() < 0.8),
+                reserve_s=float(rng.choice([0.0, rng.uniform(0, 10)])),
+                other_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.2, 20.0)])),
             )
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 30.0])))
@@ -193,9 +195,10 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
     outcome = run_workflow(model, draws)
     uniforms = [draws.stack(s.name) for s in model.steps]
     for r in range(400):
-        end, ok, _ = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
+        end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
         assert outcome.end_s[r] == pytest.approx(end, rel=1e-12, abs=1e-12)
         assert outcome.ok[r] == ok
+        assert sum(int(o.extra[r]) for o in outcome.steps) == extras
 
 
 def test_same_seed_same_numbers_and_chunks_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,3 +233,110 @@ def test_a_sample_needs_finished_calls() -> None:
     """A route sample refuses fewer than two finished calls, naming the bucket."""
     with pytest.raises(ConfigError, match="bucket in 1k-4k"):
         RouteSample.from_latencies([1.0, math.nan], bucket="in 1k-4k")
+
+
+def _fixed(seconds: float, **kw: float) -> RouteSample:
+    return RouteSample.from_grid(np.full(10, seconds), **kw)  # type: ignore[arg-type]
+
+
+def test_a_failed_required_step_skips_what_waits_on_it() -> None:
+    """As in the executor: the steps after a failed required step never start nor hedge."""
+    broken = _fixed(2.0, error_rate=0.5)  # a failure takes 1 s
+    first = StepModel("a", (), True, broken)
+    after = StepModel("b", (0,), True, _fixed(50.0), cutoff_s=5.0, action="hedge")
+    model = WorkflowModel((first, after), error_retries=0)
+    outcome = run_workflow(model, Draws(1000, seed=1))
+    failed = ~outcome.ok
+    assert 400 < failed.sum() < 600
+    assert np.all(outcome.end_s[failed] == 1.0)
+    assert np.all(outcome.end_s[~failed] == 2.0 + 50.0)  # the hedge at 5 s is no faster
+    skipped = outcome.steps[1].skipped
+    assert skipped is not None
+    assert np.array_equal(skipped, failed)
+    assert np.array_equal(outcome.steps[1].extra, ~failed)
+
+
+def test_an_optional_step_still_running_at_the_deadline_is_cut_there() -> None:
+    """The run ends at the deadline without its optional result, and is not a miss."""
+    required = StepModel("a", (), True, _fixed(5.0))
+    optional = StepModel("b", (), False, _fixed(50.0))
+    model = WorkflowModel((required, optional), deadline_s=20.0)
+    result = summarize(model, run_workflow(model, Draws(1000, seed=1)))
+    assert result.miss_rate == 0.0
+    assert result.p99_s == 20.0
+
+
+def test_no_extra_attempt_is_due_at_the_deadline() -> None:
+    """A last step whose cut falls on the deadline does not act (nor count an extra attempt)."""
+    slow = StepModel("a", (), True, _fixed(30.0), cutoff_s=25.0, action="retry", second=_fixed(1.0))
+    model = WorkflowModel((slow,), deadline_s=20.0)  # cut = min(25, 20 - 0 - 0) = 20: too late
+    outcome = run_workflow(model, Draws(1000, seed=1))
+    assert np.all(outcome.end_s == 30.0)
+    assert not outcome.steps[0].fired.any()
+    early = WorkflowModel((dataclasses.replace(slow, reserve_s=1.0),), deadline_s=20.0)
+    outcome = run_workflow(early, Draws(1000, seed=1))
+    assert np.all(outcome.end_s == 19.0 + 1.0)  # cut at 20 - 1 = 19 s, then 1 s
+    assert outcome.steps[0].extra.all()
+
+
+def test_a_cutoff_on_the_other_clock_acts_too() -> None:
+    """Watched on the TTFT at 3 s with a total cutoff at 8 s: a stream that started acts at 8 s."""
+    streamed = RouteSample.from_grid(np.full(10, 20.0), ttft_share=0.05)  # first token at 1 s
+    step = StepModel(
+        "a", (), True, streamed, signal="ttft", cutoff_s=3.0, action="retry",
+        second=_fixed(1.0), other_cutoff_s=8.0,
+    )  # fmt: skip
+    end, _ = run(WorkflowModel((step,)), 100)
+    assert np.all(end == 9.0)
+
+
+def test_an_error_is_retried_only_on_an_idempotent_step() -> None:
+    """A non-idempotent step's failed first attempt is not repeated (nor billed twice)."""
+    flaky = lognormal(1.0, 0.3, error_rate=0.2)
+    for idempotent, failure in ((True, 0.04), (False, 0.2)):
+        step = StepModel("a", (), True, flaky, idempotent=idempotent)
+        _, ok = run(WorkflowModel((step,)), 100_000)
+        assert abs((~ok).mean() - failure) <= Z * _se(failure, 100_000)
+
+
+def test_workflow_model_reserves_from_the_plans_predicted_medians() -> None:
+    """Like the executor, the reserve reads predicted.p50_s; before calibration, sample medians."""
+    from tailkit.config import parse_plan
+    from tailkit.simulate import workflow_model
+
+    text = """\
+tailkit_plan: 1
+workflow: w
+deadline_s: 60
+routes:
+  a/m: {provider: a, model: m}
+steps:
+  first: {route: a/m}
+  second: {route: a/m, depends_on: [first]}
+  third: {route: a/m, depends_on: [second]}
+"""
+    samples = {(n, "a/m"): _fixed(4.0) for n in ("first", "second", "third")}
+    model = workflow_model(parse_plan(text), samples)
+    assert [s.reserve_s for s in model.steps] == [8.0, 4.0, 0.0]
+    predicted = "\n    predicted: {p50_s: 2.5, p99_s: 9.0, hedge_rate: 0.0}"
+    text = text.replace("depends_on: [first]}", "depends_on: [first]," + predicted + "}")
+    text = text.replace("  second: {", "  second:\n    {")
+    model = workflow_model(parse_plan(text), samples)
+    assert [s.reserve_s for s in model.steps] == [6.5, 4.0, 0.0]
+
+
+@pytest.mark.parametrize(("first_s", "hedge_s", "end_s"), [(9.0, 1.0, 9.0), (6.0, 3.0, 8.0)])
+def test_a_hedged_step_whose_attempts_both_fail_ends_with_the_last(
+    first_s: float, hedge_s: float, end_s: float
+) -> None:
+    """Both attempts fail: the step fails when the later one does (no error retry after a hedge)."""
+    first = RouteSample(np.ones(4), np.ones(4), error_rate=0.9999, error_s=np.array([first_s]))
+    hedge = RouteSample(np.ones(4), np.ones(4), error_rate=0.9999, error_s=np.array([hedge_s]))
+    step = StepModel("a", (), True, first, cutoff_s=5.0, action="hedge", second=hedge)
+    draws = Draws(2000, seed=2, keep=True)
+    outcome = run_workflow(WorkflowModel((step,)), draws)
+    both = (draws.slot("a", 0) >= first.ok_entries) & (draws.slot("a", 1) >= hedge.ok_entries)
+    assert both.sum() > 1900
+    assert np.all(outcome.end_s[both] == end_s)
+    assert not outcome.ok[both].any()
+    assert np.all(outcome.steps[0].recovery[both] == 0)
