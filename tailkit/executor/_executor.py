@@ -132,14 +132,14 @@ class Executor:
         budget = self.shared.budget
         book = RunBook(budget.open(1))  # a lone call: one first attempt
         try:
-            return await self._step_in_run(
+            return await self.step_run(
                 name, attempt_fn, book=book, run_id=run_id, call_index=call_index,
                 inputs=inputs, deadline=limit, enforce=enforce,
-            )  # fmt: skip
+            ).run()  # fmt: skip
         finally:
             budget.close(book.account)
 
-    async def _step_in_run(
+    def step_run(
         self,
         name: str,
         attempt_fn: AttemptFn,
@@ -150,21 +150,19 @@ class Executor:
         inputs: Mapping[str, Any] | None = None,
         deadline: float,
         enforce: bool = True,
-    ) -> Any:
+    ) -> StepRun:
         """
-        Run one logical call of a known step inside a run whose budget account is open.
+        One logical call of a known step, in a run whose budget account is open (not started).
 
-        Strictly for `run_workflow` and `run_step`: the run's account already holds the
-        step's first attempt.
+        For `run_workflow` and `run_step`: the run's account already holds the step's first
+        attempt. Await its ``run()`` for the step's result.
         """
-        step = self.plan.steps[name]
-        run = StepRun(
-            self.shared, step, attempt_fn,
+        return StepRun(
+            self.shared, self.plan.steps[name], attempt_fn,
             key=idempotency_key(run_id, name, call_index), deadline=deadline, run_id=run_id,
             inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), book=book,
             enforce=enforce,
         )  # fmt: skip
-        return await run.run()
 
     async def run(
         self,

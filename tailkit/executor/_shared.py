@@ -56,11 +56,13 @@ class Shared:
     denials: dict[str, int] = field(default_factory=lambda: {"budget": 0, "throttle": 0})
 
 
-@dataclass(slots=True, eq=False)
 class RunBook:
     """
     What the steps of one run share: its budget account and the actions refused to it.
     """
 
-    account: BudgetAccount
-    denials: dict[str, int] = field(default_factory=lambda: {"budget": 0, "throttle": 0})
+    __slots__ = ("account", "denials")
+
+    def __init__(self, account: BudgetAccount) -> None:
+        self.account = account
+        self.denials = {"budget": 0, "throttle": 0}

@@ -175,17 +175,11 @@ class _Run:
             self._settle(name)
             return
         inputs = {d: self.results[d] for d in deps if d in self.results}
-        task = asyncio.ensure_future(
-            self.executor._step_in_run(
-                name,
-                self.fns[name],
-                book=self.book,
-                run_id=self.run_id,
-                inputs=inputs,
-                deadline=self.deadline,
-                enforce=False,
-            )
-        )
+        step = self.executor.step_run(
+            name, self.fns[name], book=self.book, run_id=self.run_id, inputs=inputs,
+            deadline=self.deadline, enforce=False,
+        )  # fmt: skip
+        task = asyncio.ensure_future(step.run())
         self.tasks[name] = task
         task.add_done_callback(lambda t: self._landed(name, t))
 
