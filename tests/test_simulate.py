@@ -187,7 +187,8 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
                 upgrade=routes[int(rng.integers(4))] if rng.random() < 0.5 else None,
                 idempotent=bool(rng.random() < 0.8),
                 reserve_s=float(rng.choice([0.0, rng.uniform(0, 10)])),
-                other_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.2, 20.0)])),
+                ttft_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.2, 20.0)])),
+                total_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.5, 20.0)])),
             )
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 30.0])))
@@ -284,7 +285,7 @@ def test_a_cutoff_on_the_other_clock_acts_too() -> None:
     streamed = RouteSample.from_grid(np.full(10, 20.0), ttft_share=0.05)  # first token at 1 s
     step = StepModel(
         "a", (), True, streamed, signal="ttft", cutoff_s=3.0, action="retry",
-        second=_fixed(1.0), other_cutoff_s=8.0,
+        second=_fixed(1.0), total_cutoff_s=8.0,
     )  # fmt: skip
     end, _ = run(WorkflowModel((step,)), 100)
     assert np.all(end == 9.0)

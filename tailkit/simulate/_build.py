@@ -73,9 +73,7 @@ def workflow_model(
     for name in order:
         step = plan.steps[name]
         second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
-        ttft = step.signal == "ttft"
-        cutoff = step.ttft_cutoff_s if ttft else step.cutoff_s
-        other = step.cutoff_s if ttft else step.ttft_cutoff_s
+        cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
         steps.append(
             StepModel(
                 name=name,
@@ -93,10 +91,15 @@ def workflow_model(
                 tokens=float(
                     (step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)
                 ),
-                other_cutoff_s=math.inf if other is None else other,
+                ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
+                total_cutoff_s=_or_inf(step.cutoff_s),
             )
         )
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def _or_inf(seconds: float | None) -> float:
+    return math.inf if seconds is None else seconds
 
 
 def step_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> float:
@@ -126,6 +129,23 @@ def _reserves(plan: Plan, order: tuple[str, ...], medians: Mapping[str, float]) 
     return reserve
 
 
+def _one_clock(
+    step: StepModel,
+    *,
+    action: str,
+    cutoff_s: float,
+    signal: str | None = None,
+    second: RouteSample | None = None,
+) -> StepModel:
+    """
+    ``step`` under a reference policy: one cutoff, on one clock, and no other.
+    """
+    return dataclasses.replace(
+        step, signal=signal or step.signal, cutoff_s=cutoff_s, action=action, second=second,
+        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf,
+    )  # fmt: skip
+
+
 def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -> WorkflowModel:
     """
     The same workflow under a reference policy.
@@ -145,13 +165,12 @@ def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -
     steps = []
     for step in model.steps:
         if policy == "none" or not step.idempotent:
-            steps.append(
-                dataclasses.replace(step, action="wait", cutoff_s=math.inf, other_cutoff_s=math.inf)
-            )
+            steps.append(_one_clock(step, action="wait", cutoff_s=math.inf, second=step.second))
             continue
         cutoff = step.primary.quantile(quantile)
         action = "retry" if policy == "retry_p95" else "hedge"
         second = step.hedge if action == "hedge" else None
-        on_total = dataclasses.replace(step, signal="total", other_cutoff_s=math.inf)
-        steps.append(dataclasses.replace(on_total, cutoff_s=cutoff, action=action, second=second))
+        steps.append(
+            _one_clock(step, signal="total", cutoff_s=cutoff, action=action, second=second)
+        )
     return dataclasses.replace(model, steps=tuple(steps))

@@ -42,9 +42,10 @@ class StepModel:
         idempotent: Whether an attempt may be repeated (hedged, retried, also after an error).
         reserve_s: Seconds the steps still waiting on this one need (their median path).
         tokens: Tokens billed per attempt (expected input + output), for extra tokens.
-        other_cutoff_s: Cutoff in seconds on the other clock (the total age when ``signal`` is
-            ``ttft``, the TTFT when it is ``total``), as a plan may set both; not tightened
-            to the deadline (the executor does not tighten it either); ``math.inf``: none.
+        ttft_cutoff_s: The plan's TTFT cutoff in seconds, which acts as set (not tightened to
+            the deadline, as in the executor) when ``signal`` is ``total``; ``math.inf``: none.
+        total_cutoff_s: The plan's total-age cutoff, which acts as set when ``signal`` is
+            ``ttft`` (a plan may set both clocks); ``math.inf``: none.
     """
 
     name: str
@@ -60,7 +61,15 @@ class StepModel:
     idempotent: bool = True
     reserve_s: float = 0.0
     tokens: float = 0.0
-    other_cutoff_s: float = math.inf
+    ttft_cutoff_s: float = math.inf
+    total_cutoff_s: float = math.inf
+
+    @property
+    def other_cutoff_s(self) -> float:
+        """
+        The cutoff on the clock ``signal`` does not watch (``math.inf``: none).
+        """
+        return self.total_cutoff_s if self.signal == "ttft" else self.ttft_cutoff_s
 
     @property
     def acting(self) -> bool:
