@@ -26,6 +26,12 @@ optional step still running at the deadline is cut there without failing the run
 attempt due at or after the deadline never starts and is not counted. ``tests/test_twin.py``
 runs the executor on these same draws and expects the same runs.
 
+The hedge budget is not simulated here, and needs not be: the executor's `HedgeBudget` counts
+in the simulator's terms (extra attempts per first attempt, a run's steps its first attempts,
+no clock) and leaves headroom for the noise of a plan on budget, so a plan calibrated within
+its budget is not denied the extra attempts counted here. `_reference.reference_trace` plays
+the budget, decision by decision, when one is given.
+
 Every draw comes from `Draws`, seeded per step name, so two plans that differ in one step see
 the same luck in every other step: comparisons between candidates are paired (common random
 numbers) and their differences far more precise than either estimate alone.

@@ -57,7 +57,8 @@ class SimResult:
         p50_s: Median end-to-end seconds.
         p90_s: 90th percentile.
         p99_s: 99th percentile.
-        extra_attempts: Extra attempts started at cutoffs per first attempt (the hedge budget).
+        extra_attempts: Extra attempts started at cutoffs per first attempt, a run's steps being
+            its first attempts (what the executor's hedge budget counts).
         recovery_attempts: Attempts started after errors or invalid output, per first attempt.
         extra_tokens: Tokens per run billed to extra attempts.
         steps: Per step.
