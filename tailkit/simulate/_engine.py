@@ -26,7 +26,7 @@ optional step still running at the deadline is cut there without failing the run
 attempt due at or after the deadline never starts and is not counted. ``tests/test_twin.py``
 runs the executor on these same draws and expects the same runs.
 
-The hedge budget is not simulated here, and needs not be: the executor's `HedgeBudget` counts
+The hedge budget is not simulated here, and need not be: the executor's `HedgeBudget` counts
 in the simulator's terms (extra attempts per first attempt, a run's steps its first attempts,
 no clock) and leaves headroom for the noise of a plan on budget, so a plan calibrated within
 its budget is not denied the extra attempts counted here. `_reference.reference_trace` plays
