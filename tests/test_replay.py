@@ -35,7 +35,7 @@ from tailkit.store import Store
 WORKFLOW = """
 tailkit_plan: 1
 workflow: small
-deadline_s: 7
+deadline_s: 24
 hedge_budget: 0.1
 routes:
   a/m: {provider: a, model: m}
@@ -60,22 +60,22 @@ steps:
 
 
 def _calls(path: Path, *, seed: int = 1, per_route: int = 1500) -> None:
-    """A log of three routes: lognormal TTFT with 8 % stalls ×8, a decode time, 2 % errors."""
+    """A log of three routes: lognormal TTFT with 8 % stalls ×6, a decode time, 2 % errors."""
     rng = np.random.default_rng(seed)
     with path.open("w", encoding="utf-8") as out:
-        for provider, model, median in (("a", "m", 0.4), ("b", "m", 0.5), ("a", "small", 0.2)):
+        for provider, model, median in (("a", "m", 2.0), ("b", "m", 2.5), ("a", "small", 1.0)):
             for i in range(per_route):
                 ttft = median * math.exp(0.3 * rng.standard_normal())
                 if rng.random() < 0.08:
-                    ttft *= 8
-                total = ttft + 1.0 * math.exp(0.2 * rng.standard_normal())
+                    ttft *= 6
+                total = ttft + 4.0 * math.exp(0.2 * rng.standard_normal())
                 failed = rng.random() < 0.02
                 row = {
                     "call_id": f"{provider}-{model}-{i}", "provider": provider, "model": model,
                     "input_tokens": 2000, "output_tokens": 300,
                     "status": "error" if failed else "ok",
                     "ttft_s": None if failed else round(ttft, 4),
-                    "total_s": round(total if not failed else 0.3, 4),
+                    "total_s": round(total if not failed else 1.5, 4),
                 }  # fmt: skip
                 out.write(json.dumps(row) + "\n")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import tempfile
+import time
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,10 +56,11 @@ __all__ = ["ReplayResult", "ReplaySide", "replay"]
 LABELS = ("without plan", "with plan")
 DEFAULT_RUNS = 400
 PREDICT_RUNS = 100_000
-_PROBE_SCALE = 0.05
+_PROBE_SCALE = 0.1
 _MAX_SCALE = 1.0
 _MARGIN = 1.5  # the chosen scale leaves the error at two thirds of the allowance
-_TARGET_IN_FLIGHT = 48  # runs in flight at once, on average, while a side runs
+_BUSY = 0.25  # share of the client's CPU the runs may use: a quiet loop keeps time
+_PROBE_CPU_S = 0.008  # CPU seconds per step before the probe has measured it
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +251,9 @@ async def _rehearse(
     ids: Mapping[SampleKey, str],
     runs: int,
     scale: float,
-    p50_s: float,
+    pace_s: float,
     progress: Callable[[str, int, int], None] | None,
 ) -> tuple[list[SideRun], list[float]]:
-    # runs arrive at a steady pace, about _TARGET_IN_FLIGHT at a time, as production traffic
-    # would, rather than all at t=0 (a burst that measures the client's CPU, not the plan)
-    pace_s = max(p50_s, 1e-3) * scale / _TARGET_IN_FLIGHT
     sides: list[SideRun] = []
     async with LagMonitor() as lag:
         for label, plan in zip(LABELS, plans, strict=True):
@@ -331,8 +330,8 @@ def replay(
     baseline = workflow_of(plan)
     predictions = (_prediction(baseline, samples, seed=seed), _prediction(plan, samples, seed=seed))
     rehearsal = _Rehearsal(
-        (baseline, plan), served_models(plan, samples), out, smallest_cutoff_s(plan),
-        predictions[0][0]["p50_s"], seed, progress,
+        (baseline, plan), served_models(plan, samples), out, smallest_cutoff_s(plan), seed,
+        progress,
     )  # fmt: skip
     sides, found, tried, notes = rehearsal.run(runs, time_scale)
     result_sides = (_side(sides[0], predictions[0]), _side(sides[1], predictions[1]))
@@ -354,9 +353,9 @@ class _Rehearsal:
     served: ServedModels
     out: Path
     smallest_s: float
-    p50_s: float
     seed: int
     progress: Callable[[str, int, int], None] | None
+    cpu_per_run_s: float = 0.0
 
     def once(
         self, scale: float, runs: int, lead_s: float, *, phase: str = ""
@@ -372,11 +371,18 @@ class _Rehearsal:
             if report is not None:
                 report(f"{phase}{label}", done, total)
 
+        # Runs arrive at a steady pace, as production traffic does, rather than all at once
+        # (a burst that measures the client's CPU, not the plan). The pace keeps the client's
+        # loop mostly idle whatever the time scale: its CPU per run does not depend on it.
+        per_run = self.cpu_per_run_s or _PROBE_CPU_S * len(self.plans[1].steps)
+        pace_s = per_run / _BUSY
+        cpu = time.process_time()
         with ServerProcess(path, access) as server:
             sides, lag = asyncio.run(
                 _rehearse(self.plans, url=server.url, out=self.out, ids=self.served.ids,
-                          runs=runs, scale=scale, p50_s=self.p50_s, progress=progress)
+                          runs=runs, scale=scale, pace_s=pace_s, progress=progress)
             )  # fmt: skip
+        self.cpu_per_run_s = (time.process_time() - cpu) / (2 * runs)
         errors = timing_errors([side.ledger for side in sides], access, factor=scale)
         found = fidelity(time_scale=scale, smallest_cutoff_s=self.smallest_s, lead_s=lead_s,
                          errors_s=errors, loop_lag_s=lag)  # fmt: skip
