@@ -6,7 +6,7 @@ measures, for the plan's workflow, the runs, miss rate, p50, p99 and extra attem
 attempt, and per step its p50, p99 and hedge rate, each with its 95 % interval. `check_plan`
 puts each prediction next to its observed figure: it ``holds`` (inside the interval, or within
 15 %), it ``drifted`` (with the likely cause: a slower route, hedges refused by the budget or a
-throttle, recovery attempts, a thin basis), or the ledger ``can't tell`` (too few runs).
+throttle, a thin basis), or the ledger ``can't tell`` (too few runs).
 
 Example::
 

@@ -13,8 +13,6 @@ in the ledger, in the direction of the drift:
   a median off the step's predicted median - the route's body moved;
 - budget denials: the hedge budget or a provider throttle refused extra attempts, so the tail
   the plan meant to cut was waited out (latency, misses up; hedges, extra attempts down);
-- recovery attempts: retries after errors and upgrades after bad output count as extra
-  attempts, while the plan's prediction counts only those started at cutoffs;
 - a thin basis: the step was calibrated on few calls, or the prediction's own interval (when
   the plan has one) holds the observed value or is wider than half the predicted value.
 """
@@ -204,17 +202,6 @@ class _Judge:
                     "hedge fewer steps",
                 )
             )
-        if figure == "extra_attempts" and up:
-            recovery = sum(s.recovery_attempts for s in steps)
-            if recovery:
-                at_cutoffs = observed_text(figure, self.obs.cutoff_attempts)
-                out.append(
-                    Cause(
-                        "recovery attempts",
-                        f"{recovery:,} extra attempts followed errors or invalid output, which "
-                        f"the plan's figure leaves out (started at cutoffs: {at_cutoffs})",
-                    )
-                )
         out.extend(self._thin(scope, figure, est, steps))
         if not out:
             out.append(
@@ -318,10 +305,12 @@ def check_observation(
     assert loaded.predicted is not None  # noqa: S101 - resolve_plan refuses a plan without
     every = list(observation.steps)
     runs = observation.runs
+    # The plan's extra attempts are those started at cutoffs (its hedge budget); attempts
+    # after errors or invalid output are recovery, which the prediction leaves out.
+    observed = {f: getattr(observation, f) for f in WORKFLOW_FIGURES}
+    observed["extra_attempts"] = observation.cutoff_attempts
     lines = [
-        judge.line(
-            WORKFLOW, f, getattr(loaded.predicted, f), getattr(observation, f), every, units=runs
-        )
+        judge.line(WORKFLOW, f, getattr(loaded.predicted, f), observed[f], every, units=runs)
         for f in WORKFLOW_FIGURES
     ]
     for s in observation.steps:

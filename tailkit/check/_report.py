@@ -34,7 +34,6 @@ CAUSES: tuple[str, ...] = (
     "slower route",
     "faster route",
     "budget denials",
-    "recovery attempts",
     "thin basis",
     "unexplained",
 )
