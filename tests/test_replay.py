@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rich.console import Console
 from typer.testing import CliRunner
 
 from tailkit.calibrate import calibrate, workflow_of
 from tailkit.cli import app
+from tailkit.cli._replay import render_replay
 from tailkit.config import dump_plan, parse_plan
 from tailkit.errors import ConfigError
 from tailkit.ingest import ingest_paths
@@ -26,8 +28,15 @@ from tailkit.replay._compare import Figure, agrees, rate_interval
 from tailkit.replay._fidelity import fidelity, timing_errors
 from tailkit.replay._replay import _chosen_scale, smallest_cutoff_s
 from tailkit.replay._tables import _outcomes
-from tailkit.serve import INVALID_MARK, ModelProfile, Outcomes, ServeConfig, Server, serve_outcomes
-from tailkit.serve import dump_outcomes
+from tailkit.serve import (
+    INVALID_MARK,
+    ModelProfile,
+    Outcomes,
+    ServeConfig,
+    Server,
+    dump_outcomes,
+    serve_outcomes,
+)
 from tailkit.simulate import RouteSample, load_samples, simulate
 from tailkit.store import Store
 
@@ -273,9 +282,19 @@ def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: P
     assert (tmp_path / "ledger-without-plan.jsonl").exists()
     assert (tmp_path / "ledger-with-plan.jsonl").exists()
     assert 0 == result.sides[0].observed["extra_attempts"].value
+    console = Console(record=True, width=120)
+    render_replay(result, console)
+    text = console.export_text()
+    for label in ("without plan", "with plan", "miss rate", "p99 s", "extra attempts"):
+        assert label in text
+    assert "replay timing error" in text
+    doc = result.to_json()
+    assert [s.label for s in result.sides] == [s["label"] for s in doc["sides"]]
 
 
-def test_cli_replay_refuses_a_plan_without_cutoffs(small: tuple[Path, Path], tmp_path: Path) -> None:
+def test_cli_replay_refuses_a_plan_without_cutoffs(
+    small: tuple[Path, Path], tmp_path: Path
+) -> None:
     """A workflow that was never calibrated has nothing to rehearse: the fix is named."""
     from tailkit.config import load_plan
 

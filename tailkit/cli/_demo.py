@@ -81,7 +81,8 @@ def demo(
         with ReplayProgress(enabled=not as_json and os.isatty(2)) as bar:
             result = run_demo(
                 out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
-                calibrate_runs=4000 if quick else 20_000, seed=seed, progress=say,
+                calibrate_runs=4000 if quick else 20_000, replicates=20 if quick else None,
+                seed=seed, progress=say,
                 replay_progress=bar, show_table=shown.append,
             )  # fmt: skip
     except TailkitError as exc:

@@ -68,6 +68,7 @@ def run_demo(
     runs: int = 200,
     time_scale: float | None = None,
     calibrate_runs: int = 20_000,
+    replicates: int | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     replay_progress: Callable[[str, int, int], None] | None = None,
@@ -82,6 +83,8 @@ def run_demo(
         time_scale: Real seconds per profile second when replaying (``None``: chosen by the
             replay so its timing error stays under 2 % of the smallest cutoff).
         calibrate_runs: Simulated runs per candidate in the calibration search.
+        replicates: Bootstrap replicates behind the predictions' intervals (``None``: the
+            calibrator's default).
         seed: Seed of the calibration, the predictions and the served draws.
         progress: Called with a short message as each phase starts.
         replay_progress: Called with (phase, runs done, runs) during the replay.
@@ -110,8 +113,9 @@ def run_demo(
         if show_table is not None:
             show_table(tails)
         say("calibrate data_samples/workflow.yaml")
+        extra = {} if replicates is None else {"replicates": replicates}
         found = calibrate(
-            store, load_plan(SAMPLES / "workflow.yaml"), runs=calibrate_runs, seed=seed
+            store, load_plan(SAMPLES / "workflow.yaml"), runs=calibrate_runs, seed=seed, **extra
         )
         plan_path = out / "plan.yaml"
         plan_path.write_text(dump_plan(found.plan), encoding="utf-8")
