@@ -91,7 +91,7 @@ def run_demo(
         show_table: Called with the tail report (table and verdicts) once it is computed.
     """
     from tailkit._stats import TableQuery, tail_report
-    from tailkit.calibrate import calibrate
+    from tailkit.calibrate import REPLICATES, calibrate
     from tailkit.check import check_plan
     from tailkit.ingest import ingest_paths
     from tailkit.replay import replay
@@ -113,10 +113,10 @@ def run_demo(
         if show_table is not None:
             show_table(tails)
         say("calibrate data_samples/workflow.yaml")
-        extra = {} if replicates is None else {"replicates": replicates}
         found = calibrate(
-            store, load_plan(SAMPLES / "workflow.yaml"), runs=calibrate_runs, seed=seed, **extra
-        )
+            store, load_plan(SAMPLES / "workflow.yaml"), runs=calibrate_runs, seed=seed,
+            replicates=REPLICATES if replicates is None else replicates,
+        )  # fmt: skip
         plan_path = out / "plan.yaml"
         plan_path.write_text(dump_plan(found.plan), encoding="utf-8")
         say(f"replay the calls it was calibrated on, {runs} runs without and with the plan")
