@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -35,13 +37,18 @@ def report(
         tuple[Path, Path] | None,
         typer.Option("--races", help="HARNESS_LOG TOOL_LOG: add what tailkit races finds."),
     ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option("--replay", help="tailkit replay --json output: the replay beside the plan."),
+    ] = None,
 ) -> None:
     """
     Write an HTML report (figures embedded, opens offline) and its PNGs; print its path.
 
     Latency CCDFs with the lognormal fit, the p99/p50 bucket heatmap and tail growth, TTFT vs
     generation, fit diagnostics; with --plan the workflow DAG and the policy comparison; with
-    executor traces in the store, hedges, skipped actions and observed vs predicted p99.
+    --replay the replayed figures beside the simulated ones; with executor traces in the
+    store, hedges, skipped actions and observed vs predicted p99.
 
     Example:
 
@@ -60,13 +67,30 @@ def report(
             from tailkit.races import find_races
 
             found = find_races(*races)
+        rehearsal = _replay_document(replay) if replay is not None else None
         with Store.open(db, read_only=True) as store:
             index = write_report(
                 store, out, plan=loaded, by=names, title=title, where=where,
-                max_routes=max_routes, races=found,
+                max_routes=max_routes, races=found, replay=rehearsal,
             )  # fmt: skip
     except QueryError as exc:
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:
         fail(str(exc))
     typer.echo(str(index))
+
+
+def _replay_document(path: Path) -> dict[str, Any]:
+    """
+    A ``tailkit replay --json`` document, or an error naming the file and the fix.
+    """
+    fix = "write it with: tailkit replay PLAN --json > replay.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        fail(f"{path}: no such replay file; {fix}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        fail(f"{path}: cannot read it as JSON ({exc}); {fix}")
+    if not isinstance(document, dict) or not isinstance(document.get("sides"), list):
+        fail(f"{path}: not a tailkit replay document (no 'sides' list); {fix}")
+    return document

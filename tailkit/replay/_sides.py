@@ -152,6 +152,8 @@ async def run_side(
     """
     from datetime import UTC
 
+    import httpx
+
     from tailkit.adapters.openai import chat_attempt
 
     scaled = scaled_plan(plan, factor)
@@ -159,7 +161,14 @@ async def run_side(
     ledger = Ledger(ProfileSink(ledger_path, factor, datetime.now(UTC)))
     policies = {name: StepPolicy(validator=_valid) for name in plan.steps}
     executor = Executor(scaled, ledger=ledger, policies=policies)
-    async with chat_attempt(url, MESSAGES, stream=True) as chat:
+    # No pool limit: httpx's default of 100 connections would queue attempts in the client,
+    # and the time spent waiting for a connection would count as the provider's latency.
+    pool = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    transport = httpx.AsyncHTTPTransport(retries=0, limits=pool)
+    async with (
+        httpx.AsyncClient(transport=transport) as client,
+        chat_attempt(url, MESSAGES, stream=True, client=client) as chat,
+    ):
 
         def call(attempt: Attempt) -> Any:
             served = model_ids[(attempt.step, attempt.route)]
