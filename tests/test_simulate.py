@@ -267,6 +267,17 @@ def test_an_optional_step_still_running_at_the_deadline_is_cut_there() -> None:
     assert result.p99_s == 20.0
 
 
+def test_an_optional_sink_does_not_hide_a_late_required_step() -> None:
+    """A required step past the deadline misses the run, even when an optional step follows."""
+    required = StepModel("a", (), True, _fixed(25.0))
+    optional = StepModel("b", (0,), False, _fixed(1.0))
+    model = WorkflowModel((required, optional), deadline_s=20.0)
+    result = summarize(model, run_workflow(model, Draws(1000, seed=1)))
+    assert 1.0 == result.miss_rate
+    assert 25.0 == result.p50_s
+    assert (25.0, True, 0) == reference_run(model, [[0, 0, 0], [0, 0, 0]])
+
+
 def test_no_extra_attempt_is_due_at_the_deadline() -> None:
     """A last step whose cut falls on the deadline does not act (nor count an extra attempt)."""
     slow = StepModel("a", (), True, _fixed(30.0), cutoff_s=25.0, action="retry", second=_fixed(1.0))

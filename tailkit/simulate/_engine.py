@@ -256,14 +256,16 @@ def run_workflow(
         gone = outcome.failed if step.required and outcome.failed.any() else None
         dead.append(_any((gone, outcome.skipped)))
     # a step ends after the steps it waits for: the run ends with the last of its sinks, an
-    # optional one cut at the deadline
+    # optional one cut at the deadline -- but never before its required steps (an optional
+    # sink after a late required step must not hide that the run missed)
     waited = {d for step in model.steps for d in step.deps}
     sinks = []
     for i, step in enumerate(model.steps):
-        if i in waited:
-            continue
-        cut = not step.required and math.isfinite(model.deadline_s)
-        sinks.append(np.minimum(ends[i], model.deadline_s) if cut else ends[i])
+        if step.required:
+            sinks.append(ends[i])
+        elif i not in waited:
+            cut = math.isfinite(model.deadline_s)
+            sinks.append(np.minimum(ends[i], model.deadline_s) if cut else ends[i])
     end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
     bad = np.zeros(runs, dtype=np.bool_)
     for step, outcome in zip(model.steps, outcomes, strict=True):

@@ -263,13 +263,14 @@ class _Run:
 
 def _run_end(model: WorkflowModel, ends: Sequence[float]) -> float:
     """
-    The run's end: its last sink's, an optional sink cut at the deadline.
+    The run's end: its last sink's, an optional sink cut at the deadline, never before the end
+    of a required step.
     """
     waited = {d for step in model.steps for d in step.deps}
     return max(
         min(ends[i], model.deadline_s) if not step.required else ends[i]
         for i, step in enumerate(model.steps)
-        if i not in waited
+        if step.required or i not in waited
     )
 
 
