@@ -20,6 +20,7 @@ fails too it says so: its verdict is "can't tell", never a silent number.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import tempfile
 import time
@@ -254,31 +255,35 @@ async def _rehearse(
     pace_s: float,
     progress: Callable[[str, int, int], None] | None,
 ) -> tuple[list[SideRun], list[float]]:
-    sides: list[SideRun] = []
+    # The two sides run interleaved, one run of each in turn: the same machine, the same
+    # moments, so that a busy spell cannot favour one side.
+    counts = dict.fromkeys(LABELS, 0)
+
+    def tick(label: str) -> None:
+        counts[label] += 1
+        if progress is not None:
+            progress(label, counts[label], runs)
+
     async with LagMonitor() as lag:
-        for label, plan in zip(LABELS, plans, strict=True):
-            done = 0
-
-            def tick(label: str = label) -> None:
-                nonlocal done
-                done += 1
-                if progress is not None:
-                    progress(label, done, runs)
-
-            name = label.replace(" ", "-")
-            sides.append(
-                await run_side(
-                    plan,
-                    url=url,
-                    model_ids=ids,
-                    runs=runs,
-                    factor=scale,
-                    ledger_path=out / f"ledger-{name}.jsonl",
-                    label=label,
-                    pace_s=pace_s,
-                    progress=tick,
+        sides = list(
+            await asyncio.gather(
+                *(
+                    run_side(
+                        plan,
+                        url=url,
+                        model_ids=ids,
+                        runs=runs,
+                        factor=scale,
+                        ledger_path=out / f"ledger-{label.replace(' ', '-')}.jsonl",
+                        label=label,
+                        pace_s=2 * pace_s,
+                        offset_s=k * pace_s,
+                        progress=functools.partial(tick, label),
+                    )
+                    for k, (label, plan) in enumerate(zip(LABELS, plans, strict=True))
                 )
             )
+        )
     return sides, lag.samples_s
 
 

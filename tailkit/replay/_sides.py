@@ -134,6 +134,7 @@ async def run_side(
     ledger_path: Path,
     label: str,
     pace_s: float,
+    offset_s: float = 0.0,
     progress: Callable[[], None] | None = None,
 ) -> SideRun:
     """
@@ -148,6 +149,7 @@ async def run_side(
         ledger_path: Where the side's ledger goes (replaced).
         label: The side's name, also the prefix of its run ids.
         pace_s: Real seconds between two runs' starts (steady arrivals, as in production).
+        offset_s: Real seconds before the first run starts (to interleave two sides).
         progress: Called once per finished run.
     """
     from datetime import UTC
@@ -175,7 +177,7 @@ async def run_side(
             return chat(dataclasses.replace(attempt, model=served))
 
         async def one(i: int) -> Any:
-            await asyncio.sleep(i * pace_s)
+            await asyncio.sleep(offset_s + i * pace_s)
             result = await executor.run(call, run_id=f"{label.replace(' ', '-')}-{i}")
             if progress is not None:
                 progress()
