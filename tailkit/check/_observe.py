@@ -90,7 +90,8 @@ FROM ck_calls
 _RUNS = """
 SELECT run_id, min(start_at),
     count(*) FILTER (WHERE required AND won_at IS NOT NULL),
-    max(won_at) FILTER (WHERE required OR ?), max(last_at), bool_or(deadline_cut)
+    max(won_at) FILTER (WHERE required OR ?), max(last_at), bool_or(deadline_cut),
+    max(coalesce(won_at, last_at)) FILTER (WHERE NOT required)
 FROM ck_calls GROUP BY run_id
 """
 
@@ -259,13 +260,17 @@ def _observation(
     finished: list[float] = []
     unfinished: list[float] = []
     late = failed = 0
-    for _run, start, won, end, last, cut in run_rows:
+    for _run, start, won, end, last, cut, optional in run_rows:
         if won < required or end is None:
             failed += 1
             # cut at the deadline: still running, so longer; else it gave up then
             (unfinished if cut else finished).append(max(float(last) - start, 0.0))
             continue
         span = float(end) - start
+        if optional is not None:
+            # an optional step ends the run too, as the executor and the simulator count it:
+            # when it ended or gave up, or at the deadline that cut it
+            span = max(span, min(float(optional) - start, plan.deadline_s))
         finished.append(span)
         late += span > plan.deadline_s
     p50, p99 = quantiles(finished, unfinished, (0.5, 0.99), level=level)

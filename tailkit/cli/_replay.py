@@ -104,6 +104,8 @@ def render_replay(result: ReplayResult, console: Console) -> None:
             show = _pct if key in ("miss_rate", "extra_attempts") else _secs
             seen = side.observed[key]
             observed = f"{show(seen.value)} ({show(seen.low)}–{show(seen.high)})"
+            if math.isinf(seen.value):  # hidden by runs the deadline cut
+                observed = f"more than {show(seen.low)}"
             mark = "agrees" if side.agrees[key] else "[red]differs[/red]"
             table.add_row(side.label if i == 0 else "", title, show(side.predicted[key]),
                           observed, mark)  # fmt: skip

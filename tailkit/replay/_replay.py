@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tailkit.calibrate import workflow_of
+from tailkit.check import Estimate, observe
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
-from tailkit.replay._compare import Figure, observed_figures, verdicts
+from tailkit.replay._compare import Figure, verdicts
 from tailkit.replay._fidelity import MAX_ERROR_SHARE, Fidelity, LagMonitor, fidelity, timing_errors
 from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
@@ -195,15 +194,13 @@ def _prediction(
     plan: Plan, samples: Mapping[SampleKey, RouteSample], *, seed: int
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """
-    The side's predicted figures (run quantiles cut at the deadline) and their intervals.
+    The side's predicted figures and their intervals (Monte Carlo error for the miss rate).
     """
     result = simulate(plan, samples, runs=PREDICT_RUNS, seed=seed)
-    ends = np.minimum(result.end_s, plan.deadline_s)
-    p50, p99 = (float(x) for x in np.quantile(ends, [0.5, 0.99]))
     predicted = {
         "miss_rate": result.miss_rate,
-        "p50_s": p50,
-        "p99_s": p99,
+        "p50_s": result.p50_s,
+        "p99_s": result.p99_s,
         "extra_attempts": result.extra_attempts,
     }
     spread = 1.96 * result.miss_rate_se
@@ -211,26 +208,22 @@ def _prediction(
     return predicted, intervals
 
 
-def _extras(run: SideRun) -> int:
-    """
-    Attempts a cutoff started (hedges, retries and downgrades at a cutoff).
-    """
-    import json
-
-    count = 0
-    with run.ledger.open(encoding="utf-8") as lines:
-        for line in lines:
-            record = json.loads(line)
-            trigger = (record.get("attrs") or {}).get("trigger")
-            if trigger is not None:
-                count += trigger == "cutoff"
-            elif record["role"] in ("hedge", "downgrade"):
-                count += 1
-    return count
+def _figure(estimate: Estimate) -> Figure:
+    return Figure(estimate.value, estimate.low, estimate.high, estimate.n)
 
 
-def _side(run: SideRun, predicted: tuple[dict[str, float], dict[str, Any]]) -> ReplaySide:
-    observed = observed_figures(run.elapsed_s, run.missed, _extras(run), run.first_attempts)
+def _side(
+    plan: Plan, run: SideRun, predicted: tuple[dict[str, float], dict[str, Any]]
+) -> ReplaySide:
+    # observed exactly as `tailkit check` reads a production ledger: one definition of a run's
+    # end, a miss and an extra attempt (one a cutoff started) for both
+    seen = observe(plan, [run.ledger])
+    observed = {
+        "miss_rate": _figure(seen.miss_rate),
+        "p50_s": _figure(seen.p50_s),
+        "p99_s": _figure(seen.p99_s),
+        "extra_attempts": _figure(seen.cutoff_attempts),
+    }
     point, intervals = predicted
     return ReplaySide(
         label=run.label,
@@ -339,7 +332,7 @@ def replay(
         progress,
     )  # fmt: skip
     sides, found, tried, notes = rehearsal.run(runs, time_scale)
-    result_sides = (_side(sides[0], predictions[0]), _side(sides[1], predictions[1]))
+    result_sides = (_side(plan, sides[0], predictions[0]), _side(plan, sides[1], predictions[1]))
     denied = result_sides[1].denials
     if denied:
         notes.append(

@@ -40,12 +40,14 @@ def _table(sides: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], ...]:
     for side in sides:
         for i, (key, name) in enumerate(_NAMES.items()):
             low, high = side["observed_interval"][key]
+            seen = side["observed"][key]
+            shown = _text(key, seen) if seen is not None else f"more than {_text(key, low)}"
             rows.append(
                 (
                     str(side["label"]) if i == 0 else "",
                     name,
                     _text(key, side["predicted"][key]),
-                    _text(key, side["observed"][key]),
+                    shown,
                     f"{_text(key, low)} – {_text(key, high)}",
                     "agrees" if side["agrees"][key] else "differs",
                 )
