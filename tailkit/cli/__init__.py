@@ -13,7 +13,17 @@ from typing import Annotated
 import typer
 
 from tailkit.cli import _check, _demo, _races, _render, _replay, _report, _serve, _workflow
-from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
+from tailkit.cli._common import (
+    DbOption,
+    InputEdges,
+    JsonOption,
+    MapOption,
+    OutputEdges,
+    SetOption,
+    UnitOption,
+    buckets_of,
+    fail,
+)
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
 from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
@@ -51,17 +61,9 @@ def ingest(
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the formats it reads, then exit.")
     ] = False,
-    map_: Annotated[
-        list[str] | None,
-        typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. total_s=latency (repeatable)."),
-    ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
-    ] = None,
-    unit: Annotated[
-        str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
-    ] = None,
+    map_: MapOption = None,
+    set_: SetOption = None,
+    unit: UnitOption = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="Store nothing from a file with any bad row.")
     ] = False,

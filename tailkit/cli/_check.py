@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tailkit.cli._common import JsonOption
+from tailkit.cli._common import JsonOption, MapOption, SetOption, UnitOption
 from tailkit.errors import TailkitError
 from tailkit.ingest import ScanOptions
 
@@ -111,17 +111,9 @@ def check(
         str,
         typer.Option("--format", help="auto, or a format name (tailkit ingest --list-formats)."),
     ] = "auto",
-    map_: Annotated[
-        list[str] | None,
-        typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. run_id=trace_id (repeatable)."),
-    ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
-    ] = None,
-    unit: Annotated[
-        str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
-    ] = None,
+    map_: MapOption = None,
+    set_: SetOption = None,
+    unit: UnitOption = None,
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Relative difference that still holds.")
     ] = 0.15,

@@ -22,6 +22,17 @@ OutputEdges = Annotated[
     str | None,
     typer.Option("--output-edges", help="Output-token bucket edges, e.g. 0,64,256,600,1200,2400."),
 ]
+MapOption = Annotated[
+    list[str] | None,
+    typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. total_s=latency (repeatable)."),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
+]
+UnitOption = Annotated[
+    str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
+]
 
 
 def fail(message: str) -> NoReturn:

@@ -176,6 +176,21 @@ def _floats(where: str, value: object) -> tuple[float, ...]:
     return tuple(out)
 
 
+def read_json(source: str, what: str, fix: str) -> Any:
+    """
+    A JSON file's document, or a `ConfigError` naming the file, what it should be, and the fix.
+    """
+    try:
+        with open(source, encoding="utf-8") as file:
+            return json.load(file)
+    except FileNotFoundError:
+        msg = f"{source}: no such {what} file; {fix}"
+        raise ConfigError(msg) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"{source}: cannot read it as JSON ({exc}); {fix}"
+        raise ConfigError(msg) from None
+
+
 def _counts(where: str, value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -201,15 +216,7 @@ def load_outcomes(
             table is malformed; the message names the file and the model.
     """
     source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as file:
-            document: Any = json.load(file)
-    except FileNotFoundError:
-        msg = f"{source}: no such outcomes file (tailkit replay --out DIR writes one)"
-        raise ConfigError(msg) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = f"{source}: cannot read it as an outcomes file ({exc})"
-        raise ConfigError(msg) from None
+    document = read_json(source, "outcomes", "tailkit replay --out DIR writes one")
     if not isinstance(document, dict) or document.get("tailkit_outcomes") != OUTCOMES_VERSION:
         msg = f"{source}: not a tailkit outcomes file (no 'tailkit_outcomes: 1' key)"
         raise ConfigError(msg)

@@ -23,7 +23,6 @@ Failures are not replayed (the table's ``failed_share`` mixes errors, 429s and c
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -32,7 +31,7 @@ from typing import Any
 
 from tailkit.errors import ConfigError
 from tailkit.serve._draw import OUTPUT_SIGMA
-from tailkit.serve._outcomes import load_outcomes
+from tailkit.serve._outcomes import load_outcomes, read_json
 from tailkit.serve._profile import ModelProfile, ServeConfig
 
 
@@ -52,16 +51,7 @@ def _finite(row: Mapping[str, Any], name: str) -> float | None:
 
 def _rows(stats_json: object) -> list[Mapping[str, Any]]:
     if isinstance(stats_json, str | os.PathLike):
-        source = os.fspath(stats_json)
-        try:
-            with open(source, encoding="utf-8") as file:
-                stats_json = json.load(file)
-        except FileNotFoundError:
-            msg = f"{source}: no such stats file; {_FIX}"
-            raise ConfigError(msg) from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            msg = f"{source}: cannot read it as JSON ({exc}); {_FIX}"
-            raise ConfigError(msg) from None
+        stats_json = read_json(os.fspath(stats_json), "stats", _FIX)
     rows = stats_json.get("table") if isinstance(stats_json, Mapping) else stats_json
     if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
         msg = f"stats JSON must hold a 'table' list of rows, got {type(rows).__name__}; {_FIX}"
