@@ -918,7 +918,7 @@ def test_profile_from_stats_refuses_what_it_cannot_replay(stats: Any, message: s
 
 def test_serve_needs_exactly_one_source() -> None:
     """
-    Without --profile or --from-stats (or with both) the command says what to give.
+    Without --profile, --from-stats or --outcomes (or with two) the command says what to give.
     """
     runner = CliRunner()
 
@@ -926,8 +926,8 @@ def test_serve_needs_exactly_one_source() -> None:
 
     assert 1 == result.exit_code
     assert (
-        "Error: give either --profile FILE.yaml or --from-stats STATS.json (exactly one)\n"
-        == result.stderr
+        "Error: give one of --profile FILE.yaml, --from-stats STATS.json or --outcomes "
+        "FILE.json (exactly one)\n" == result.stderr
     )
 
 
