@@ -107,12 +107,19 @@ def render_replay(result: ReplayResult, console: Console) -> None:
             if math.isinf(seen.value):  # hidden by runs the deadline cut
                 observed = f"more than {show(seen.low)}"
             mark = "agrees" if side.agrees[key] else "[red]differs[/red]"
+            if key in side.borderline:
+                mark = "[yellow]borderline[/yellow]"
             table.add_row(side.label if i == 0 else "", title, show(side.predicted[key]),
                           observed, mark)  # fmt: skip
         table.add_section()
     console.print(table)
     verdict = {"agrees": "[green]agrees[/green]", "differs": "[red]differs[/red]",
                "can't tell": "[yellow]can't tell[/yellow]"}[result.verdict]  # fmt: skip
+    if any(side.borderline for side in result.sides):
+        console.print(
+            "borderline: outside its own 95% interval, inside the one that holds for all eight "
+            "figures together (one replay in three shows such a figure by chance)"
+        )
     helps = "lowers misses without raising p99" if result.plan_helps else "does NOT help here"
     console.print(f"replay {verdict} with the simulation; the plan {helps}")
     console.print(result.fidelity.describe())

@@ -49,7 +49,11 @@ def _table(sides: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], ...]:
                     _text(key, side["predicted"][key]),
                     shown,
                     f"{_text(key, low)} – {_text(key, high)}",
-                    "agrees" if side["agrees"][key] else "differs",
+                    "borderline"
+                    if key in side.get("borderline", ())
+                    else "agrees"
+                    if side["agrees"][key]
+                    else "differs",
                 )
             )
     return tuple(rows)
