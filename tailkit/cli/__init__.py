@@ -268,8 +268,8 @@ app.command(name="demo")(_demo.demo)
 app.command(name="serve")(_serve.serve)
 app.command(name="report")(_report.report)
 app.command(name="races")(_races.races)
-app.command(name="check")(_check.check)
 app.command(name="replay")(_replay.replay)
+app.command(name="check")(_check.check)
 
 
 def main() -> None:

@@ -263,8 +263,7 @@ class _Run:
 
 def _run_end(model: WorkflowModel, ends: Sequence[float]) -> float:
     """
-    The run's end: its last sink's, an optional sink cut at the deadline, never before the end
-    of a required step.
+    The run's end: its last sink's (an optional one cut at the deadline), or a required step's.
     """
     waited = {d for step in model.steps for d in step.deps}
     return max(
