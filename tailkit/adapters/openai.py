@@ -299,7 +299,10 @@ def chat_attempt(
             rate, and can cut a stalled stream. ``False``: one JSON answer.
         client: A shared ``httpx.AsyncClient`` (its connection pool). Turn its retries off
             (``transport=httpx.AsyncHTTPTransport(retries=0)``); it is not closed by `aclose`.
-            ``None``: the adapter creates one on first use, without retries.
+            ``None``: the adapter creates one on first use, without retries. httpx's default
+            pool holds 100 connections and queues the rest, and the time an attempt waits
+            for a connection counts as the provider's latency: with many runs in flight, pass
+            a client with ``limits=httpx.Limits(max_connections=None)`` on its transport.
         max_tokens: Sent as ``max_tokens`` (``None``: not sent).
         extra_body: More request fields (``temperature``, ``stream_options``, …); it may not
             set ``model``, ``messages`` or ``stream``.
