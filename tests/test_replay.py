@@ -18,13 +18,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tailkit.calibrate import calibrate, workflow_of
+from tailkit.check._estimate import rate
 from tailkit.cli import app
 from tailkit.cli._replay import render_replay
 from tailkit.config import dump_plan, parse_plan
 from tailkit.errors import ConfigError
 from tailkit.ingest import ingest_paths
 from tailkit.replay import replay
-from tailkit.replay._compare import Figure, agrees, rate_interval
+from tailkit.replay._compare import Figure, agrees
 from tailkit.replay._fidelity import fidelity, timing_errors
 from tailkit.replay._replay import _chosen_scale, smallest_cutoff_s
 from tailkit.replay._tables import _outcomes
@@ -241,7 +242,7 @@ def test_agreement_rules() -> None:
     assert agrees(0.16, Figure(0.14, 0.13, 0.15, 9000))  # 12.5 % apart
     assert not agrees(0.02, seen)
     assert agrees(0.02, seen, (0.01, 0.07))
-    low, high = rate_interval(0, 50)
+    low, high = rate(0, 50).low, rate(0, 50).high
     assert (0.0, pytest.approx(0.0711, abs=1e-3)) == (low, high)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-__all__ = ["FIGURES", "RELATIVE_SLACK", "Figure", "agrees", "rate_interval", "verdicts"]
+__all__ = ["FIGURES", "RELATIVE_SLACK", "Figure", "agrees", "verdicts"]
 
 FIGURES = ("miss_rate", "p50_s", "p99_s", "extra_attempts")
 RELATIVE_SLACK = 0.15  # a prediction within 15 % of the observation agrees
@@ -55,20 +55,6 @@ class Figure:
             "high": finite(self.high),
             "n": self.n,
         }
-
-
-def rate_interval(hits: int, n: int, *, level: float = LEVEL) -> tuple[float, float]:
-    """
-    The exact (Clopper-Pearson) interval of a rate of ``hits`` in ``n``.
-    """
-    from scipy import stats
-
-    if n == 0:
-        return 0.0, 1.0
-    alpha = 1.0 - level
-    low = 0.0 if hits == 0 else float(stats.beta.ppf(alpha / 2, hits, n - hits + 1))
-    high = 1.0 if hits == n else float(stats.beta.ppf(1 - alpha / 2, hits + 1, n - hits))
-    return low, high
 
 
 def agrees(predicted: float, observed: Figure, interval: tuple[float, float] | None = None) -> bool:

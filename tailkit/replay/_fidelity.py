@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import statistics
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -106,12 +107,8 @@ def timing_errors(ledgers: Sequence[Path], access_log: Path, *, factor: float) -
     return errors
 
 
-def _mean(values: Iterable[float]) -> float:
-    total = count = 0.0
-    for value in values:
-        total += value
-        count += 1
-    return total / count if count else 0.0
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
 
 
 def _quantile(values: Iterable[float], q: float) -> float:
@@ -188,7 +185,7 @@ def fidelity(
     Summarize measured timing errors and loop lag (real seconds) into a `Fidelity`.
     """
     median = _quantile(errors_s, 0.5)
-    error = _mean(abs(e) for e in errors_s) / time_scale
+    error = _mean([abs(e) for e in errors_s]) / time_scale
     share = error / smallest_cutoff_s if math.isfinite(smallest_cutoff_s) else 0.0
     return Fidelity(
         time_scale=time_scale,
@@ -197,7 +194,7 @@ def fidelity(
         bias_s=median / time_scale,
         error_s=error,
         p95_s=_quantile((abs(e) for e in errors_s), 0.95) / time_scale,
-        jitter_s=_mean(abs(e - median) for e in errors_s) / time_scale,
+        jitter_s=_mean([abs(e - median) for e in errors_s]) / time_scale,
         loop_lag_s=_quantile(loop_lag_s, 0.99) / time_scale,
         requests=len(errors_s),
         error_share=share,

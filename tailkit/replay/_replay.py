@@ -204,6 +204,9 @@ def _prediction(
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """
     The side's predicted figures and their intervals (Monte Carlo error for the miss rate).
+
+    Not `tailkit.calibrate.predict`'s bootstrap interval: the replay serves the measured
+    sample itself, so the sample's own uncertainty is not part of what it can disagree with.
     """
     result = simulate(plan, samples, runs=PREDICT_RUNS, seed=seed)
     predicted = {

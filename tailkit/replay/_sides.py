@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,32 +35,19 @@ MESSAGES = [{"role": "user", "content": "Write the next part of the account brie
 @dataclass(frozen=True, slots=True)
 class SideRun:
     """
-    What one side did, in profile seconds.
+    What one side did; its figures are read from its ledger (`tailkit.check.observe`).
 
     Args:
         label: ``without plan`` or ``with plan``.
-        elapsed_s: Each run's end-to-end seconds, in run order.
-        missed: Per run, whether it failed a required step or ended after the deadline.
-        attempts: Attempts in the ledger.
-        first_attempts: First attempts (attempt number 0).
+        runs: Workflow runs.
         denials: Cutoffs whose hedge the budget or the throttle denied.
         ledger: The side's ledger (JSON lines, profile seconds).
     """
 
     label: str
-    elapsed_s: tuple[float, ...]
-    missed: tuple[bool, ...]
-    attempts: int
-    first_attempts: int
+    runs: int
     denials: int
     ledger: Path
-
-    @property
-    def runs(self) -> int:
-        """
-        Runs on this side.
-        """
-        return len(self.elapsed_s)
 
 
 def scaled_plan(plan: Plan, factor: float) -> Plan:
@@ -176,28 +162,12 @@ async def run_side(
             served = model_ids[(attempt.step, attempt.route)]
             return chat(dataclasses.replace(attempt, model=served))
 
-        async def one(i: int) -> Any:
+        async def one(i: int) -> None:
             await asyncio.sleep(offset_s + i * pace_s)
-            result = await executor.run(call, run_id=f"{label.replace(' ', '-')}-{i}")
+            await executor.run(call, run_id=f"{label.replace(' ', '-')}-{i}")
             if progress is not None:
                 progress()
-            return result
 
-        results = await asyncio.gather(*(one(i) for i in range(runs)))
+        await asyncio.gather(*(one(i) for i in range(runs)))
     ledger.close()
-    attempts = firsts = denials = 0
-    with ledger_path.open(encoding="utf-8") as lines:
-        for line in lines:
-            record = json.loads(line)
-            attempts += 1
-            firsts += record["attempt"] == 0
-            denials += "hedge_denied" in (record.get("attrs") or {})
-    return SideRun(
-        label=label,
-        elapsed_s=tuple(r.elapsed_s / factor for r in results),
-        missed=tuple(not r.ok or r.elapsed_s > scaled.deadline_s for r in results),
-        attempts=attempts,
-        first_attempts=firsts,
-        denials=denials,
-        ledger=ledger_path,
-    )
+    return SideRun(label, runs, sum(executor.denials.values()), ledger_path)
