@@ -9,7 +9,7 @@ rises from a trickle to well past what 2 workers can do. Time runs 100 times fas
   8 s from when a worker takes it, whatever the caller has left. Calls finish after the harness
   gave up, re-plans execute the same work again, and the queue grows.
 - Propagated deadline: the harness gives each task one 8 s deadline that travels with every
-  request (DESIGN.md §3); the tool honours it, so a request whose time ran out in the queue is
+  request; the tool honours it, so a request whose time ran out in the queue is
   dropped the moment a worker takes it, and the harness does not re-plan past its deadline.
 
 `tailkit races` on the two logs must show the orphaned successes, the duplicates and the queue
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from tailkit.adapters.openai import chat_attempt
 from tailkit.config import parse_plan
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor import Executor, JsonlSink, Ledger, deadline_after
+from tailkit.replay._fidelity import LagMonitor
 from tailkit.serve import ModelProfile, ServeConfig, Server
 
 
@@ -103,6 +106,19 @@ async def harness(*, propagate: bool, folder: Path) -> tuple[Path, Path, dict[st
     return ledger_path, tool_log, outcome
 
 
+def tool_lateness_s(tool_log: Path) -> list[float]:
+    """Per tool record that carried a deadline: seconds from that deadline to the record's end."""
+    lateness = []
+    for line in tool_log.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record.get("deadline_at") is None:
+            continue
+        took = record["total_s"] if record["total_s"] is not None else record["censored_at_s"]
+        end = datetime.fromisoformat(record["started_at"]).timestamp() + float(took or 0.0)
+        lateness.append(end - datetime.fromisoformat(record["deadline_at"]).timestamp())
+    return lateness
+
+
 def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path: Path) -> None:
     """Independent clocks: orphaned successes, re-planned duplicates, a queue that eats budgets."""
     from tailkit.races import find_races
@@ -122,17 +138,26 @@ def test_a_propagated_deadline_leaves_no_orphans_and_no_duplicates(tmp_path: Pat
     """One deadline carried by every request: no orphans, no re-plans, no duplicate work."""
     from tailkit.races import find_races
 
-    harness_log, tool_log, outcome = asyncio.run(harness(propagate=True, folder=tmp_path))
+    async def measured() -> tuple[tuple[Path, Path, dict[str, int]], list[float]]:
+        async with LagMonitor(tick_s=0.002) as lag:
+            result = await harness(propagate=True, folder=tmp_path)
+        return result, lag.samples_s
+
+    (harness_log, tool_log, outcome), lag_s = asyncio.run(measured())
     report = find_races(harness_log, tool_log)
     print("propagated:", outcome, report.findings())
     assert report.paired > 0
     assert report.abandoned == ()
     assert report.duplicates == ()
     assert not any(r.executed > 1 for r in report.replans)
-    # the tool stops at the deadline it was given; a few stop a millisecond or two late,
-    # on a loop that serves both sides of 240 calls at 100 times real speed
-    assert report.deadline_honoured_share is not None
-    assert report.deadline_honoured_share >= 0.85
+    # The tool stops at the deadline it was given. Its timer can only fire as late as the loop
+    # (which serves both sides) was stalled, so each stop is bounded by the lag measured in this
+    # very run, not by a figure from an idle machine.
+    lateness = tool_lateness_s(tool_log)
+    assert report.deadline_carried == len(lateness) > 0
+    bound = max(lag_s, default=0.0) + 0.005
+    print(f"lateness max {max(lateness):.4f} s, loop lag max {max(lag_s, default=0.0):.4f} s")
+    assert max(lateness) <= bound
 
 
 def test_the_report_has_a_races_section(tmp_path: Path) -> None:
