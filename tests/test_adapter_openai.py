@@ -9,6 +9,7 @@ stream, a hang). Tests run on the real event loop, since sockets are the point.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import socket
@@ -26,7 +27,12 @@ import pytest
 
 from tailkit.adapters import chat_attempt
 from tailkit.adapters._sse import SSEDecoder
-from tailkit.adapters.openai import ChatAttempt
+from tailkit.adapters.openai import (
+    ChatAttempt,
+    close_shared_client,
+    set_shared_client,
+    shared_client,
+)
 from tailkit.config import Plan, parse_plan
 from tailkit.errors import AllAttemptsFailed, ConfigError, StepTimeout
 from tailkit.executor import (
@@ -36,12 +42,14 @@ from tailkit.executor import (
     Executor,
     Ledger,
     MemorySink,
+    StepPolicy,
     StreamResult,
     TruncatedStream,
     deadline_after,
     idempotency_key,
     now,
 )
+from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
 
 
 T = TypeVar("T")
@@ -288,7 +296,10 @@ def test_messages_can_be_built_from_the_attempt_and_a_shared_client_is_reused() 
                 assert FINAL == chunks[-1]
             await fn.aclose()
             await asyncio.sleep(0.05)
-            assert 1 == server.closed  # aclose released the pooled connection
+            assert 0 == server.closed  # the adapter owns no connection: it stays pooled
+            await close_shared_client()  # released the pooled connection
+            while server.closed < 1:
+                await asyncio.sleep(0.01)
         return server
 
     server = run(main())
@@ -528,6 +539,207 @@ def test_a_cut_at_the_deadline_instant_closes_the_connection(stream: bool) -> No
             with pytest.raises(asyncio.CancelledError):
                 await task
             await asyncio.wait_for(server.gone.wait(), 2)  # before the client closes
+
+    run(main())
+
+
+# --- connections: the shared client (against tailkit serve) --------------------------------
+
+FAST = ModelProfile(
+    ttft_median_s=0.0, ttft_sigma=0.0, tokens_per_s=1000.0, gen_sigma=0.0, output_tokens=3
+)
+SLOW = dataclasses.replace(FAST, ttft_median_s=0.3)  # real seconds: time_scale is 1
+HANG = dataclasses.replace(FAST, faults=Faults(hang=1.0))
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def serve(**models: ModelProfile) -> Server:
+    return Server(ServeConfig(models=models, seed=1))
+
+
+def watch(client: httpx.AsyncClient) -> list[httpx.Request]:
+    """The requests ``client`` sends from now on."""
+    sent: list[httpx.Request] = []
+
+    async def hook(request: httpx.Request) -> None:
+        sent.append(request)
+
+    client.event_hooks["request"].append(hook)
+    return sent
+
+
+def own_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(retries=0))
+
+
+async def received(server: Server, n: int = 1) -> None:
+    """Wait until the server has taken ``n`` requests (they are then in flight)."""
+    while sum(server.seen_keys.values()) < n:
+        await asyncio.sleep(0.01)
+
+
+def test_adapters_in_one_loop_send_through_one_shared_client() -> None:
+    """Two adapters made without client= both send through the loop's shared client."""
+
+    async def main() -> None:
+        async with serve(m1=FAST) as server:
+            sent = watch(shared_client())
+            first = chat_attempt(server.url, MESSAGES, stream=False)
+            second = chat_attempt(server.url, MESSAGES)
+            assert (await call(first, attempt()))["choices"]
+            assert FINAL == (await call(second, attempt()))[-1]
+            assert 2 == len(sent)
+            assert shared_client() is shared_client()
+
+    run(main())
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_leaving_async_with_does_not_stop_an_attempt_in_flight(stream: bool) -> None:
+    """An attempt started inside the block and still running after it ends normally."""
+
+    async def main() -> tuple[Any, Server]:
+        async with serve(m1=SLOW) as server:
+            async with chat_attempt(server.url, MESSAGES, stream=stream) as fn:
+                task = asyncio.ensure_future(call(fn, attempt()))
+                await received(server)
+            assert not task.done()
+            return await task, server
+
+    result, server = run(main())
+    if stream:
+        assert FINAL == result[-1]
+    else:
+        assert result["choices"][0]["message"]["content"]
+    assert ["ok"] == [r.status for r in server.records]
+
+
+def test_a_hedge_loser_let_finish_outlives_the_adapter_block() -> None:
+    """losers="finish": the slow primary lands after the block, as an ok abandoned attempt."""
+    step = "    signal: ttft\n    ttft_cutoff_s: 0.05\n    on_cutoff: hedge\n"
+    step += "    hedge_route: other/m2\n"
+
+    async def main() -> tuple[Any, MemorySink, Server]:
+        sink = MemorySink()
+        policies = {"s": StepPolicy(losers="finish")}
+        executor = Executor(plan(step), ledger=Ledger(sink), policies=policies)
+        slow = dataclasses.replace(FAST, ttft_median_s=1.0)  # well after the hedge's answer
+        async with serve(m1=slow, m2=FAST) as server:
+            async with chat_attempt(server.url, MESSAGES) as fn:
+                result = await executor.run_step("s", fn)
+            while len(sink.records) < 2:  # the loser's line is written when it lands
+                await asyncio.sleep(0.01)
+        return result, sink, server
+
+    result, sink, server = run(main())
+    assert isinstance(result, StreamResult)
+    assert [("hedge", "ok", True, False), ("primary", "ok", False, True)] == [
+        (r.role, r.status, r.winner, r.abandoned) for r in sink.records]  # fmt: skip
+    assert ["ok", "ok"] == [r.status for r in server.records]
+
+
+def test_a_client_passed_in_is_used_and_left_open() -> None:
+    """client=: requests go through it, not the shared one, and it stays open after the block."""
+
+    async def main() -> tuple[int, int]:
+        async with serve(m1=FAST) as server, own_client() as mine:
+            via_shared, via_mine = watch(shared_client()), watch(mine)
+            async with chat_attempt(server.url, MESSAGES, stream=False, client=mine) as fn:
+                await call(fn, attempt())
+            assert not mine.is_closed
+            await call(fn, attempt())  # still usable
+        return len(via_shared), len(via_mine)
+
+    assert (0, 2) == run(main())
+
+
+def test_the_shared_client_has_no_connection_limit() -> None:
+    """120 attempts at once (httpx's default pool: 100) all reach the server together."""
+    n = 120
+
+    async def main() -> int:
+        async with serve(m1=HANG) as server:
+            fn = chat_attempt(server.url, MESSAGES, stream=False)
+            tasks = [asyncio.ensure_future(call(fn, attempt(math.inf))) for _ in range(n)]
+            await received(server, n)  # with a limit, the rest would queue in the client
+            held = server.open_connections
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return held
+
+    assert n == run(main())
+
+
+def test_each_event_loop_gets_its_own_working_client() -> None:
+    """A second asyncio.run gets a fresh client that works; each is closed when its loop ends."""
+
+    async def one() -> httpx.AsyncClient:
+        async with serve(m1=FAST) as server:
+            fn = chat_attempt(server.url, MESSAGES, stream=False)
+            assert (await call(fn, attempt()))["choices"]
+            return shared_client()
+
+    first = run(one())
+    second = run(one())
+    assert first is not second
+    assert first.is_closed
+    assert second.is_closed
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_close_shared_client_waits_for_attempts_in_flight(stream: bool) -> None:
+    """close_shared_client lets a running attempt finish, closes the client; a new one follows."""
+
+    async def main() -> None:
+        async with serve(m1=SLOW) as server:
+            fn = chat_attempt(server.url, MESSAGES, stream=stream)
+            before = shared_client()
+            task = asyncio.ensure_future(call(fn, attempt()))
+            await received(server)
+            await close_shared_client()
+            assert before.is_closed
+            await task  # it ended well: the close waited for its exchange
+            assert ["ok"] == [r.status for r in server.records]
+            after = shared_client()
+            assert after is not before
+            await call(fn, attempt())  # sends through the new one
+
+    run(main())
+
+
+def test_set_shared_client_replaces_it_without_stopping_requests_in_flight() -> None:
+    """A client set in its place takes new requests; the old default finishes hers, then closes."""
+
+    async def main() -> None:
+        async with serve(m1=SLOW) as server, own_client() as mine:
+            fn = chat_attempt(server.url, MESSAGES, stream=False)
+            default = shared_client()
+            in_flight = asyncio.ensure_future(call(fn, attempt()))
+            await received(server)
+            sent = watch(mine)
+            set_shared_client(mine)
+            assert shared_client() is mine
+            await call(fn, attempt())
+            assert 1 == len(sent)
+            assert (await in_flight)["choices"]  # the old default's request went on
+            while not default.is_closed:  # and then it was closed
+                await asyncio.sleep(0.01)
+            await close_shared_client()
+            assert not mine.is_closed  # a client set by the caller is never closed by tailkit
+            assert shared_client() is not mine
+
+    run(main())
+
+
+def test_the_shared_client_needs_a_running_loop_and_an_httpx_client() -> None:
+    """Outside a loop: RuntimeError that says why; set_shared_client refuses a non-client."""
+    with pytest.raises(RuntimeError, match=r"shared_client\(\) needs a running event loop"):
+        shared_client()
+
+    async def main() -> None:
+        with pytest.raises(ConfigError, match=r"needs an httpx\.AsyncClient, got str"):
+            set_shared_client("http://x")  # type: ignore[arg-type]
 
     run(main())
 

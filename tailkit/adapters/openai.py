@@ -4,11 +4,23 @@ Call an OpenAI-compatible chat endpoint as an executor attempt (extra ``http``: 
 ``await executor.run_step("draft", chat_attempt(base_url, messages))``: every attempt POSTs
 ``{base_url}/chat/completions`` with the attempt's model, its deadline headers and its
 Idempotency-Key, and never outlives the attempt's deadline. The adapter itself never retries:
-retries, hedges and cutoffs belong to the executor (DESIGN.md §4). An SDK that retries on its
-own, or starts a fresh timeout for each retry, is how ``timeout=30`` becomes a 91-second wait;
-a read timeout that keep-alive comments keep resetting is how a stuck stream never times out.
-So the timeout here is the attempt's remaining deadline, and the whole exchange (every read of a
-stream included) is also cut at the deadline itself.
+retries, hedges and cutoffs are the executor's, decided from the plan under the run's one
+deadline. An SDK that retries on its own, or starts a fresh timeout for each retry, is how
+``timeout=30`` becomes a 91-second wait; a read timeout that keep-alive comments keep resetting
+is how a stuck stream never times out. So the timeout here is the attempt's remaining
+deadline, and the whole exchange (every read of a stream included) is also cut at the deadline
+itself.
+
+Connections: an adapter made without ``client=`` sends through the *shared client*, one
+``httpx.AsyncClient`` per running event loop (httpx clients belong to the loop they first run
+in), made on first use. It never retries a connection, has no limit on connections (a pool
+limit queues attempts inside the client, and the wait would count as the provider's latency)
+and keeps up to 100 idle ones for reuse. Its TLS settings are loaded once per process. An
+adapter owns no connection, so leaving ``async with chat_attempt(...)`` closes nothing: an
+attempt still running then (a hedge loser the executor lets finish) ends normally.
+`shared_client` returns the loop's client, `set_shared_client` puts your own in its place (a
+proxy, other limits, HTTP/2), and `close_shared_client` closes it once its attempts end; the
+shared client is also closed when its loop shuts down (``asyncio.run`` returns).
 
 Errors are raised as `AttemptError` with the call-record status the executor acts on:
 
@@ -27,11 +39,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
+import ssl
+import threading
+import weakref
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+)
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from tailkit.adapters._bodies import answer_of, chunk_of, clip, error_message, loads, retry_after_s
 from tailkit.adapters._sse import SSEDecoder
@@ -49,13 +74,21 @@ except ImportError as exc:
     raise MissingExtraError(_msg) from exc
 
 
-__all__ = ["ChatAttempt", "chat_attempt"]
+__all__ = [
+    "ChatAttempt",
+    "chat_attempt",
+    "close_shared_client",
+    "set_shared_client",
+    "shared_client",
+]
 
+T = TypeVar("T")
 Messages = Callable[[Attempt], list[dict[str, Any]]] | list[dict[str, Any]]
 
 _RESERVED = ("messages", "model", "stream")  # the adapter owns these body keys
 _DRAIN_S = 0.25  # after [DONE]: how long to wait for the body's end, to keep the connection
 _CLEANUP_S = 1.0  # how long a cancelled attempt waits for its connection to close
+_KEEPALIVE = 100  # idle connections the shared client keeps for reuse
 
 
 class ChatAttempt:
@@ -64,11 +97,12 @@ class ChatAttempt:
 
     Made by `chat_attempt` (see it for the arguments). Calling it with an `Attempt` returns
     an async iterator of chunk dicts ending in `tailkit.executor.FINAL` (``stream=True``) or
-    an awaitable of the response dict. It owns the httpx client it creates: close it with
-    `aclose` or ``async with``.
+    an awaitable of the response dict. It sends through the client passed as ``client=``, or
+    else the running loop's shared client (`shared_client`); it owns neither, so ``async with``
+    and `aclose` close nothing.
     """
 
-    __slots__ = ("_client", "_headers", "_own", "_where", "extra_body", "max_tokens", "messages",
+    __slots__ = ("_client", "_headers", "_where", "extra_body", "max_tokens", "messages",
                  "stream", "url")  # fmt: skip
 
     def __init__(
@@ -109,7 +143,7 @@ class ChatAttempt:
         self._headers = dict(headers or {})
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._client, self._own = client, client is None
+        self._client = client
 
     def __repr__(self) -> str:
         return f"ChatAttempt({self._where!r}, stream={self.stream})"
@@ -124,11 +158,12 @@ class ChatAttempt:
 
     async def aclose(self) -> None:
         """
-        Close the httpx client this adapter created (a client passed in stays open).
+        Do nothing: the adapter owns no connection (kept so ``async with`` reads as before).
+
+        Attempts still running, a hedge loser left to finish among them, end normally. A
+        client passed as ``client=`` is the caller's to close; the shared one is closed by
+        `close_shared_client` or when its event loop shuts down.
         """
-        if self._own and self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
 
     async def __aenter__(self) -> ChatAttempt:
         return self
@@ -141,20 +176,25 @@ class ChatAttempt:
     ) -> None:
         await self.aclose()
 
-    def _use(self) -> httpx.AsyncClient:
-        if self._client is None:
-            # Made on first use, inside the loop that uses it. retries=0: connection retries
-            # would spend the deadline behind the executor's back. (With an explicit
-            # transport httpx reads no proxy from the environment: pass client= for one.)
-            # Its default timeout is never used: every request carries its own.
-            transport = httpx.AsyncHTTPTransport(retries=0)
-            self._client = httpx.AsyncClient(transport=transport)
-        return self._client
+    def _exchange(
+        self, work: Callable[[httpx.AsyncClient], Coroutine[Any, Any, T]]
+    ) -> asyncio.Task[T]:
+        """
+        Start one exchange as a task, on the caller's client or the loop's shared one.
+        """
+        loop = asyncio.get_running_loop()
+        if self._client is not None:
+            return loop.create_task(work(self._client))
+        shared = _current(loop)
+        exchange = loop.create_task(work(shared.client))
+        shared.exchanges.add(exchange)  # what close_shared_client waits for
+        exchange.add_done_callback(shared.exchanges.discard)
+        return exchange
 
     def _what(self, attempt: Attempt) -> str:
         return f"{attempt.route} at {self._where}"
 
-    def _request(self, attempt: Attempt) -> httpx.Request:
+    def _request(self, attempt: Attempt, client: httpx.AsyncClient) -> httpx.Request:
         left = attempt.remaining()
         if left <= 0.0:
             msg = f"{self._what(attempt)}: the deadline passed before the request was sent"
@@ -168,12 +208,10 @@ class ChatAttempt:
         headers["Accept"] = "text/event-stream" if self.stream else "application/json"
         # one timeout for connect, write, pool and each read: what is left of the deadline
         timeout = httpx.Timeout(None if math.isinf(left) else left)
-        return self._use().build_request(
-            "POST", self.url, json=body, headers=headers, timeout=timeout
-        )
+        return client.build_request("POST", self.url, json=body, headers=headers, timeout=timeout)
 
     async def _complete(self, attempt: Attempt) -> dict[str, Any]:
-        exchange = asyncio.get_running_loop().create_task(self._fetch(attempt))
+        exchange = self._exchange(functools.partial(self._fetch, attempt))
         try:
             await asyncio.wait({exchange})  # not `await exchange`: see `_stop`
             return exchange.result()
@@ -182,7 +220,7 @@ class ChatAttempt:
 
     async def _stream(self, attempt: Attempt) -> AsyncIterator[dict[str, Any] | Chunk]:
         queue: asyncio.Queue[dict[str, Any] | Chunk | None] = asyncio.Queue()
-        exchange = asyncio.get_running_loop().create_task(self._pump(attempt, queue.put_nowait))
+        exchange = self._exchange(functools.partial(self._pump, attempt, queue.put_nowait))
         final = False
         try:
             while (item := await queue.get()) is not None:
@@ -194,16 +232,18 @@ class ChatAttempt:
         finally:
             await _stop(exchange)
 
-    async def _fetch(self, attempt: Attempt) -> dict[str, Any]:
+    async def _fetch(self, attempt: Attempt, client: httpx.AsyncClient) -> dict[str, Any]:
         where = self._what(attempt)
         with _transport_errors(where):
             async with _until(attempt.deadline):
-                response = await self._use().send(self._request(attempt))
+                response = await client.send(self._request(attempt, client))
         if not response.is_success:
             raise _status_error(response, where)
         return answer_of(_body_text(response), response.status_code, where)
 
-    async def _pump(self, attempt: Attempt, put: Callable[[Any], None]) -> None:
+    async def _pump(
+        self, attempt: Attempt, put: Callable[[Any], None], client: httpx.AsyncClient
+    ) -> None:
         """
         The whole streamed exchange, by the deadline: put each chunk, then ``None``.
         """
@@ -211,7 +251,8 @@ class ChatAttempt:
         try:
             with _transport_errors(where):
                 async with _until(attempt.deadline):
-                    response = await self._use().send(self._request(attempt), stream=True)
+                    request = self._request(attempt, client)
+                    response = await client.send(request, stream=True)
                     try:
                         await _read_stream(response, put, where)
                     finally:
@@ -297,12 +338,12 @@ def chat_attempt(
         api_key: Sent as ``Authorization: Bearer …`` (``None``: no Authorization header).
         stream: Stream the answer (SSE): the executor then sees the first token and the token
             rate, and can cut a stalled stream. ``False``: one JSON answer.
-        client: A shared ``httpx.AsyncClient`` (its connection pool). Turn its retries off
-            (``transport=httpx.AsyncHTTPTransport(retries=0)``); it is not closed by `aclose`.
-            ``None``: the adapter creates one on first use, without retries. httpx's default
-            pool holds 100 connections and queues the rest, and the time an attempt waits
-            for a connection counts as the provider's latency: with many runs in flight, pass
-            a client with ``limits=httpx.Limits(max_connections=None)`` on its transport.
+        client: Your own ``httpx.AsyncClient`` to send with; the adapter never closes it.
+            Turn its retries off (``transport=httpx.AsyncHTTPTransport(retries=0)``) and lift
+            its pool limit (``limits=httpx.Limits(max_connections=None)`` on that transport):
+            httpx's default pool holds 100 connections and queues the rest, and the time an
+            attempt waits for a connection counts as the provider's latency. ``None``: the
+            running loop's shared client (see `shared_client`), which is set up that way.
         max_tokens: Sent as ``max_tokens`` (``None``: not sent).
         extra_body: More request fields (``temperature``, ``stream_options``, …); it may not
             set ``model``, ``messages`` or ``stream``.
@@ -311,7 +352,9 @@ def chat_attempt(
     Returns:
         A `ChatAttempt`: pass it to ``Executor.run_step`` or ``Executor.run``. The model is the
         attempt's (its route's), never fixed here. Its timeout is the attempt's remaining
-        deadline (``math.inf``: none); it never retries.
+        deadline (``math.inf``: none); it never retries. It holds no connection of its own:
+        making one per request costs nothing, and leaving ``async with`` does not stop an
+        attempt still running (a hedge loser that a ``losers="finish"`` step lets finish).
 
     Raises:
         ConfigError: ``base_url`` is not an http(s) URL, ``max_tokens`` is not positive, or
@@ -326,6 +369,191 @@ def chat_attempt(
         base_url, messages, api_key=api_key, stream=stream, client=client,
         max_tokens=max_tokens, extra_body=extra_body, headers=headers,
     )  # fmt: skip
+
+
+# --- the shared client ---------------------------------------------------------------------
+#
+# One client per event loop, because an httpx client's connections belong to the loop they
+# were opened in. The registry holds loops weakly and forgets closed ones. Each entry also
+# starts a tiny async generator and keeps it alive: asyncio.run (like every asyncio Runner)
+# closes the async generators still alive when it shuts the loop down, after cancelling the
+# loop's tasks, and that generator's `finally` closes the client then, inside its loop, where
+# its sockets can still be closed cleanly. A loop closed without that shutdown leaves its
+# client to the garbage collector.
+
+
+@dataclass(eq=False, slots=True)
+class _Shared:
+    """
+    One loop's shared client, and the exchanges in flight on it.
+    """
+
+    client: httpx.AsyncClient
+    owned: bool  # made here, so closed here; a client set by the caller is never closed
+    exchanges: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+_registry: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[_Shared, AsyncGenerator[None, None]]
+] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()  # loops in other threads have entries too
+_retiring: set[asyncio.Task[None]] = set()  # strong references to background closes
+
+
+def shared_client() -> httpx.AsyncClient:
+    """
+    The running event loop's shared client: adapters made without ``client=`` send with it.
+
+    Made on first use, with no connection retries (``retries=0``), no connection limit
+    (``max_connections=None``) and up to 100 idle connections kept alive; the TLS settings
+    (the slow part, tens of milliseconds of CPU) are loaded once per process. Call it at
+    start-up to pay that before the first deadline runs. Like every transport given
+    explicitly, it reads no proxy from the environment: `set_shared_client` takes one that does.
+
+    Returns:
+        The client. Use it for your own requests too, but do not close it yourself: see
+        `close_shared_client`.
+
+    Raises:
+        RuntimeError: No event loop is running in this thread.
+    """
+    return _current(_running_loop("shared_client")).client
+
+
+def set_shared_client(client: httpx.AsyncClient) -> None:
+    """
+    Make ``client`` the running event loop's shared client, for every adapter without ``client=``.
+
+    Requests already in flight on the previous shared client go on; a previous client made by
+    tailkit is closed once they end, one you set stays open. tailkit never closes ``client``:
+    close it yourself after `close_shared_client` or when the loop is done with it. Turn its
+    retries off and lift its pool limit, as the default does (see `chat_attempt`).
+
+    Args:
+        client: The client, used in this event loop only (httpx clients belong to one loop).
+
+    Raises:
+        ConfigError: ``client`` is not an ``httpx.AsyncClient``.
+        RuntimeError: No event loop is running in this thread.
+    """
+    if not isinstance(client, httpx.AsyncClient):
+        msg = f"set_shared_client needs an httpx.AsyncClient, got {type(client).__name__}"
+        raise ConfigError(msg)
+    loop = _running_loop("set_shared_client")
+    held = _registry.get(loop)
+    if held is not None and held[0].client is client:
+        return  # already shared: keep its owner
+    _install(loop, _Shared(client, owned=False))
+
+
+async def close_shared_client() -> None:
+    """
+    Forget the running loop's shared client, wait for its requests to end, and close it.
+
+    The next request starts a new default client. Requests in flight end normally (by their
+    deadline at the latest, so one without a deadline may keep this waiting: wrap it in
+    ``asyncio.timeout`` to cut them). A client given to `set_shared_client` is only forgotten,
+    never closed. Calling it when there is no shared client does nothing. ``asyncio.run`` does
+    this for you when it shuts its loop down (after cancelling the loop's tasks).
+
+    Raises:
+        RuntimeError: No event loop is running in this thread.
+    """
+    loop = _running_loop("close_shared_client")
+    with _lock:
+        held = _registry.pop(loop, None)
+    if held is not None:
+        await held[1].aclose()  # runs its finally: _retire
+
+
+def _running_loop(caller: str) -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        msg = f"{caller}() needs a running event loop: call it from async code "
+        msg += "(an httpx client belongs to the loop it runs in)"
+        raise RuntimeError(msg) from None
+
+
+def _current(loop: asyncio.AbstractEventLoop) -> _Shared:
+    """
+    The loop's shared client, made now if it has none (or the one it had was closed).
+    """
+    held = _registry.get(loop)
+    if held is not None and not held[0].client.is_closed:
+        return held[0]
+    shared = _Shared(_default_client(), owned=True)
+    _install(loop, shared)
+    return shared
+
+
+def _default_client() -> httpx.AsyncClient:
+    # retries=0: connection retries would spend the deadline behind the executor's back. No
+    # connection limit: a queue in the pool would count as the provider's latency. Its default
+    # timeout is never used: every request carries its own.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=_KEEPALIVE)
+    transport = httpx.AsyncHTTPTransport(verify=_tls(), retries=0, limits=limits)
+    return httpx.AsyncClient(transport=transport)
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """
+    The default TLS context of httpx (certifi, or SSL_CERT_FILE/SSL_CERT_DIR), once per process.
+    """
+    return httpx.create_ssl_context()
+
+
+def _install(loop: asyncio.AbstractEventLoop, shared: _Shared) -> None:
+    """
+    Make ``shared`` the loop's entry; the entry it replaces is retired in the background.
+    """
+    closer = _at_shutdown(loop, shared)
+    # Started here, synchronously (it yields before awaiting anything), so the loop's
+    # async-generator hook registers it now and asyncio.run will close it.
+    with contextlib.suppress(StopIteration):
+        closer.asend(None).send(None)
+    with _lock:
+        for gone in [other for other in _registry if other.is_closed()]:
+            del _registry[gone]
+        replaced = _registry.get(loop)
+        _registry[loop] = (shared, closer)
+    if replaced is not None:
+        task = loop.create_task(_close(replaced[1]))
+        _retiring.add(task)
+        task.add_done_callback(_retiring.discard)
+
+
+async def _at_shutdown(
+    loop: asyncio.AbstractEventLoop, shared: _Shared
+) -> AsyncGenerator[None, None]:
+    """
+    Yield once; when closed (at the loop's shutdown, or when replaced), retire ``shared``.
+    """
+    try:
+        yield
+    finally:
+        with _lock:
+            held = _registry.get(loop)
+            if held is not None and held[0] is shared:
+                del _registry[loop]
+        await _retire(shared)
+
+
+async def _close(closer: AsyncGenerator[None, None]) -> None:
+    await closer.aclose()
+
+
+async def _retire(shared: _Shared) -> None:
+    """
+    Wait for the exchanges on a shared client to end, then close it if tailkit made it.
+    """
+    try:
+        if shared.exchanges:
+            await asyncio.wait(set(shared.exchanges))
+    finally:  # cancelled while waiting: close anyway, the caller chose to cut them
+        if shared.owned:
+            await shared.client.aclose()
 
 
 def _until(deadline: float) -> asyncio.Timeout:
