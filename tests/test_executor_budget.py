@@ -174,12 +174,16 @@ def test_grants_follow_the_rule_exactly(
             extras = sum(a.extras for a in counted)
             room = r * firsts + allowance - (extras + 1)
             allowed = room >= 0 or room * room <= s * s * r * firsts
-            assert allowed == budget.try_extra(open_runs[n % len(open_runs)])
+            granted = budget.try_extra(open_runs[n % len(open_runs)])
+            assert allowed == granted
+            # right after a grant the extras are within the rule (a later eviction of an old
+            # run's firsts may leave newer runs' extras above it: those were granted fairly)
+            firsts = budget.firsts
+            bound = r * firsts + allowance + float(s) * math.sqrt(float(r) * firsts)
+            assert not granted or budget.extras <= bound
         counted = remembered()
         assert sum(a.firsts for a in counted) == budget.firsts
         assert sum(a.extras for a in counted) == budget.extras
-        firsts = budget.firsts
-        assert budget.extras <= r * firsts + allowance + float(s) * math.sqrt(float(r) * firsts)
 
 
 PLAN = """\
@@ -211,7 +215,9 @@ def _burst(scale: float, calls: int) -> tuple[dict[str, int], int]:
         return "ok"
 
     async def main() -> None:
-        await asyncio.gather(*(executor.run_step("s", call, call_index=i) for i in range(calls)))
+        await asyncio.gather(
+            *(executor.run_step("s", call, run_id="burst", call_index=i) for i in range(calls))
+        )
 
     run(main())
     return executor.denials, sum(1 for r in sink.records if r.role == "hedge")

@@ -32,7 +32,9 @@ class Live:
     One attempt in flight, as the step runner watches it.
 
     Times are instants on the loop clock. ``first_token`` is the first content chunk (for
-    a non-streamed answer, the answer itself); ``last_chunk`` the latest chunk of any kind.
+    a non-streamed answer, the answer itself); ``last_chunk`` the latest *content* chunk (a
+    role-only, keep-alive or empty chunk is no sign of progress, so it resets no stall timer).
+    ``streamed`` is known as soon as the attempt function returns a stream.
     """
 
     attempt: Attempt
@@ -57,20 +59,34 @@ class Live:
         return at - self.started
 
 
-async def drive(live: Live, fn: AttemptFn) -> Any:
+def call(live: Live, fn: AttemptFn) -> Any:
     """
-    Run the attempt function to its answer; a stream is read to its terminal marker.
+    Call the attempt function: its stream (``live.streamed`` set) or awaitable.
+    """
+    result = fn(live.attempt)
+    if hasattr(result, "__aiter__"):
+        live.streamed = True
+    return result
+
+
+async def drive(live: Live, result: Any) -> Any:
+    """
+    Run an attempt to its answer; a stream is read to its terminal marker.
+
+    Args:
+        live: The attempt.
+        result: What its attempt function returned (`call`).
 
     Raises:
         TruncatedStream: The stream ended without a terminal marker.
     """
-    result = fn(live.attempt)
     if inspect.isawaitable(result):
         result = await result
+        if hasattr(result, "__aiter__"):
+            _streams(live)
     if not hasattr(result, "__aiter__"):
         live.first_token = live.ended = now()
         return result
-    live.streamed = True
     chunks: list[Any] = []
     parts: list[str] = []
     final = False
@@ -80,10 +96,10 @@ async def drive(live: Live, fn: AttemptFn) -> Any:
             at = now()
             kind, tokens, usage = chunk_kind(chunk)
             chunks.append(chunk)
-            live.last_chunk = at
             if kind == CONTENT:
                 if live.first_token is None:
                     live.first_token = at
+                live.last_chunk = at
                 live.tokens += tokens
                 parts.append(_text(chunk))
             elif kind == FINAL_KIND:
@@ -104,6 +120,15 @@ async def drive(live: Live, fn: AttemptFn) -> Any:
     output = usage_out if isinstance(usage_out, int) else live.tokens
     live.usage_output = usage_out if isinstance(usage_out, int) else None
     return StreamResult("".join(parts), tuple(chunks), output, live.input_tokens)
+
+
+def _streams(live: Live) -> None:
+    """
+    An awaitable attempt turned out to stream: its TTFT cutoff applies from now on.
+    """
+    live.streamed = True
+    if live.changed is not None:
+        live.changed.set()
 
 
 def _text(chunk: object) -> str:
@@ -180,14 +205,27 @@ def _output_tokens(live: Live) -> int:
 def start(attempt: Attempt, fn: AttemptFn, *, delay_s: float = 0.0) -> Live:
     """
     Start an attempt as a task on the running loop (after ``delay_s`` seconds, if given).
+
+    Without a delay the attempt function is called here, so the step knows at once whether
+    the attempt streams; an exception it raises is the attempt's, raised from its task.
     """
     live = Live(attempt, now(), time.time())
-    coro = drive(live, fn) if delay_s <= 0.0 else _delayed(delay_s, live, fn)
+    if delay_s > 0.0:
+        coro = _delayed(delay_s, live, fn)
+    else:
+        try:
+            coro = drive(live, call(live, fn))
+        except Exception as error:  # the attempt's failure, settled as such
+            coro = _raise(error)
     live.task = asyncio.get_running_loop().create_task(coro)
     return live
+
+
+async def _raise(error: Exception) -> Any:
+    raise error
 
 
 async def _delayed(delay_s: float, live: Live, fn: AttemptFn) -> Any:
     await asyncio.sleep(delay_s)
     live.started, live.started_wall = now(), time.time()
-    return await drive(live, fn)
+    return await drive(live, call(live, fn))

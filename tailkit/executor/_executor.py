@@ -4,11 +4,14 @@ The executor: a plan, its budgets and its ledger; runs single steps and whole wo
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
+import random
 import uuid
 
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 from tailkit.config import Plan
@@ -21,9 +24,19 @@ from tailkit.executor._step import StepRun
 from tailkit.executor._types import AttemptFn
 
 
+def new_run_id() -> str:
+    """
+    A fresh run id: 16 random hex digits (what a call gets when the caller names no run).
+    """
+    return uuid.uuid4().hex[:16]
+
+
 def idempotency_key(run_id: str | None, step: str, index: int = 0) -> str:
     """
     The key every attempt of one logical call shares: a hash of (run, step, call index).
+
+    Distinct logical calls need distinct run ids (or call indexes): the executor gives a call
+    without a run id a fresh one, so no two calls share a key by accident.
     """
     text = f"{run_id or ''}\x1f{step}\x1f{index}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -40,12 +53,18 @@ class Executor:
             per first attempt as the simulator counts it; see `HedgeBudget`).
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
         policies: Per step name, a validator and what happens to losing attempts.
+        seed: Seed of the retry jitter (``None``: fresh randomness).
+
+    Use it as ``async with Executor(...) as executor:`` (or call `aclose` when done): leaving
+    waits for the losing attempts still finishing (``StepPolicy(losers="finish")``) and closes
+    the ledger's sinks.
 
     Example::
 
-        executor = Executor(load_plan("plan.yaml"), ledger=Ledger(JsonlSink("ledger.jsonl")))
-        answer = await executor.run_step("extract", call_model)
-        run = await executor.run({"extract": call_model, "draft": call_model})
+        async with Executor(load_plan("plan.yaml"),
+                            ledger=Ledger(JsonlSink("ledger.jsonl"))) as executor:
+            answer = await executor.run_step("extract", call_model)
+            run = await executor.run({"extract": call_model, "draft": call_model})
     """
 
     def __init__(
@@ -56,6 +75,7 @@ class Executor:
         budget: HedgeBudget | None = None,
         throttle: ProviderThrottle | None = None,
         policies: Mapping[str, StepPolicy] | None = None,
+        seed: int | None = None,
     ) -> None:
         unknown = sorted(set(policies or {}) - set(plan.steps))
         if unknown:
@@ -69,10 +89,38 @@ class Executor:
             throttle or ProviderThrottle(),
             ledger or Ledger(),
             dict(policies or {}),
+            rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
         )
         self.reserve_s = reserves(plan)
         self.order = plan.order()
         self.dependents = {name: plan.dependents(name) for name in self.order}
+
+    async def __aenter__(self) -> Executor:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self, timeout_s: float | None = None) -> None:
+        """
+        Wait for the losing attempts still finishing, then close the ledger's sinks.
+
+        Each such attempt is cut at its run's deadline anyway; ``timeout_s`` bounds the wait
+        (``None``: until they land), after which the rest are cancelled and written as cut.
+        """
+        pending = set(self.shared.abandoned)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        self.shared.ledger.close()
 
     @property
     def ledger(self) -> Ledger:
@@ -110,7 +158,8 @@ class Executor:
             name: A step of the plan.
             attempt_fn: Called once per attempt with an `Attempt`; returns the answer or an
                 async iterator of chunks.
-            run_id: The workflow run (part of the idempotency key).
+            run_id: The workflow run (part of the idempotency key; ``None``: a fresh id, so
+                this call's attempts share a key with no other call).
             call_index: Which logical call of the step this is within the run (part of the key).
             inputs: Results of the steps it depends on, passed to every attempt.
             deadline: Run deadline, an instant on the loop clock (``None``: the current one;
@@ -129,6 +178,7 @@ class Executor:
             msg = f"step {name!r} is not in plan {self.plan.workflow!r}; it has {known}"
             raise ConfigError(msg)
         limit = current_deadline() if deadline is None else min(deadline, current_deadline())
+        run_id = new_run_id() if run_id is None else run_id
         budget = self.shared.budget
         book = RunBook(budget.open(1))  # a lone call: one first attempt
         try:
@@ -177,7 +227,7 @@ class Executor:
         from tailkit.executor._workflow import run_workflow
 
         return await run_workflow(
-            self, attempt_fns, run_id=run_id or uuid.uuid4().hex[:16], deadline_s=deadline_s
+            self, attempt_fns, run_id=run_id or new_run_id(), deadline_s=deadline_s
         )
 
 
@@ -221,7 +271,7 @@ async def run_step(
         attempt_fn: Called once per attempt with an `Attempt`.
         plan: The plan.
         executor: Use this executor (its budgets and ledger) instead of the shared one.
-        run_id: The workflow run (part of the idempotency key).
+        run_id: The workflow run (part of the idempotency key; ``None``: a fresh id).
         call_index: Which logical call of the step this is within the run.
     """
     if executor is None:

@@ -4,12 +4,18 @@ What the steps of one executor share, and what a caller may say about a step bey
 
 from __future__ import annotations
 
+import asyncio
+import random
+import statistics
+
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from tailkit.config import Plan
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._ledger import Ledger
-from tailkit.executor._types import AttemptError, Validator
+from tailkit.executor._types import Attempt, AttemptError, Validator
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,17 +26,30 @@ class StepPolicy:
     Args:
         validator: Checks a result; a falsy return value escalates to the upgrade route.
         losers: ``cancel`` a losing attempt, or let it ``finish`` (recorded as abandoned).
-        error_retries: Immediate retries after the first attempt fails before the step acted
-            on a cutoff (0 or more; the simulator models 0 or 1).
+        error_retries: Retries after the first attempt fails before the step acted on a
+            cutoff (0 or more; the simulator models 0 or 1). Each needs the provider not
+            throttled and the hedge budget's grant, like any extra attempt.
+        retry_jitter_s: A retry after an error waits a random 0 to this many seconds (on top
+            of any Retry-After), so the callers a provider failed together do not all come
+            back at once (0: at once, as the simulator plays it).
         project_overrun: Also downgrade as soon as a stream is projected to overrun the
             cutoff (``on_cutoff: downgrade`` with expected output tokens). The simulator does
             not model this, so a calibrated plan's predictions assume it off.
+        resend_non_idempotent: Let a step marked ``idempotent: false`` act on its cutoff
+            (hedge, retry, downgrade) anyway. Off by default: such a step's call may have
+            done its work already, and the plan says it must not be sent twice.
+        provider_errors: Exception types (besides `AttemptError`, timeouts, connection
+            errors and anything carrying an HTTP status) that mean the provider failed and
+            may be retried. Any other exception is the caller's own bug: it is raised at once.
     """
 
     validator: Validator | None = None
     losers: str = "cancel"
     error_retries: int = 1
+    retry_jitter_s: float = 0.1
     project_overrun: bool = False
+    resend_non_idempotent: bool = False
+    provider_errors: tuple[type[BaseException], ...] = ()
 
 
 DEFAULT_POLICY = StepPolicy()
@@ -42,10 +61,17 @@ class InvalidOutput(AttemptError):  # noqa: N818 - reads as the status it maps t
     """
 
 
+_TYPICAL_OF = 64  # recent successes per route whose median is a route's typical duration
+
+
 @dataclass(slots=True, eq=False)
 class Shared:
     """
     What every step of one executor shares: the plan, budgets, ledger.
+
+    Also what it learns as it runs: each route's recent successful durations (the typical
+    duration a Retry-After must leave room for when the plan predicts none), and the losing
+    attempts left to finish (an executor's `aclose` waits for them).
     """
 
     plan: Plan
@@ -54,6 +80,32 @@ class Shared:
     ledger: Ledger
     policies: dict[str, StepPolicy] = field(default_factory=dict)
     denials: dict[str, int] = field(default_factory=lambda: {"budget": 0, "throttle": 0})
+    rng: random.Random = field(default_factory=random.Random)
+    seen: dict[str, deque[float]] = field(default_factory=dict)
+    abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def ok(self, attempt: Attempt, seconds: float) -> None:
+        """
+        An attempt succeeded in ``seconds``: refill its provider's throttle, remember it.
+        """
+        self.throttle.on_success(attempt.provider)
+        recent = self.seen.get(attempt.route)
+        if recent is None:
+            recent = self.seen[attempt.route] = deque(maxlen=_TYPICAL_OF)
+        recent.append(seconds)
+
+    def typical_s(self, route: str) -> float:
+        """
+        The median of the route's recent successful durations (0 before the first).
+        """
+        recent = self.seen.get(route)
+        return statistics.median(recent) if recent else 0.0
+
+    def jitter(self, seconds: float) -> float:
+        """
+        A random wait in [0, seconds).
+        """
+        return self.rng.uniform(0.0, seconds) if seconds > 0.0 else 0.0
 
 
 class RunBook:

@@ -11,17 +11,34 @@ and then decides:
   they land (they are still cut at the run deadline);
 - a result that fails validation does not win: the others race on, and the first such result
   escalates once to the upgrade route (or the step's own route);
-- the first attempt, if it fails before the step acted on a cutoff, is retried once at once on
-  the same route, if the step is idempotent (a non-idempotent step is retried only after a 429,
-  which means the call never ran), and only if a Retry-After still fits the deadline; a hedge,
-  a retry or downgrade at the cutoff, an upgrade or an error retry that fails is not retried;
+- the first attempt, if the provider fails it before the step acted on a cutoff, is retried
+  once on the same route, if the step is idempotent (a non-idempotent step is retried only
+  after a 429, which means the call never ran). The retry waits a jittered moment (and the
+  provider's Retry-After, honoured only if the step's expected duration still fits after it);
+  a hedge, a retry or downgrade at the cutoff, an upgrade or an error retry that fails is not
+  retried;
 - the first cutoff that passes (watched on the first attempt only) triggers the step's action:
-  ``hedge`` starts an attempt on the hedge route if the hedge provider is not throttled and the
-  hedge budget grants it; ``retry`` and ``downgrade`` cancel and start again (same route, or
-  the downgrade route) if the budget grants it; ``fail`` gives up; ``wait`` does nothing. A
-  refused action leaves the step waiting, and the first attempt's ledger line says why
-  (``attrs.hedge_denied``: ``budget`` or ``throttle``). No extra attempt starts at the deadline;
+  ``hedge`` starts an attempt on the hedge route; ``retry`` and ``downgrade`` cancel and start
+  again (same route, or the downgrade route); ``fail`` gives up; ``wait`` does nothing. A step
+  that is not idempotent never re-sends (unless its `StepPolicy` opts in);
+- every extra attempt -- an action at a cutoff, an error retry, an upgrade -- needs the target
+  provider not to be throttled and the hedge budget to grant it. A refused one leaves the step
+  as it is, and the ledger line of the attempt that asked says why (``attrs.hedge_denied``,
+  ``attrs.retry_denied`` or ``attrs.upgrade_denied``: ``budget`` or ``throttle``). No extra
+  attempt starts at the deadline;
 - at the run deadline everything still running is cancelled and the step times out.
+
+Cutoffs read streams only: the TTFT cutoff waits for the first *content* token and the stall
+cutoff for the next one (role-only, keep-alive and empty chunks reset nothing). A non-streamed
+attempt is judged by the total cutoff alone.
+
+Errors that are not the provider's -- a ``KeyError`` in the caller's attempt code, say -- are
+not retried and touch no throttle: the step records the attempt, cancels the others and raises
+the error at once. A validator that raises counts as invalid output.
+
+The step never returns or raises before the attempts it cancelled are torn down (their
+connections closed, their ledger lines written); cancelling the task running it cancels every
+attempt.
 
 This is the simulator's model, attempt for attempt (``tests/test_twin.py`` replays the
 simulator's own draws through it): slot 0 is the first attempt, slot 1 the attempt a cutoff or
@@ -46,15 +63,16 @@ from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._budget import retry_after_fits
-from tailkit.executor._deadline import now
+from tailkit.executor._deadline import executor_cuts, now
 from tailkit.executor._shared import DEFAULT_POLICY, InvalidOutput, RunBook, Shared
-from tailkit.executor._types import Attempt, AttemptFn, classify
+from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failure
 
 
 _MIN_PROJECTION_TOKENS = 8  # tokens before a stream's rate is trusted for a projection
 _PROVIDER_FAILURES = ("error", "rate_limited", "timeout")
 _ACTION_ROLES = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
 NO_TIME_S = 1e-6  # an extra attempt due this close to the deadline (or later) does not start
+TEARDOWN_S = 2.0  # how long a step waits for the attempts it cancelled to finish tearing down
 
 
 class StepRun:
@@ -63,9 +81,9 @@ class StepRun:
     """
 
     __slots__ = (
-        "_projects", "acted", "book", "chain", "deadline", "enforce", "errors", "fired", "fn",
-        "inputs", "key", "lives", "loop", "policy", "retries_left", "run_id", "running", "s",
-        "stall_s", "start", "step", "total_at", "ttft_at", "upgraded",
+        "_projects", "acted", "book", "chain", "cut_tasks", "deadline", "enforce", "errors",
+        "fired", "fn", "inputs", "key", "lives", "loop", "policy", "retries_left", "run_id",
+        "running", "s", "stall_s", "start", "step", "total_at", "ttft_at", "upgraded",
     )  # fmt: skip
 
     def __init__(
@@ -93,6 +111,7 @@ class StepRun:
         self.lives: list[Live] = []
         self.running: list[Live] = []
         self.errors: list[BaseException] = []
+        self.cut_tasks: list[asyncio.Task[Any]] = []  # cancelled here, torn down before we end
         self.fired = self.upgraded = self.acted = False
         self.chain: Live | None = None  # the attempt whose failure is retried at once
         self.retries_left = self.policy.error_retries
@@ -134,9 +153,22 @@ class StepRun:
     async def run(self) -> Any:
         """
         The winning result; raises `StepTimeout` or `AllAttemptsFailed`.
+
+        A step that enforces its deadline says so to any deadline scope around it, so that the
+        scope lets the step's own `StepTimeout` (which names the step) through.
         """
+        if not self.enforce or math.isinf(self.deadline):
+            return await self._run()
+        with executor_cuts(self.deadline):
+            return await self._run()
+
+    async def _run(self) -> Any:
         first = self.chain = self._launch(self.step.route, "primary")
-        if math.isfinite(self.stall_s) or self._projects:
+        if (
+            math.isfinite(self.stall_s)
+            or self._projects
+            or (not first.streamed and math.isfinite(self.ttft_at))
+        ):
             first.changed = asyncio.Event()
         try:
             while self.running:
@@ -150,7 +182,29 @@ class StepRun:
         finally:
             if self.running:
                 self._cut_all("timeout" if now() >= self.deadline else "cancelled")
+            if self.cut_tasks:
+                await self._teardown()
         raise self._all_failed()
+
+    async def _teardown(self) -> None:
+        """
+        Wait (up to `TEARDOWN_S`) until every attempt cancelled here has finished.
+
+        A cancellation that arrives meanwhile is held until they have, then re-raised: the
+        caller never sees the step end while its attempts still hold connections.
+        """
+        tasks = [t for t in self.cut_tasks if not t.done()]
+        self.cut_tasks = []
+        interrupted = False
+        give_up = self.loop.time() + TEARDOWN_S
+        while tasks and self.loop.time() < give_up:
+            try:
+                await asyncio.wait(tasks, timeout=give_up - self.loop.time())
+            except asyncio.CancelledError:
+                interrupted = True
+            tasks = [t for t in tasks if not t.done()]
+        if interrupted:
+            raise asyncio.CancelledError
 
     async def _wait(self, first: Live) -> list[Live]:
         at = self.loop.time()
@@ -158,7 +212,7 @@ class StepRun:
         watching = not self.fired and first in self.running
         if watching:
             until = min(until, self.total_at)
-            if first.first_token is None:
+            if first.first_token is None and first.streamed:
                 until = min(until, self.ttft_at)
             elif first.last_chunk is not None:
                 until = min(until, first.last_chunk + self.stall_s)
@@ -185,6 +239,9 @@ class StepRun:
     def _settle(self, done: list[Live]) -> Any:
         """
         Handle finished attempts (in start order); return a winning result or ``None``.
+
+        Raises:
+            Exception: An attempt raised an error that is not the provider's (propagated as is).
         """
         for live in done:
             self.running.remove(live)
@@ -193,45 +250,98 @@ class StepRun:
             error = live.task.exception() if not live.task.cancelled() else asyncio.CancelledError()
             if error is None:
                 value = live.task.result()
-                if self._valid(value):
+                refused = self._refused(value)
+                if refused is None:
                     self._write(live, "ok", at, winner=True)
-                    self.s.throttle.on_success(live.attempt.provider)
+                    self.s.ok(live.attempt, at - live.started)
                     return _Won(value) if value is None else value
-                error = InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
-                                      status="invalid")  # fmt: skip
-                self._write(live, "invalid", at, error=error)
-                self.errors.append(error)
+                self.errors.append(refused)
                 if not self.upgraded:
                     self.upgraded = True
                     route = self.step.upgrade_route or self.step.route
-                    self._launch(route, "upgrade", cause="invalid")
+                    if self._grant(live, route, "upgrade_denied"):
+                        self._launch(route, "upgrade", cause="invalid")
+                self._write(live, "invalid", at, error=refused)
                 continue
+            if not provider_failure(error, self.policy.provider_errors):
+                # the caller's own bug: not retried, no throttle touched, raised at once
+                live.extra["caller_error"] = True
+                self._write(live, "error", at, error=error)
+                self._cut_all("cancelled")
+                raise error
             status, http, retry_after = classify(error)
-            self._write(live, status, at, error=error, http_status=http)
             self.errors.append(error)
             if status in _PROVIDER_FAILURES:
                 self.s.throttle.on_failure(live.attempt.provider)
             if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
+            self._write(live, status, at, error=error, http_status=http)
         return None
 
-    def _valid(self, value: Any) -> bool:
+    def _refused(self, value: Any) -> InvalidOutput | None:
+        """
+        ``None`` if the step's validator accepts ``value``; else why not (a raise counts).
+        """
         check = self.policy.validator
         if check is None:
-            return True
-        verdict = check(value)
-        return verdict is None or bool(verdict)
+            return None
+        try:
+            verdict = check(value)
+        except Exception as error:  # a raising validator refuses the result
+            why = f"the validator raised {type(error).__name__}: {error}"
+            refused = InvalidOutput(f"step {self.step.name!r}: {why}", status="invalid")
+            refused.__cause__ = error
+            return refused
+        if verdict is None or bool(verdict):
+            return None
+        return InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
+                             status="invalid")  # fmt: skip
+
+    def _grant(self, asker: Live, route: str, denied_key: str) -> bool:
+        """
+        Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
+
+        A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
+        """
+        provider = self.s.plan.routes[route].provider
+        if self.s.throttle.throttled(provider):
+            self._denied(asker, denied_key, "throttle", f"provider {provider} throttled")
+            return False
+        if not self.s.budget.try_extra(self.book.account):
+            self._denied(asker, denied_key, "budget", "hedge budget spent")
+            return False
+        return True
 
     def _retry_after_error(self, live: Live, status: str, retry_after: float | None) -> None:
         if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
             return
-        if not retry_after_fits(retry_after, self.deadline - now()):
+        route = live.attempt.route
+        wait = (retry_after or 0.0) + self.s.jitter(self.policy.retry_jitter_s)
+        left = self.deadline - now()
+        expected = self._expected_s(route) if retry_after is not None else 0.0
+        if retry_after is not None and not retry_after_fits(wait, left, expected_s=expected):
+            live.extra["retry_skipped"] = (
+                f"Retry-After {retry_after:.3f} s and the expected {expected:.3f} s "
+                f"do not fit the {left:.3f} s left"
+            )
+            return
+        if left - wait < NO_TIME_S or not self._grant(live, route, "retry_denied"):
             return
         self.retries_left -= 1
-        # Retry-After is waited inside the retry's own task, so the deadline still cuts it
-        self.chain = self._launch(
-            live.attempt.route, "retry", cause="error", delay_s=retry_after or 0.0
-        )
+        # the wait happens inside the retry's own task, so the deadline still cuts it
+        self.chain = self._launch(route, "retry", cause="error", delay_s=wait)
+
+    def _expected_s(self, route: str) -> float:
+        """
+        Seconds an attempt of this step is expected to take.
+
+        The plan's predicted median, else the median of the route's recent successes here,
+        else 0.
+        """
+        predicted = self.step.predicted
+        if predicted is not None and predicted.p50_s is not None:
+            return float(predicted.p50_s)
+        return self.s.typical_s(route)
 
     async def _watch(self, first: Live) -> None:
         at = now()
@@ -252,7 +362,7 @@ class StepRun:
     def _why(self, first: Live, at: float) -> str | None:
         if at >= self.total_at:
             return "total"
-        if first.first_token is None and at >= self.ttft_at:
+        if first.first_token is None and first.streamed and at >= self.ttft_at:
             return "ttft"
         if first.last_chunk is not None and at - first.last_chunk >= self.stall_s:
             return "stall"
@@ -288,33 +398,30 @@ class StepRun:
         route = {"hedge": step.hedge_route, "retry": step.route, "downgrade": step.downgrade_route}[
             action
         ]
-        if route is None or (not step.idempotent and action != "downgrade"):
-            first.extra["action_skipped"] = "not idempotent" if route else "no route"
+        if route is None or not (step.idempotent or self.policy.resend_non_idempotent):
+            first.extra["action_skipped"] = "no route" if route is None else "not idempotent"
             return
         if self.deadline - at < NO_TIME_S:
             first.extra["action_skipped"] = "no time left"
             return
-        provider = self.s.plan.routes[route].provider
-        if action == "hedge" and self.s.throttle.throttled(provider):
-            self._denied(first, "throttle", f"provider {provider} throttled")
-            return
-        if not self.s.budget.try_extra(self.book.account):
-            self._denied(first, "budget", "hedge budget spent")
+        if not self._grant(first, route, "hedge_denied"):
             return
         self.acted = True
         if action != "hedge":
             self._cut(first, "cancelled", at)
         self._launch(route, action, cause="cutoff")
 
-    def _denied(self, first: Live, why: str, skipped: str) -> None:
-        first.extra["hedge_denied"] = why
-        first.extra["action_skipped"] = skipped
+    def _denied(self, asker: Live, key: str, why: str, skipped: str) -> None:
+        asker.extra[key] = why
+        if key == "hedge_denied":
+            asker.extra["action_skipped"] = skipped
         self.book.denials[why] += 1
         self.s.denials[why] += 1
 
     def _cut(self, live: Live, status: str, at: float) -> None:
-        if live.task is not None:
+        if live.task is not None and not live.task.done():
             live.task.cancel()
+            self.cut_tasks.append(live.task)
         if live in self.running:
             self.running.remove(live)
         if not live.recorded:
@@ -335,6 +442,8 @@ class StepRun:
         self.running.remove(live)
         task = live.task
         assert task is not None  # noqa: S101 - only called with a task
+        self.s.abandoned.add(task)
+        task.add_done_callback(self.s.abandoned.discard)
         if not math.isinf(self.deadline):
             asyncio.get_running_loop().call_at(self.deadline, task.cancel)
 

@@ -10,6 +10,7 @@ marker (a stream that ends without it was cut: a failure, never a short answer).
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -187,6 +188,34 @@ def classify(error: BaseException) -> tuple[str, int | None, float | None]:
     if isinstance(error, TimeoutError):
         return "timeout", http, retry_after
     return "error", http, retry_after
+
+
+_PROVIDER_MODULES = (
+    "aiohttp", "anthropic", "botocore", "google", "grpc", "h11", "h2", "httpcore", "httpx",
+    "litellm", "mistralai", "openai", "requests", "ssl", "urllib3", "websockets",
+)  # fmt: skip
+
+
+def provider_failure(error: BaseException, extra: tuple[type[BaseException], ...] = ()) -> bool:
+    """
+    Whether an attempt's error is the provider's (retried, counted by the throttle).
+
+    It is: an `AttemptError`, a timeout, a connection or other OS error, an error carrying an
+    HTTP status (``status_code`` / ``http_status``), an exception of an HTTP or provider
+    client library (httpx, aiohttp, openai, anthropic, …), a cancelled attempt, or one of
+    ``extra``. Anything else (``KeyError``, ``TypeError``, …) is a bug in the caller's own
+    attempt code, which no retry can fix.
+    """
+    if isinstance(error, AttemptError | TimeoutError | OSError | asyncio.CancelledError):
+        return True
+    if extra and isinstance(error, extra):
+        return True
+    code = getattr(error, "http_status", None) or getattr(error, "status_code", None)
+    if isinstance(code, int):
+        return True
+    return any(
+        (klass.__module__ or "").split(".")[0] in _PROVIDER_MODULES for klass in type(error).__mro__
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailkit.errors import ConfigError
-from tailkit.executor._deadline import current_deadline, deadline_at, now
+from tailkit.executor._deadline import carry_deadline_at, current_deadline, now
 from tailkit.executor._shared import RunBook
 from tailkit.executor._types import AttemptFn
 
@@ -125,12 +125,13 @@ class _Run:
         self.left = len(self.order)
         self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.book = RunBook(executor.shared.budget.open(len(self.order)))
+        self.stopping = False
 
     async def go(self) -> RunResult:
         try:
             # every step task (created here or in a callback registered here) inherits the
             # deadline
-            with deadline_at(self.deadline):
+            with carry_deadline_at(self.deadline):
                 for name in self.order:
                     if self.waiting[name] == 0:
                         self._begin(name)
@@ -138,11 +139,9 @@ class _Run:
             pending = [task for task in self.tasks.values() if not task.done()]
             cancelled = [name for name, task in self.tasks.items() if task in pending]
             cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
         finally:
+            # at the deadline, and also when the run itself is cancelled: no step outlives it
+            await self._stop_steps()
             self.executor.shared.budget.close(self.book.account)
         required = (n for n in self.order if self.plan.steps[n].required)
         return RunResult(
@@ -158,6 +157,28 @@ class _Run:
             denials=dict(self.book.denials),
         )
 
+    async def _stop_steps(self) -> None:
+        """
+        Cancel the steps still running and wait until they (and their attempts) are gone.
+
+        No step starts once the run is over, and a cancellation that arrives meanwhile is
+        re-raised only after they are.
+        """
+        self.stopping = True
+        interrupted = False
+        while pending := [task for task in self.tasks.values() if not task.done()]:
+            for task in pending:
+                task.cancel()
+            try:
+                await asyncio.wait(pending)
+            except asyncio.CancelledError:
+                interrupted = True
+        for task in self.tasks.values():
+            if not task.cancelled():
+                task.exception()  # retrieved: reported in the result, or not wanted
+        if interrupted:
+            raise asyncio.CancelledError
+
     def _settle(self, name: str) -> None:
         self.left -= 1
         for child in self.dependents[name]:
@@ -168,6 +189,8 @@ class _Run:
             self.over.set_result(None)
 
     def _begin(self, name: str) -> None:
+        if self.stopping:
+            return  # the run is over: a step whose dependencies landed late never starts
         deps = self.plan.steps[name].depends_on
         failed = self.failed
         if any(d in self.skipped or (d in failed and self.plan.steps[d].required) for d in deps):

@@ -6,9 +6,10 @@ Tests feed it the same draws as the vectorized engine and expect the same number
 
 `reference_trace` also plays the executor's hedge budget: given a budget (a
 `tailkit.executor.HedgeBudget`, or anything with its ``open`` / ``try_extra`` / ``close``), it
-opens one account per run, asks for every extra attempt at the instant the executor would, in
-the order the executor would (earliest first, across parallel steps), and plays a refused
-action as ``wait``. Runs played one after another through the same budget are what an executor
+opens one account per run, asks for every extra attempt -- the action at a cutoff, the retry
+after an error, the upgrade after invalid output -- at the instant the executor would, in the
+order the executor would (earliest first, across parallel steps), and plays a refused action
+as ``wait``, a refused retry or upgrade as the failure it would have recovered. Runs played one after another through the same budget are what an executor
 running them one after another does, denial for denial (``tests/test_twin.py``).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,36 +81,37 @@ def acts_at(step: StepModel, start_s: float, model: WorkflowModel, one: Attempt)
     return act
 
 
-def play_step(
-    step: StepModel,
-    start_s: float,
-    draws: Sequence[int],
-    model: WorkflowModel,
-    *,
-    act_s: float | None = None,
-    granted: bool = True,
-) -> tuple[float, bool, bool, int]:
-    """
-    One step in one run: (duration, failed, extra attempt started, recovery attempts).
+Play = Generator[float, bool, tuple[float, bool, bool, int]]
+"""A step played lazily: yields the age of each extra attempt it asks for, is sent the grant."""
 
-    ``draws`` are the step's three table indexes for this run; ``act_s`` the age it acts at
-    (``None``: computed); ``granted=False`` plays a refused action as ``wait``.
+
+def step_play(
+    step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel
+) -> Play:
+    """
+    One step in one run, asking for each extra attempt as the executor does.
+
+    Yields the age (seconds into the step) at which it asks for an extra attempt -- the
+    action at its cutoff, the retry after an error, the upgrade after an invalid result -- and
+    is sent whether it was granted. Returns (duration, failed, extra attempt started at the
+    cutoff, recovery attempts). ``draws`` are the step's three table indexes for this run.
     """
     one = _attempt(step.primary, draws[0])
-    act = acts_at(step, start_s, model, one) if act_s is None else act_s
+    act = acts_at(step, start_s, model, one)
     if act < _INF and step.action == "fail":
         return act, True, False, 0
-    acted = act < _INF and step.action in ACTING and granted
+    acted = act < _INF and step.action in ACTING and (yield act)
     recovery = 0
     valid = bad = _INF  # the first valid result, the first invalid one
     end1, _, err1, inv1 = one
     if not acted:
         last = end1
         if err1 and model.error_retries and step.idempotent:
-            end2, _, err2, inv2 = _attempt(step.primary, draws[1])
-            last = end1 + end2
-            valid, bad = (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
-            recovery = 1
+            if (yield end1):
+                end2, _, err2, inv2 = _attempt(step.primary, draws[1])
+                last = end1 + end2
+                valid, bad = (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
+                recovery = 1
         elif not err1:
             valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
     else:
@@ -123,7 +125,7 @@ def play_step(
             elif not err1:
                 valid = min(valid, end1)
             last = max(last, end1)
-    if bad < valid:  # the first result came back invalid: re-do it once
+    if bad < valid and (yield bad):  # the first result came back invalid: re-do it once
         end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, draws[2])
         if not err3 and not inv3:
             valid = min(valid, bad + end3)
@@ -132,6 +134,29 @@ def play_step(
     if valid < _INF:
         return valid, False, acted, recovery
     return last, True, acted, recovery
+
+
+def play_step(
+    step: StepModel,
+    start_s: float,
+    draws: Sequence[int],
+    model: WorkflowModel,
+    *,
+    granted: bool = True,
+) -> tuple[float, bool, bool, int]:
+    """
+    One step in one run: (duration, failed, extra attempt started, recovery attempts).
+
+    ``draws`` are the step's three table indexes for this run; ``granted=False`` refuses every
+    extra attempt the step asks for (its action plays as ``wait``).
+    """
+    play = step_play(step, start_s, draws, model)
+    try:
+        next(play)
+        while True:
+            play.send(granted)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def reference_step(
@@ -154,9 +179,10 @@ class RunTrace:
             deadline)``).
         ok: Every required step produced a valid result (deadline not applied).
         missed: Not ``ok``, or it ended after the deadline.
-        extras: Extra attempts started (granted).
-        denials: Extra attempts refused by the budget.
+        extras: Extra attempts started at cutoffs (granted).
+        denials: Extra attempts refused by the budget (at cutoffs, retries, upgrades).
         ends: Each step's end, seconds into the run (``nan`` where skipped).
+        recoveries: Attempts started after errors or invalid output (granted).
     """
 
     end_s: float
@@ -165,6 +191,7 @@ class RunTrace:
     extras: int
     denials: int
     ends: tuple[float, ...]
+    recoveries: int = 0
 
 
 def reference_trace(
@@ -189,7 +216,7 @@ def reference_trace(
     end = _run_end(model, run.ends)
     ok = not any(bad and s.required for s, bad in zip(model.steps, run.failed, strict=True))
     missed = not ok or end > model.deadline_s
-    return RunTrace(end, ok, missed, run.extras, run.denials, tuple(run.ends))
+    return RunTrace(end, ok, missed, run.extras, run.denials, tuple(run.ends), run.recoveries)
 
 
 class _Run:
@@ -213,42 +240,50 @@ class _Run:
             for d in step.deps:
                 self.dependents[d].append(i)
         self.due: list[tuple[float, int]] = []  # (instant, step) of pending budget decisions
-        self.extras = self.denials = 0
+        self.plays: list[Play | None] = [None] * len(steps)
+        self.extras = self.denials = self.recoveries = 0
 
     def start(self, i: int) -> list[int]:
         """
-        Start step ``i``: play it, or queue its budget decision; returns the steps now ready.
+        Start step ``i``: play it up to its first budget decision; returns the steps now ready.
         """
         step = self.steps[i]
         start = self.starts[i] = max((self.ends[d] for d in step.deps), default=0.0)
         if any(self.dead[d] for d in step.deps):
             return self._finish(i, start, True, skipped=True)
-        act = self._acts_at(i)
-        if self.budget is not None and act < _INF and step.action in ACTING:
-            heapq.heappush(self.due, (start + act, i))  # decided when its instant comes
-            return []
-        duration, bad, extra, _ = play_step(step, start, self.draws[i], self.model, act_s=act)
-        self.extras += extra
-        return self._finish(i, start + duration, bad)
+        self.plays[i] = step_play(step, start, self.draws[i], self.model)
+        return self._advance(i, None)
 
     def decide(self, i: int) -> list[int]:
         """
-        Step ``i``'s action is due: ask the budget, play the step; returns the steps now ready.
+        Step ``i`` asks for an extra attempt now: ask the budget, play on; the steps now ready.
         """
-        assert self.budget is not None  # noqa: S101 - decisions are queued only with a budget
-        granted = self.budget.try_extra(self.account)
-        self.denials += not granted
-        step, start = self.steps[i], self.starts[i]
-        duration, bad, extra, _ = play_step(
-            step, start, self.draws[i], self.model, act_s=self._acts_at(i), granted=granted
-        )
-        self.extras += extra
-        return self._finish(i, start + duration, bad)
+        granted = True
+        if self.budget is not None:
+            granted = self.budget.try_extra(self.account)
+            self.denials += not granted
+        return self._advance(i, granted)
 
-    def _acts_at(self, i: int) -> float:
-        step = self.steps[i]
-        first = _attempt(step.primary, self.draws[i][0])
-        return acts_at(step, self.starts[i], self.model, first)
+    def _advance(self, i: int, granted: bool | None) -> list[int]:
+        """
+        Play step ``i`` on to its next decision (queued at its instant) or its end.
+
+        A decision at or after the deadline is never asked: by then the executor has cut the
+        run, so the step plays it as refused without counting it.
+        """
+        play, start = self.plays[i], self.starts[i]
+        assert play is not None  # noqa: S101 - started by `start`
+        try:
+            age = next(play) if granted is None else play.send(granted)
+            while self.budget is None or not start + age < self.model.deadline_s - NO_TIME_S:
+                age = play.send(self.budget is None)
+        except StopIteration as done:
+            duration, bad, extra, recovery = done.value
+            self.extras += extra
+            self.recoveries += recovery
+            return self._finish(i, start + duration, bad)
+        heapq.heappush(self.due, (start + age, i))  # decided when its instant comes
+        return []
 
     def _finish(self, i: int, end: float, bad: bool, *, skipped: bool = False) -> list[int]:
         self.ends[i], self.failed[i] = end, bad
