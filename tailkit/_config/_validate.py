@@ -234,7 +234,8 @@ def _check_actions(f: Fields, step: Step) -> None:
             f.problem(
                 "on_cutoff",
                 f"the step is not idempotent: a {action} could repeat its "
-                "side effects; use downgrade, fail or wait",
+                "side effects; use fail or wait (a downgrade re-sends too: the executor runs "
+                "it only for a StepPolicy with resend_non_idempotent=True)",
             )
     if f.ok("route", "hedge_route") and step.hedge_route == step.route:
         f.problem("hedge_route", "hedge routes go to an independent provider: pick another route")

@@ -83,7 +83,8 @@ class StepOptions:
     Args:
         hedge_routes: Independent routes it may hedge on.
         downgrade_route: Route it may downgrade to, if any.
-        may_repeat: The step is idempotent (hedge and retry allowed).
+        may_repeat: The step is idempotent (hedge, retry and downgrade allowed: each sends
+            the call again).
         may_fail: The step is optional (``fail`` allowed).
     """
 
@@ -106,7 +107,7 @@ def candidates(
     if options.may_repeat:
         actions += [("hedge", r) for r in options.hedge_routes]
         actions.append(("retry", None))
-    if options.downgrade_route is not None:
+    if options.downgrade_route is not None and options.may_repeat:  # re-sends, like a retry
         actions.append(("downgrade", options.downgrade_route))
     if options.may_fail:
         actions.append(("fail", None))

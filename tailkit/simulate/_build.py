@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from tailkit.config import Plan, Step
 from tailkit.errors import ConfigError
-from tailkit.simulate._model import StepModel, WorkflowModel
+from tailkit.simulate._model import ACTING, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
 
@@ -72,7 +72,9 @@ def workflow_model(
     steps = []
     for name in order:
         step = plan.steps[name]
-        second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
+        # the executor never re-sends a step that is not idempotent: its action is a wait
+        action = step.on_cutoff if step.idempotent or step.on_cutoff not in ACTING else "wait"
+        second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(action)
         cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
         steps.append(
             StepModel(
@@ -82,7 +84,7 @@ def workflow_model(
                 primary=_sample(samples, name, step.route),  # type: ignore[arg-type]
                 signal=step.signal,
                 cutoff_s=math.inf if cutoff is None else cutoff,
-                action=step.on_cutoff,
+                action=action,
                 second=_sample(samples, name, second),
                 upgrade=_sample(samples, name, step.upgrade_route),
                 hedge=_sample(samples, name, step.hedge_route),
