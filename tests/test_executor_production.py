@@ -1,6 +1,7 @@
 """
-The executor as a production user meets it: keys, cancellation, budgeted retries, streams only
-for stream cutoffs, non-idempotent steps, caller bugs, lifetimes.
+The executor as a production user meets it: keys, cancellation, retries, lifetimes.
+
+Also: stream cutoffs for streams only, non-idempotent steps, bugs in the caller's own code.
 
 Each test reproduces a behaviour a review observed (and that failed before the fix): over HTTP
 against a real `tailkit serve` where HTTP is involved, on the virtual-time loop where the
@@ -67,9 +68,10 @@ def test_lone_calls_without_a_run_id_get_distinct_keys_on_the_wire(tmp_path: Pat
 
     async def main() -> list[Any]:
         config = ServeConfig(models={"m": FAST}, time_scale=0.1, seed=1)
-        async with Server(config) as server, Executor(
-            plan(""), ledger=Ledger(JsonlSink(ledger_path))
-        ) as executor:
+        async with (
+            Server(config) as server,
+            Executor(plan(""), ledger=Ledger(JsonlSink(ledger_path))) as executor,
+        ):
             call = chat_attempt(server.url, MESSAGES, stream=True)
             for _ in range(11):
                 await executor.run_step("s", call)
@@ -167,7 +169,8 @@ def test_run_step_returns_only_after_the_attempts_it_cancelled_are_gone() -> Non
 
     value, returned, leftover = run(main())
     assert value == "hedge"
-    assert cleaned and cleaned[0] <= returned
+    assert cleaned
+    assert cleaned[0] <= returned
     assert leftover == []
 
 
@@ -367,7 +370,8 @@ def test_a_non_idempotent_step_is_never_re_sent() -> None:
     value, roles = run(main(StepPolicy()))
     assert (value, roles) == ("primary", ["primary"])
     value, roles = run(main(StepPolicy(resend_non_idempotent=True)))
-    assert value == action and action in roles
+    assert value == action
+    assert action in roles
 
 
 # --------------------------------------------------------------- 7. errors not the provider's

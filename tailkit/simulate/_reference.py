@@ -9,7 +9,8 @@ Tests feed it the same draws as the vectorized engine and expect the same number
 opens one account per run, asks for every extra attempt -- the action at a cutoff, the retry
 after an error, the upgrade after invalid output -- at the instant the executor would, in the
 order the executor would (earliest first, across parallel steps), and plays a refused action
-as ``wait``, a refused retry or upgrade as the failure it would have recovered. Runs played one after another through the same budget are what an executor
+as ``wait``, a refused retry or upgrade as the failure it would have recovered. Runs played
+one after another through the same budget are what an executor
 running them one after another does, denial for denial (``tests/test_twin.py``).
 """
 
@@ -85,9 +86,7 @@ Play = Generator[float, bool, tuple[float, bool, bool, int]]
 """A step played lazily: yields the age of each extra attempt it asks for, is sent the grant."""
 
 
-def step_play(
-    step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel
-) -> Play:
+def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel) -> Play:
     """
     One step in one run, asking for each extra attempt as the executor does.
 
@@ -108,23 +107,12 @@ def step_play(
         last = end1
         if err1 and model.error_retries and step.idempotent:
             if (yield end1):
-                end2, _, err2, inv2 = _attempt(step.primary, draws[1])
-                last = end1 + end2
-                valid, bad = (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
+                last, valid, bad = _retried(step, end1, draws)
                 recovery = 1
         elif not err1:
             valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
     else:
-        end2, _, err2, inv2 = _attempt(step.second or step.primary, draws[1])
-        last = act + end2
-        if not err2:
-            valid, bad = (last if not inv2 else _INF), (last if inv2 else _INF)
-        if step.action == "hedge":  # the first attempt races on
-            if not err1 and inv1:
-                bad = min(bad, end1)
-            elif not err1:
-                valid = min(valid, end1)
-            last = max(last, end1)
+        last, valid, bad = _raced(step, act, one, draws)
     if bad < valid and (yield bad):  # the first result came back invalid: re-do it once
         end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, draws[2])
         if not err3 and not inv3:
@@ -134,6 +122,36 @@ def step_play(
     if valid < _INF:
         return valid, False, acted, recovery
     return last, True, acted, recovery
+
+
+def _raced(
+    step: StepModel, act: float, one: Attempt, draws: Sequence[int]
+) -> tuple[float, float, float]:
+    """
+    The step acted at ``act``: (its end, first valid result, first invalid one).
+    """
+    end1, _, err1, inv1 = one
+    valid = bad = _INF
+    end2, _, err2, inv2 = _attempt(step.second or step.primary, draws[1])
+    last = act + end2
+    if not err2:
+        valid, bad = (last if not inv2 else _INF), (last if inv2 else _INF)
+    if step.action == "hedge":  # the first attempt races on
+        if not err1 and inv1:
+            bad = min(bad, end1)
+        elif not err1:
+            valid = min(valid, end1)
+        last = max(last, end1)
+    return last, valid, bad
+
+
+def _retried(step: StepModel, end1: float, draws: Sequence[int]) -> tuple[float, float, float]:
+    """
+    A failed first attempt retried at once: (its end, first valid result, first invalid one).
+    """
+    end2, _, err2, inv2 = _attempt(step.primary, draws[1])
+    last = end1 + end2
+    return last, (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
 
 
 def play_step(
