@@ -15,11 +15,19 @@ from tailkit.executor._budget import ProviderThrottle as ProviderThrottle
 from tailkit.executor._budget import retry_after_fits as retry_after_fits
 from tailkit.executor._deadline import DEADLINE_HEADER as DEADLINE_HEADER
 from tailkit.executor._deadline import REMAINING_HEADER as REMAINING_HEADER
+from tailkit.executor._deadline import DeadlineScope as DeadlineScope
+from tailkit.executor._deadline import carry_deadline_after as carry_deadline_after
+from tailkit.executor._deadline import carry_deadline_at as carry_deadline_at
 from tailkit.executor._deadline import current_deadline as current_deadline
 from tailkit.executor._deadline import deadline_after as deadline_after
 from tailkit.executor._deadline import deadline_at as deadline_at
+from tailkit.executor._deadline import deadline_at_wall as deadline_at_wall
 from tailkit.executor._deadline import deadline_from_headers as deadline_from_headers
 from tailkit.executor._deadline import deadline_headers as deadline_headers
+from tailkit.executor._deadline import fail_after as fail_after
+from tailkit.executor._deadline import fail_at as fail_at
+from tailkit.executor._deadline import move_on_after as move_on_after
+from tailkit.executor._deadline import move_on_at as move_on_at
 from tailkit.executor._deadline import now as now
 from tailkit.executor._deadline import remaining as remaining
 from tailkit.executor._executor import Executor as Executor
@@ -55,6 +63,7 @@ __all__ = [
     "BudgetAccount",
     "CallbackSink",
     "Chunk",
+    "DeadlineScope",
     "Executor",
     "HedgeBudget",
     "InvalidOutput",
@@ -67,12 +76,19 @@ __all__ = [
     "StepTimeout",
     "StreamResult",
     "TruncatedStream",
+    "carry_deadline_after",
+    "carry_deadline_at",
     "current_deadline",
     "deadline_after",
     "deadline_at",
+    "deadline_at_wall",
     "deadline_from_headers",
     "deadline_headers",
+    "fail_after",
+    "fail_at",
     "idempotency_key",
+    "move_on_after",
+    "move_on_at",
     "now",
     "remaining",
     "retry_after_fits",

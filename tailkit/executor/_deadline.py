@@ -1,16 +1,36 @@
 """
-One deadline per run (DESIGN.md §3): an absolute instant on the loop's monotonic clock.
+Deadlines: one absolute instant on the event loop's monotonic clock, shared by a whole run.
 
-The deadline lives in a contextvar, so every task a run starts inherits it. A scope never
-extends its parent: entering ``deadline_at(t)`` sets ``min(parent, t)``; a relative
-``deadline_after(s)`` becomes absolute when the scope is entered. Used with ``with`` a scope
-only sets the deadline that cutoffs and outgoing requests read; used with ``async with`` it
-also enforces it, cancelling the block at the instant and raising `TimeoutError`.
+The deadline lives in a contextvar, so every task started under it inherits it: the
+executor's cutoffs read it, and outgoing requests carry it in their headers. Scopes compose
+with ``min()``: a scope never extends the deadline it was entered under. ``*_after(seconds)``
+is a duration that becomes an instant when the scope is entered; ``*_at(when)`` is an instant
+on the loop clock (`now()`); ``math.inf`` means no deadline of its own.
 
-Across a process boundary both the absolute wall-clock instant and the remaining seconds at
+Three kinds of scope, named as in trio and anyio, each usable with ``with`` or ``async with``:
+
+- `deadline_after` / `deadline_at` (also `fail_after` / `fail_at`): at the deadline the block
+  is cancelled and `TimeoutError` comes out of the scope;
+- `move_on_after` / `move_on_at`: at the deadline the block is cancelled and the scope ends
+  quietly (``scope.cancelled_caught`` says it happened);
+- `carry_deadline_after` / `carry_deadline_at`: only set the deadline that cutoffs and
+  headers read; nothing is cancelled.
+
+Enforcing needs a running asyncio task; outside one, a scope only sets the deadline. A scope
+cancels its block the way ``asyncio.timeout`` does: a timer cancels the task, and on the way
+out the scope takes its cancellation back (``Task.uncancel``) and turns it into
+`TimeoutError`. A cancellation that came from elsewhere -- the task itself being cancelled --
+always propagates as ``CancelledError``.
+
+When the executor enforces the same deadline itself it raises `StepTimeout`, which names the
+step. So that the scope's timer does not beat it to the instant, the executor marks the code it
+cuts with `executor_cuts`; a scope whose deadline falls due while such a cut is active waits a
+moment (`CUT_GRACE_S`) for the executor's error before cancelling.
+
+Across a process boundary both the absolute wall-clock instant and the seconds remaining at
 send time travel (`deadline_headers`); the receiver takes ``min(deadline_wall - now_wall,
-remaining_at_send)`` (`deadline_from_headers`): queueing before it starts counts, and a skewed
-clock can only make the deadline stricter.
+remaining_at_send)`` (`deadline_from_headers`): time spent queued before it starts counts, and
+a skewed clock can only make the deadline stricter.
 """
 
 from __future__ import annotations
@@ -20,16 +40,28 @@ import contextvars
 import math
 import time
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
 
 
 DEADLINE_HEADER = "x-tailkit-deadline"  # absolute wall-clock instant, epoch seconds
 REMAINING_HEADER = "x-tailkit-remaining-s"  # seconds left when the request was sent
 
+CUT_GRACE_S = 0.05  # how long a due scope waits for the executor's own StepTimeout
+_SAME_INSTANT_S = 1e-6  # an executor cut this much after a scope's deadline still counts
+_YEAR_S = 365.25 * 86_400.0
+
 _DEADLINE: contextvars.ContextVar[float] = contextvars.ContextVar(
     "tailkit_deadline", default=math.inf
 )
+# The enforcing scopes around this point (outermost first): what `executor_cuts` registers with.
+_SCOPES: contextvars.ContextVar[tuple[DeadlineScope, ...]] = contextvars.ContextVar(
+    "tailkit_deadline_scopes", default=()
+)
+
+# A scope's timer: not yet due, due but waiting for an executor cut, cancelled the task, over.
+_ARMED, _GRACE, _CANCELLED, _OVER = "armed", "grace", "cancelled", "over"
 
 
 def now() -> float:
@@ -57,84 +89,332 @@ def remaining() -> float:
     return math.inf if math.isinf(deadline) else max(deadline - now(), 0.0)
 
 
+def _check_seconds(api: str, seconds: float) -> float:
+    if math.isnan(seconds):
+        msg = f"{api} takes a number of seconds, got NaN"
+        raise ValueError(msg)
+    return seconds
+
+
+_AFTER = {
+    name: f"{name.removesuffix('_at')}_after(seconds)"
+    for name in ("deadline_at", "fail_at", "move_on_at", "carry_deadline_at")
+}
+
+
+def _check_at(api: str, when: float) -> float:
+    """
+    ``when`` itself; ValueError for NaN, or for what looks like epoch seconds.
+    """
+    _check_seconds(api, when)
+    loop_now, wall_now = now(), time.time()
+    if when - loop_now > 10 * _YEAR_S and abs(when - wall_now) < 5 * _YEAR_S:
+        after = _AFTER.get(api, "DeadlineScope(after=seconds)")
+        wall = "deadline_at_wall(epoch)" if api in {"deadline_at", "fail_at"} else (
+            f"{api}(now() + epoch - time.time())"
+        )  # fmt: skip
+        msg = (
+            f"{api} takes an instant on the event loop's clock (tailkit.executor.now(), "
+            f"{loop_now:.3f} now), got what looks like a wall-clock time: {when!r}, "
+            f"{(when - wall_now):+.3f} s from time.time(); use {after} or {api}(now() + "
+            f"seconds), or {wall} for a wall-clock instant"
+        )
+        raise ValueError(msg)
+    return when
+
+
 class DeadlineScope:
     """
-    A deadline scope: ``with`` sets it, ``async with`` sets and enforces it.
+    A deadline scope; build one with `deadline_after`, `move_on_after`, `carry_deadline_after`….
+
+    Entering it sets the deadline to ``min(parent, own)``. An enforcing scope entered inside a
+    running asyncio task also cancels its block at that instant: with ``move_on=False`` it then
+    raises `TimeoutError`, with ``move_on=True`` it ends quietly. Any other exception leaving
+    the block -- a `StepTimeout`, a cancellation from outside -- passes through unchanged. A
+    scope is entered once.
+
+    Args:
+        at: Absolute instant on the loop clock, `now()` (``math.inf``: the parent's).
+        after: Seconds from entering the scope (``math.inf``: the parent's). Give ``at`` or
+            ``after``, not both.
+        enforce: Cancel the block at the deadline (``False``: only set the deadline that
+            cutoffs and outgoing headers read).
+        move_on: When the scope cancels its block, end quietly instead of raising
+            `TimeoutError`.
 
     Attributes:
         deadline: The effective instant once entered: ``min(parent, own)``.
-        expired: After an ``async with`` exit, whether the deadline cut the block short.
+        expired: After exit, whether the deadline had passed by the time the block ended.
+        cancelled_caught: After exit, whether this scope cancelled the block (and so raised
+            `TimeoutError`, or moved on).
     """
 
-    __slots__ = ("_after", "_at", "_timeout", "_token", "deadline", "expired")
+    __slots__ = (
+        "_after", "_at", "_cancelling", "_cuts", "_enforce", "_handle", "_move_on",
+        "_scopes_token", "_started", "_state", "_task", "_token", "cancelled_caught",
+        "deadline", "expired",
+    )  # fmt: skip
 
-    def __init__(self, *, at: float | None = None, after: float | None = None) -> None:
-        for name, value in (("deadline_at", at), ("deadline_after", after)):
-            if value is not None and math.isnan(value):
-                msg = f"{name} takes a number of seconds, got NaN"
-                raise ValueError(msg)
-        self._at, self._after = at, after
+    def __init__(
+        self,
+        *,
+        at: float | None = None,
+        after: float | None = None,
+        enforce: bool = True,
+        move_on: bool = False,
+    ) -> None:
+        if (at is None) == (after is None):
+            msg = "DeadlineScope takes one of at= (an instant) or after= (seconds)"
+            raise ValueError(msg)
+        self._at = None if at is None else _check_at("DeadlineScope(at=…)", at)
+        self._after = None if after is None else _check_seconds("DeadlineScope(after=…)", after)
+        self._enforce, self._move_on = enforce, move_on
         self._token: contextvars.Token[float] | None = None
-        self._timeout: asyncio.Timeout | None = None
+        self._scopes_token: contextvars.Token[tuple[DeadlineScope, ...]] | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._handle: asyncio.Handle | None = None
+        self._state = _OVER
+        self._cancelling = self._cuts = 0
+        self._started = math.nan
         self.deadline = math.inf
-        self.expired = False
-
-    def _own(self) -> float:
-        if self._at is not None:
-            return self._at
-        assert self._after is not None  # noqa: S101 - one of the two is always set
-        return now() + self._after
+        self.expired = self.cancelled_caught = False
 
     def __enter__(self) -> DeadlineScope:
-        self.deadline = min(_DEADLINE.get(), self._own())
+        if self._token is not None or not math.isnan(self._started):
+            msg = "a deadline scope can be entered only once; make a new one"
+            raise RuntimeError(msg)
+        self._started = now()
+        own = self._at if self._at is not None else self._started + (self._after or 0.0)
+        self.deadline = min(_DEADLINE.get(), own)
         self._token = _DEADLINE.set(self.deadline)
+        if self._enforce and not math.isinf(self.deadline):
+            self._arm()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def _arm(self) -> None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running loop: the deadline is only set
+            return
+        if task is None:
+            return
+        self._task, self._cancelling, self._state = task, task.cancelling(), _ARMED
+        self._scopes_token = _SCOPES.set((*_SCOPES.get(), self))
+        self._handle = task.get_loop().call_at(self.deadline, self._due)
+
+    def _due(self) -> None:
+        self._handle = None
+        if self._cuts > 0 and self._task is not None:
+            # the executor cuts at this instant too: let its StepTimeout come out first
+            self._state = _GRACE
+            self._handle = self._task.get_loop().call_later(CUT_GRACE_S, self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        self._handle = None
+        if self._task is not None and self._state in {_ARMED, _GRACE} and self._task.cancel():
+            self._state = _CANCELLED
+
+    def _cut_over(self, *, clean: bool) -> None:
+        self._cuts -= 1
+        if clean and self._cuts == 0 and self._state == _GRACE and self._task is not None:
+            # The executor finished without cutting: nothing left to wait for. Cancel from the
+            # loop, not from the running task: if the block ends first, nothing is left behind.
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = self._task.get_loop().call_soon(self._cancel)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        state, self._state = self._state, _OVER
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._scopes_token is not None:
+            _SCOPES.reset(self._scopes_token)
+            self._scopes_token = None
         if self._token is not None:
             _DEADLINE.reset(self._token)
             self._token = None
+        self.expired = state in {_GRACE, _CANCELLED} or now() >= self.deadline
+        if state != _CANCELLED or self._task is None:
+            return False
+        # Take back the cancellation this scope asked for. If someone else cancelled the task
+        # too, or the block ended some other way, what is leaving the block leaves unchanged.
+        if self._task.uncancel() > self._cancelling or not isinstance(exc, asyncio.CancelledError):
+            return False
+        self.cancelled_caught = True
+        if self._move_on:
+            return True
+        msg = f"deadline passed: the block was cancelled after {now() - self._started:.3f} s"
+        raise TimeoutError(msg) from exc
 
     async def __aenter__(self) -> DeadlineScope:
-        self.__enter__()
-        when = None if math.isinf(self.deadline) else self.deadline
-        self._timeout = asyncio.timeout_at(when)
-        await self._timeout.__aenter__()
-        return self
+        return self.__enter__()
 
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
-        try:
-            assert self._timeout is not None  # noqa: S101 - set by __aenter__
-            await self._timeout.__aexit__(exc_type, exc, tb)  # raises TimeoutError when expired
-            self.expired = self._timeout.expired()
-            return None
-        finally:
-            self.__exit__()
-
-
-def deadline_at(when: float) -> DeadlineScope:
-    """
-    A scope whose deadline is the instant ``when`` on the loop clock (never later than now's).
-
-    Args:
-        when: Absolute instant (seconds, `now()` clock); ``math.inf`` keeps the parent's.
-    """
-    return DeadlineScope(at=when)
+    ) -> bool:
+        return self.__exit__(exc_type, exc, tb)
 
 
 def deadline_after(seconds: float) -> DeadlineScope:
     """
-    A scope whose deadline is ``seconds`` after it is entered (never later than the parent's).
+    A scope that cancels its block ``seconds`` after it is entered and raises `TimeoutError`.
+
+    The deadline is never later than the parent's. Outside a running asyncio task it only
+    sets the deadline.
+
+    Args:
+        seconds: Budget in seconds from entering the scope; ``math.inf`` keeps the parent's.
+
+    Example::
+
+        with deadline_after(8.0):
+            answer = await executor.run_step("search", call)  # StepTimeout at 8 s
+    """
+    return DeadlineScope(after=_check_seconds("deadline_after", seconds))
+
+
+def deadline_at(when: float) -> DeadlineScope:
+    """
+    A scope that cancels its block at the instant ``when`` and raises `TimeoutError`.
+
+    Args:
+        when: Absolute instant in seconds on the event loop's clock (`now()`), not wall-clock
+            time (see `deadline_at_wall`); ``math.inf`` keeps the parent's.
+
+    Raises:
+        ValueError: ``when`` is NaN, or looks like epoch seconds.
+    """
+    return DeadlineScope(at=_check_at("deadline_at", when))
+
+
+def deadline_at_wall(epoch_seconds: float) -> DeadlineScope:
+    """
+    `deadline_at` for a wall-clock instant: cancels the block then, raising `TimeoutError`.
+
+    Args:
+        epoch_seconds: The instant as ``time.time()`` counts it (seconds since the epoch);
+            ``math.inf`` keeps the parent's.
+
+    Raises:
+        ValueError: ``epoch_seconds`` is NaN, or looks like a loop-clock instant.
+    """
+    _check_seconds("deadline_at_wall", epoch_seconds)
+    if math.isinf(epoch_seconds):
+        return DeadlineScope(at=epoch_seconds)
+    wall_now, loop_now = time.time(), now()
+    if wall_now - epoch_seconds > 10 * _YEAR_S:
+        msg = (
+            f"deadline_at_wall takes epoch seconds (time.time(), {wall_now:.3f} now), got "
+            f"{epoch_seconds!r}, which looks like an instant on the event loop's clock; "
+            "use deadline_at(when) for that"
+        )
+        raise ValueError(msg)
+    return DeadlineScope(at=loop_now + (epoch_seconds - wall_now))
+
+
+def fail_after(seconds: float) -> DeadlineScope:
+    """
+    The same as `deadline_after` (trio's and anyio's name).
+    """
+    return DeadlineScope(after=_check_seconds("fail_after", seconds))
+
+
+def fail_at(when: float) -> DeadlineScope:
+    """
+    The same as `deadline_at` (trio's and anyio's name).
+    """
+    return DeadlineScope(at=_check_at("fail_at", when))
+
+
+def move_on_after(seconds: float) -> DeadlineScope:
+    """
+    A scope that cancels its block ``seconds`` after it is entered and then ends quietly.
+
+    Afterwards ``scope.cancelled_caught`` says whether the block was cut short.
 
     Args:
         seconds: Budget in seconds from entering the scope; ``math.inf`` keeps the parent's.
     """
-    return DeadlineScope(after=seconds)
+    return DeadlineScope(after=_check_seconds("move_on_after", seconds), move_on=True)
+
+
+def move_on_at(when: float) -> DeadlineScope:
+    """
+    A scope that cancels its block at the instant ``when`` and then ends quietly.
+
+    Args:
+        when: Absolute instant in seconds on the event loop's clock (`now()`); ``math.inf``
+            keeps the parent's.
+
+    Raises:
+        ValueError: ``when`` is NaN, or looks like epoch seconds.
+    """
+    return DeadlineScope(at=_check_at("move_on_at", when), move_on=True)
+
+
+def carry_deadline_after(seconds: float) -> DeadlineScope:
+    """
+    A scope that only sets the deadline, ``seconds`` after entering it; it cancels nothing.
+
+    Cutoffs and outgoing headers read the deadline it sets (never later than the parent's).
+
+    Args:
+        seconds: Budget in seconds from entering the scope; ``math.inf`` keeps the parent's.
+    """
+    return DeadlineScope(after=_check_seconds("carry_deadline_after", seconds), enforce=False)
+
+
+def carry_deadline_at(when: float) -> DeadlineScope:
+    """
+    A scope that only sets the deadline to the instant ``when``; it cancels nothing.
+
+    Args:
+        when: Absolute instant in seconds on the event loop's clock (`now()`); ``math.inf``
+            keeps the parent's.
+
+    Raises:
+        ValueError: ``when`` is NaN, or looks like epoch seconds.
+    """
+    return DeadlineScope(at=_check_at("carry_deadline_at", when), enforce=False)
+
+
+@contextmanager
+def executor_cuts(deadline: float) -> Iterator[None]:
+    """
+    For the executor: mark code that the executor itself cuts at ``deadline``.
+
+    The executor enters this around a step (or a run) whose deadline it enforces, raising
+    `StepTimeout`. An enforcing scope around it whose own deadline is no earlier (to within a
+    microsecond) does not cancel at once when it falls due while the mark is on: it waits up
+    to `CUT_GRACE_S` for the executor's error, which then passes through the scope unchanged;
+    if the marked code ends without an error the scope cancels at once, and after the grace
+    it cancels in any case. The mark reaches scopes through the context, so it also works
+    from tasks started inside the scope (they copy the context).
+
+    Args:
+        deadline: The instant, on the loop clock, at which the executor cuts.
+    """
+    scopes = [s for s in _SCOPES.get() if s.deadline >= deadline - _SAME_INSTANT_S]
+    for scope in scopes:
+        scope._cuts += 1
+    clean = False
+    try:
+        yield
+        clean = True
+    finally:
+        for scope in scopes:
+            scope._cut_over(clean=clean)
 
 
 def deadline_headers(
