@@ -96,10 +96,17 @@ def _check_seconds(api: str, seconds: float) -> float:
     return seconds
 
 
-_AFTER = {
-    name: f"{name.removesuffix('_at')}_after(seconds)"
-    for name in ("deadline_at", "fail_at", "move_on_at", "carry_deadline_at")
-}
+def _fixes(api: str) -> tuple[str, str, str]:
+    """
+    How to say "a duration", "an instant on the loop clock", "a wall-clock instant" to ``api``.
+    """
+    if api == "DeadlineScope":
+        return (f"{api}(after=seconds)", f"{api}(at=now() + seconds)",
+                f"{api}(at=now() + epoch - time.time())")  # fmt: skip
+    wall = "deadline_at_wall(epoch)" if api in {"deadline_at", "fail_at"} else (
+        f"{api}(now() + epoch - time.time())"
+    )  # fmt: skip
+    return f"{api.removesuffix('_at')}_after(seconds)", f"{api}(now() + seconds)", wall
 
 
 def _check_at(api: str, when: float) -> float:
@@ -109,15 +116,12 @@ def _check_at(api: str, when: float) -> float:
     _check_seconds(api, when)
     loop_now, wall_now = now(), time.time()
     if when - loop_now > 10 * _YEAR_S and abs(when - wall_now) < 5 * _YEAR_S:
-        after = _AFTER.get(api, "DeadlineScope(after=seconds)")
-        wall = "deadline_at_wall(epoch)" if api in {"deadline_at", "fail_at"} else (
-            f"{api}(now() + epoch - time.time())"
-        )  # fmt: skip
+        after, at, wall = _fixes(api)
         msg = (
             f"{api} takes an instant on the event loop's clock (tailkit.executor.now(), "
-            f"{loop_now:.3f} now), got what looks like a wall-clock time: {when!r}, "
-            f"{(when - wall_now):+.3f} s from time.time(); use {after} or {api}(now() + "
-            f"seconds), or {wall} for a wall-clock instant"
+            f"{loop_now:.3f} now), got what looks like a wall-clock time: {when!r} is "
+            f"{when - wall_now:.3f} s from time.time() but {(when - loop_now) / _YEAR_S:.0f} "
+            f"years from now(); use {after} or {at}, or {wall} for a wall-clock instant"
         )
         raise ValueError(msg)
     return when
@@ -166,8 +170,8 @@ class DeadlineScope:
         if (at is None) == (after is None):
             msg = "DeadlineScope takes one of at= (an instant) or after= (seconds)"
             raise ValueError(msg)
-        self._at = None if at is None else _check_at("DeadlineScope(at=…)", at)
-        self._after = None if after is None else _check_seconds("DeadlineScope(after=…)", after)
+        self._at = None if at is None else _check_at("DeadlineScope", at)
+        self._after = None if after is None else _check_seconds("DeadlineScope", after)
         self._enforce, self._move_on = enforce, move_on
         self._token: contextvars.Token[float] | None = None
         self._scopes_token: contextvars.Token[tuple[DeadlineScope, ...]] | None = None
