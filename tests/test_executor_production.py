@@ -490,3 +490,68 @@ def run_real(coro: Any) -> Any:
 
 
 _: Callable[..., Any] = run_real
+
+
+# --------------------------------------------------------------------------- 11. observability
+
+
+def test_decisions_reach_an_event_hook() -> None:
+    """A hook sees the step, its attempts, the cutoff, the denied hedge and the throttle."""
+    from tailkit.executor._events import Event, Observer
+
+    events: list[Event] = []
+    p = plan("    cutoff_s: 1\n    on_cutoff: hedge\n    hedge_route: b/m\n")
+
+    async def slow(a: Attempt) -> str:
+        await asyncio.sleep(3.0)
+        return "ok"
+
+    async def main() -> None:
+        throttle = ProviderThrottle()
+        for _ in range(5):
+            throttle.on_failure("b")
+        executor = Executor(p, ledger=Ledger(), throttle=throttle,
+                            observer=Observer(events.append, tracing=False))  # fmt: skip
+        await executor.run_step("s", slow, run_id="r1")
+
+    run(main())
+    kinds = [e.kind for e in events]
+    assert kinds == ["step_started", "attempt_started", "cutoff_fired", "extra_denied",
+                     "attempt_ended", "step_ended"]  # fmt: skip
+    denied = events[3]
+    assert (denied.detail["reason"], denied.detail["action"]) == ("throttle", "hedge")
+    assert all(e.run_id == "r1" and e.step == "s" for e in events)
+
+
+def test_steps_and_attempts_are_opentelemetry_spans() -> None:
+    """With OpenTelemetry: a step span, attempt spans as its children, the deadline on them."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tailkit.executor._events import Observer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    p = plan("    cutoff_s: 1\n    on_cutoff: hedge\n    hedge_route: b/m\n")
+
+    async def fn(a: Attempt) -> str:
+        await asyncio.sleep(3.0 if a.role == "primary" else 0.5)
+        return "ok"
+
+    async def main() -> None:
+        observer = Observer(tracing=True, tracer_provider=provider)
+        await Executor(p, ledger=Ledger(), observer=observer).run_step("s", fn, deadline=now() + 9)
+
+    run(main())
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"tailkit.step s", "chat m"} or len(exporter.get_finished_spans()) == 3
+    step = spans["tailkit.step s"]
+    attempts = [s for s in exporter.get_finished_spans() if s.name == "chat m"]
+    assert len(attempts) == 2
+    assert all(s.parent is not None and s.parent.span_id == step.context.span_id for s in attempts)
+    assert {s.attributes["tailkit.role"] for s in attempts} == {"primary", "hedge"}
+    assert all("tailkit.deadline" in s.attributes for s in [step, *attempts])
+    assert {s.attributes["gen_ai.provider.name"] for s in attempts} == {"a", "b"}

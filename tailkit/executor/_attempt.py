@@ -51,6 +51,7 @@ class Live:
     changed: asyncio.Event | None = None  # set on every chunk, when someone projects the finish
     recorded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    span: Any = None  # its tracing span handle, when the executor is watched
 
     def age(self, at: float) -> float:
         """

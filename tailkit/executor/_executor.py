@@ -18,6 +18,7 @@ from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
 from tailkit.executor._deadline import current_deadline
+from tailkit.executor._events import Observer
 from tailkit.executor._ledger import Ledger
 from tailkit.executor._shared import RunBook, Shared, StepPolicy
 from tailkit.executor._step import StepRun
@@ -54,6 +55,9 @@ class Executor:
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
         policies: Per step name, a validator and what happens to losing attempts.
         seed: Seed of the retry jitter (``None``: fresh randomness).
+        observer: Who watches it: an `Observer` with an event hook and/or OpenTelemetry
+            tracing (``None``: ``Observer()``, which traces when OpenTelemetry's API is
+            installed and has no hook).
 
     Use it as ``async with Executor(...) as executor:`` (or call `aclose` when done): leaving
     waits for the losing attempts still finishing (``StepPolicy(losers="finish")``) and closes
@@ -76,6 +80,7 @@ class Executor:
         throttle: ProviderThrottle | None = None,
         policies: Mapping[str, StepPolicy] | None = None,
         seed: int | None = None,
+        observer: Observer | None = None,
     ) -> None:
         unknown = sorted(set(policies or {}) - set(plan.steps))
         if unknown:
@@ -90,6 +95,7 @@ class Executor:
             ledger or Ledger(),
             dict(policies or {}),
             rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
+            observer=Observer() if observer is None else observer,
         )
         self.reserve_s = reserves(plan)
         self.order = plan.order()

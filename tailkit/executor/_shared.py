@@ -14,6 +14,7 @@ from typing import Any
 
 from tailkit.config import Plan
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
+from tailkit.executor._events import Observer
 from tailkit.executor._ledger import Ledger
 from tailkit.executor._types import Attempt, AttemptError, Validator
 
@@ -83,12 +84,12 @@ class Shared:
     rng: random.Random = field(default_factory=random.Random)
     seen: dict[str, deque[float]] = field(default_factory=dict)
     abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
+    observer: Observer = field(default_factory=lambda: Observer(tracing=False))
 
     def ok(self, attempt: Attempt, seconds: float) -> None:
         """
-        An attempt succeeded in ``seconds``: refill its provider's throttle, remember it.
+        An attempt succeeded in ``seconds``: remember it (its route's typical duration).
         """
-        self.throttle.on_success(attempt.provider)
         recent = self.seen.get(attempt.route)
         if recent is None:
             recent = self.seen[attempt.route] = deque(maxlen=_TYPICAL_OF)

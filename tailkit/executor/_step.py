@@ -65,6 +65,7 @@ from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._budget import retry_after_fits
 from tailkit.executor._deadline import executor_cuts, now
 from tailkit.executor._shared import DEFAULT_POLICY, InvalidOutput, RunBook, Shared
+from tailkit.executor._telemetry import StepTelemetry
 from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failure
 
 
@@ -83,7 +84,7 @@ class StepRun:
     __slots__ = (
         "_projects", "acted", "book", "chain", "cut_tasks", "deadline", "enforce", "errors",
         "fired", "fn", "inputs", "key", "lives", "loop", "policy", "retries_left", "run_id",
-        "running", "s", "stall_s", "start", "step", "total_at", "ttft_at", "upgraded",
+        "running", "s", "stall_s", "start", "step", "tel", "total_at", "ttft_at", "upgraded",
     )  # fmt: skip
 
     def __init__(
@@ -112,6 +113,7 @@ class StepRun:
         self.running: list[Live] = []
         self.errors: list[BaseException] = []
         self.cut_tasks: list[asyncio.Task[Any]] = []  # cancelled here, torn down before we end
+        self.tel: StepTelemetry | None = None  # when the executor is watched
         self.fired = self.upgraded = self.acted = False
         self.chain: Live | None = None  # the attempt whose failure is retried at once
         self.retries_left = self.policy.error_retries
@@ -144,11 +146,30 @@ class StepRun:
             live.extra["started_by"] = cause
         self.lives.append(live)
         self.running.append(live)
+        if self.tel is not None:
+            self.tel.attempt_started(live)
         return live
 
     def _write(self, live: Live, status: str, at: float, **kw: Any) -> None:
         live.recorded = True
-        self.s.ledger.write(record_of(live, status=status, at=at, **kw))
+        record = record_of(live, status=status, at=at, **kw)
+        self.s.ledger.write(record)
+        if self.tel is not None:
+            self.tel.attempt_ended(live, record, kw.get("error"))
+
+    def _throttle(self, provider: str, *, ok: bool) -> None:
+        """
+        Tell the provider's throttle how an attempt went (and say if that flips it).
+        """
+        throttle = self.s.throttle
+        before = throttle.throttled(provider) if self.tel is not None else False
+        if ok:
+            throttle.on_success(provider)
+        else:
+            throttle.on_failure(provider)
+        if self.tel is not None and throttle.throttled(provider) != before:
+            kind = "throttle_released" if before else "throttle_engaged"
+            self.tel.emit(kind, None, provider=provider, tokens=throttle.tokens(provider))
 
     async def run(self) -> Any:
         """
@@ -157,10 +178,24 @@ class StepRun:
         A step that enforces its deadline says so to any deadline scope around it, so that the
         scope lets the step's own `StepTimeout` (which names the step) through.
         """
-        if not self.enforce or math.isinf(self.deadline):
-            return await self._run()
-        with executor_cuts(self.deadline):
-            return await self._run()
+        observer = self.s.observer
+        if observer.active:
+            self.tel = StepTelemetry(
+                observer, self.step.name, self.run_id, self.deadline, self.s.plan.workflow
+            )
+        try:
+            if not self.enforce or math.isinf(self.deadline):
+                value = await self._run()
+            else:
+                with executor_cuts(self.deadline):
+                    value = await self._run()
+        except BaseException as error:
+            if self.tel is not None:
+                self.tel.ended(_status_of(error), len(self.lives), error)
+            raise
+        if self.tel is not None:
+            self.tel.ended("ok", len(self.lives))
+        return value
 
     async def _run(self) -> Any:
         first = self.chain = self._launch(self.step.route, "primary")
@@ -253,13 +288,14 @@ class StepRun:
                 refused = self._refused(value)
                 if refused is None:
                     self._write(live, "ok", at, winner=True)
+                    self._throttle(live.attempt.provider, ok=True)
                     self.s.ok(live.attempt, at - live.started)
                     return _Won(value) if value is None else value
                 self.errors.append(refused)
                 if not self.upgraded:
                     self.upgraded = True
                     route = self.step.upgrade_route or self.step.route
-                    if self._grant(live, route, "upgrade_denied"):
+                    if self._grant(live, route, "upgrade_denied", "upgrade"):
                         self._launch(route, "upgrade", cause="invalid")
                 self._write(live, "invalid", at, error=refused)
                 continue
@@ -272,7 +308,7 @@ class StepRun:
             status, http, retry_after = classify(error)
             self.errors.append(error)
             if status in _PROVIDER_FAILURES:
-                self.s.throttle.on_failure(live.attempt.provider)
+                self._throttle(live.attempt.provider, ok=False)
             if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
             self._write(live, status, at, error=error, http_status=http)
@@ -297,20 +333,28 @@ class StepRun:
         return InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
                              status="invalid")  # fmt: skip
 
-    def _grant(self, asker: Live, route: str, denied_key: str) -> bool:
+    def _grant(self, asker: Live, route: str, denied_key: str, action: str) -> bool:
         """
         Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
 
         A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
         """
         provider = self.s.plan.routes[route].provider
+        why = None
         if self.s.throttle.throttled(provider):
-            self._denied(asker, denied_key, "throttle", f"provider {provider} throttled")
-            return False
-        if not self.s.budget.try_extra(self.book.account):
-            self._denied(asker, denied_key, "budget", "hedge budget spent")
-            return False
-        return True
+            why = "throttle"
+            self._denied(asker, denied_key, why, f"provider {provider} throttled")
+        elif not self.s.budget.try_extra(self.book.account):
+            why = "budget"
+            self._denied(asker, denied_key, why, "hedge budget spent")
+        if self.tel is not None:
+            budget = self.s.budget
+            self.tel.emit(
+                "extra_granted" if why is None else "extra_denied", asker, action=action,
+                reason=why, route=route, firsts=budget.firsts, extras=budget.extras,
+                throttle_tokens=self.s.throttle.tokens(provider),
+            )  # fmt: skip
+        return why is None
 
     def _retry_after_error(self, live: Live, status: str, retry_after: float | None) -> None:
         if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
@@ -325,9 +369,11 @@ class StepRun:
                 f"do not fit the {left:.3f} s left"
             )
             return
-        if left - wait < NO_TIME_S or not self._grant(live, route, "retry_denied"):
+        if left - wait < NO_TIME_S or not self._grant(live, route, "retry_denied", "retry"):
             return
         self.retries_left -= 1
+        if self.tel is not None:
+            self.tel.emit("retry_scheduled", live, reason=status, delay_s=wait)
         # the wait happens inside the retry's own task, so the deadline still cuts it
         self.chain = self._launch(route, "retry", cause="error", delay_s=wait)
 
@@ -357,6 +403,11 @@ class StepRun:
         if why is not None:
             self.fired = True
             first.extra["cutoff"] = why
+            if self.tel is not None:
+                self.tel.emit(
+                    "cutoff_fired", first, cutoff=why, action=self.step.on_cutoff,
+                    age_s=first.age(at),
+                )  # fmt: skip
             self._act(first, why, at)
 
     def _why(self, first: Live, at: float) -> str | None:
@@ -404,7 +455,7 @@ class StepRun:
         if self.deadline - at < NO_TIME_S:
             first.extra["action_skipped"] = "no time left"
             return
-        if not self._grant(first, route, "hedge_denied"):
+        if not self._grant(first, route, "hedge_denied", action):
             return
         self.acted = True
         if action != "hedge":
@@ -469,6 +520,19 @@ class StepRun:
         if errors:
             error.__cause__ = ExceptionGroup(f"attempts of step {self.step.name!r}", errors)
         return error
+
+
+def _status_of(error: BaseException) -> str:
+    """
+    How a step call that raised ended, for its span: timeout, failed, cancelled or error.
+    """
+    if isinstance(error, StepTimeout):
+        return "timeout"
+    if isinstance(error, AllAttemptsFailed):
+        return "failed"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "error"
 
 
 class _Won:
