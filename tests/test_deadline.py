@@ -29,7 +29,7 @@ from tailkit.executor import (
     now,
     remaining,
 )
-from tailkit.executor._deadline import CUT_GRACE_S, executor_cuts
+from tailkit.executor._deadline import CUT_GRACE_S, executor_cuts, executor_cutting
 from tests._fakeloop import run
 
 
@@ -418,3 +418,59 @@ def test_a_cut_that_ends_with_the_block_leaves_no_cancel_behind() -> None:
         return now(), scope.expired, scope.cancelled_caught
 
     assert (6.0, True, False) == run(main())
+
+
+async def _cut_with_teardown(step: str, *, says_so: bool) -> None:
+    """
+    An executor that raises `StepTimeout` and then spends 1 s tearing its attempts down.
+    """
+    with executor_cuts(current_deadline()):
+        await asyncio.sleep(remaining())
+        if says_so:
+            executor_cutting()
+        try:
+            msg = f"step {step!r} ran out of run deadline"
+            raise StepTimeout(msg, step=step, spent_s=now(), cutoff_s=None)
+        finally:
+            await asyncio.sleep(1.0)
+
+
+def test_a_cutting_executor_keeps_the_scope_waiting_through_its_teardown() -> None:
+    """After executor_cutting() the scope waits for the teardown; the StepTimeout comes out."""
+
+    async def main() -> tuple[str, float, int]:
+        with pytest.raises(StepTimeout) as err, deadline_after(5.0):
+            await _cut_with_teardown("draft", says_so=True)
+        task = asyncio.current_task()
+        assert task is not None
+        return err.value.step, now(), task.cancelling()
+
+    assert ("draft", 6.0, 0) == run(main())
+
+
+def test_a_silent_executor_is_cancelled_after_the_grace() -> None:
+    """Without executor_cutting() a teardown longer than the grace is cut by the scope."""
+
+    async def main() -> float:
+        with pytest.raises(TimeoutError) as err, deadline_after(5.0):
+            await _cut_with_teardown("draft", says_so=False)
+        assert isinstance(err.value.__context__, asyncio.CancelledError)
+        return now()
+
+    assert 5.0 + CUT_GRACE_S == run(main())
+
+
+def test_executor_cutting_without_a_mark_does_nothing() -> None:
+    """Outside executor_cuts, executor_cutting() changes nothing: the scope cuts at once."""
+
+    async def body() -> None:
+        with deadline_after(5.0):
+            executor_cutting()
+            await asyncio.sleep(100.0)
+
+    async def main() -> float:
+        with pytest.raises(TimeoutError):
+            await body()
+        return now()
+
+    assert 5.0 == run(main())

@@ -24,8 +24,9 @@ always propagates as ``CancelledError``.
 
 When the executor enforces the same deadline itself it raises `StepTimeout`, which names the
 step. So that the scope's timer does not beat it to the instant, the executor marks the code it
-cuts with `executor_cuts`; a scope whose deadline falls due while such a cut is active waits a
-moment (`CUT_GRACE_S`) for the executor's error before cancelling.
+cuts with `executor_cuts`: a scope whose deadline falls due under such a mark leaves the cut to
+the executor for a moment (`CUT_GRACE_S`), or, once the executor says it is cutting
+(`executor_cutting`), until the marked code ends; then the executor's error passes through.
 
 Across a process boundary both the absolute wall-clock instant and the seconds remaining at
 send time travel (`deadline_headers`); the receiver takes ``min(deadline_wall - now_wall,
@@ -48,7 +49,7 @@ from types import TracebackType
 DEADLINE_HEADER = "x-tailkit-deadline"  # absolute wall-clock instant, epoch seconds
 REMAINING_HEADER = "x-tailkit-remaining-s"  # seconds left when the request was sent
 
-CUT_GRACE_S = 0.05  # how long a due scope waits for the executor's own StepTimeout
+CUT_GRACE_S = 0.05  # how long a due scope waits for the executor to start cutting
 _SAME_INSTANT_S = 1e-6  # an executor cut this much after a scope's deadline still counts
 _YEAR_S = 365.25 * 86_400.0
 
@@ -58,6 +59,23 @@ _DEADLINE: contextvars.ContextVar[float] = contextvars.ContextVar(
 # The enforcing scopes around this point (outermost first): what `executor_cuts` registers with.
 _SCOPES: contextvars.ContextVar[tuple[DeadlineScope, ...]] = contextvars.ContextVar(
     "tailkit_deadline_scopes", default=()
+)
+
+
+class _Mark:
+    """
+    Strictly private: one `executor_cuts`, and whether the executor has started cutting.
+    """
+
+    __slots__ = ("cutting",)
+
+    def __init__(self) -> None:
+        self.cutting = False
+
+
+# The innermost executor mark here: what `executor_cutting` flags.
+_MARK: contextvars.ContextVar[_Mark | None] = contextvars.ContextVar(
+    "tailkit_executor_mark", default=None
 )
 
 # A scope's timer: not yet due, due but waiting for an executor cut, cancelled the task, over.
@@ -154,7 +172,7 @@ class DeadlineScope:
     """
 
     __slots__ = (
-        "_after", "_at", "_cancelling", "_cuts", "_enforce", "_handle", "_move_on",
+        "_after", "_at", "_cancelling", "_enforce", "_handle", "_marks", "_move_on",
         "_scopes_token", "_started", "_state", "_task", "_token", "cancelled_caught",
         "deadline", "expired",
     )  # fmt: skip
@@ -178,7 +196,8 @@ class DeadlineScope:
         self._task: asyncio.Task[object] | None = None
         self._handle: asyncio.Handle | None = None
         self._state = _OVER
-        self._cancelling = self._cuts = 0
+        self._cancelling = 0
+        self._marks: list[_Mark] = []
         self._started = math.nan
         self.deadline = math.inf
         self.expired = self.cancelled_caught = False
@@ -208,23 +227,29 @@ class DeadlineScope:
 
     def _due(self) -> None:
         self._handle = None
-        if self._cuts > 0 and self._task is not None:
+        if self._marks and self._task is not None:
             # the executor cuts at this instant too: let its StepTimeout come out first
             self._state = _GRACE
-            self._handle = self._task.get_loop().call_later(CUT_GRACE_S, self._cancel)
+            self._handle = self._task.get_loop().call_later(CUT_GRACE_S, self._grace_over)
         else:
             self._cancel()
+
+    def _grace_over(self) -> None:
+        self._handle = None
+        if not any(mark.cutting for mark in self._marks):
+            self._cancel()  # the executor has not started cutting: do it here
 
     def _cancel(self) -> None:
         self._handle = None
         if self._task is not None and self._state in {_ARMED, _GRACE} and self._task.cancel():
             self._state = _CANCELLED
 
-    def _cut_over(self, *, clean: bool) -> None:
-        self._cuts -= 1
-        if clean and self._cuts == 0 and self._state == _GRACE and self._task is not None:
-            # The executor finished without cutting: nothing left to wait for. Cancel from the
-            # loop, not from the running task: if the block ends first, nothing is left behind.
+    def _mark_over(self, mark: _Mark) -> None:
+        self._marks.remove(mark)
+        if not self._marks and self._state == _GRACE and self._task is not None:
+            # The executor is done: an error of its own is on its way out of the block, or the
+            # block goes on past the deadline and is cancelled now. Cancel from the loop, not
+            # from the running task: if the block ends first, nothing is left behind.
             if self._handle is not None:
                 self._handle.cancel()
             self._handle = self._task.get_loop().call_soon(self._cancel)
@@ -398,27 +423,43 @@ def executor_cuts(deadline: float) -> Iterator[None]:
     """
     For the executor: mark code that the executor itself cuts at ``deadline``.
 
-    The executor enters this around a step (or a run) whose deadline it enforces, raising
-    `StepTimeout`. An enforcing scope around it whose own deadline is no earlier (to within a
+    The executor enters this around a step (or a run) whose deadline it enforces. An
+    enforcing scope around the mark whose own deadline is no earlier (to within a
     microsecond) does not cancel at once when it falls due while the mark is on: it waits up
-    to `CUT_GRACE_S` for the executor's error, which then passes through the scope unchanged;
-    if the marked code ends without an error the scope cancels at once, and after the grace
-    it cancels in any case. The mark reaches scopes through the context, so it also works
-    from tasks started inside the scope (they copy the context).
+    to `CUT_GRACE_S` for the executor to start cutting, and once the executor has said so
+    (`executor_cutting`), until the marked code ends. An error the executor raises -- its
+    `StepTimeout` -- then passes through the scope unchanged; if the block goes on instead,
+    the scope cancels it at once. The mark reaches scopes through the context, so it also
+    counts from tasks started inside the scope (they copy the context).
 
     Args:
         deadline: The instant, on the loop clock, at which the executor cuts.
     """
+    mark = _Mark()
     scopes = [s for s in _SCOPES.get() if s.deadline >= deadline - _SAME_INSTANT_S]
     for scope in scopes:
-        scope._cuts += 1
-    clean = False
+        scope._marks.append(mark)
+    token = _MARK.set(mark)
     try:
         yield
-        clean = True
     finally:
+        _MARK.reset(token)
         for scope in scopes:
-            scope._cut_over(clean=clean)
+            scope._mark_over(mark)
+
+
+def executor_cutting() -> None:
+    """
+    For the executor: say that it is cutting the code under the innermost `executor_cuts`.
+
+    Call it when the deadline has passed and the executor starts giving up (before it tears
+    down its attempts): a scope due at the same instant then waits for the marked code to end,
+    however long the teardown takes, instead of cancelling it after `CUT_GRACE_S`. Without
+    a mark here it does nothing.
+    """
+    mark = _MARK.get()
+    if mark is not None:
+        mark.cutting = True
 
 
 def deadline_headers(
