@@ -244,15 +244,17 @@ class DeadlineScope:
         if self._task is not None and self._state in {_ARMED, _GRACE} and self._task.cancel():
             self._state = _CANCELLED
 
-    def _mark_over(self, mark: _Mark) -> None:
+    def _mark_over(self, mark: _Mark, *, raised: bool) -> None:
         self._marks.remove(mark)
         if not self._marks and self._state == _GRACE and self._task is not None:
-            # The executor is done: an error of its own is on its way out of the block, or the
-            # block goes on past the deadline and is cancelled now. Cancel from the loop, not
-            # from the running task: if the block ends first, nothing is left behind.
+            # The executor is done. If it raised, its error is on its way out of the block
+            # (from another task that takes a few loop turns): give it the grace again. If it
+            # returned, the block goes on past the deadline: cancel it now. Either way from
+            # the loop, not from the running task: if the block ends first, nothing is left.
             if self._handle is not None:
                 self._handle.cancel()
-            self._handle = self._task.get_loop().call_soon(self._cancel)
+            delay = CUT_GRACE_S if raised else 0.0
+            self._handle = self._task.get_loop().call_later(delay, self._cancel)
 
     def __exit__(
         self,
@@ -428,9 +430,10 @@ def executor_cuts(deadline: float) -> Iterator[None]:
     microsecond) does not cancel at once when it falls due while the mark is on: it waits up
     to `CUT_GRACE_S` for the executor to start cutting, and once the executor has said so
     (`executor_cutting`), until the marked code ends. An error the executor raises -- its
-    `StepTimeout` -- then passes through the scope unchanged; if the block goes on instead,
-    the scope cancels it at once. The mark reaches scopes through the context, so it also
-    counts from tasks started inside the scope (they copy the context).
+    `StepTimeout` -- then has `CUT_GRACE_S` more to leave the block, and passes through the
+    scope unchanged; if the marked code returns instead, the scope cancels the block at once.
+    The mark reaches scopes through the context, so it also counts from tasks started inside
+    the scope (they copy the context).
 
     Args:
         deadline: The instant, on the loop clock, at which the executor cuts.
@@ -440,12 +443,14 @@ def executor_cuts(deadline: float) -> Iterator[None]:
     for scope in scopes:
         scope._marks.append(mark)
     token = _MARK.set(mark)
+    raised = True
     try:
         yield
+        raised = False
     finally:
         _MARK.reset(token)
         for scope in scopes:
-            scope._mark_over(mark)
+            scope._mark_over(mark, raised=raised)
 
 
 def executor_cutting() -> None:
