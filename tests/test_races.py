@@ -169,6 +169,40 @@ def test_abandoned_successes_are_listed_with_the_side_effecting_ones(report: Rac
     assert report.findings()[0] == "2 calls finished after the harness gave up (1 side-effecting)"
 
 
+def test_abandoned_lateness_counts_from_the_deadline_and_is_never_negative(
+    tmp_path: Path,
+) -> None:
+    """
+    A cut logged after its deadline gave up at the deadline; an answer before it is not late.
+    """
+    error = (0.1 - OUT_S) / 2
+    calls = [
+        Call("a1", 0.0, 0.1, 1.0),
+        Call("a2", 2.0, 2.1, 1.0),
+        # The tool ends at 8.1 s, after the harness's 8.0 s deadline; the harness's busy loop
+        # logged the cut at 8.3 s. It gave up at 8.0 s: 0.1 s late, not 0.2 s early.
+        Call("d1", 4.0, 4.1, 4.0, harness_status="timeout", harness_deadline=8.0, gave_up=8.3),
+        # The tool answers at 13.8 s, before the 14.0 s deadline; the harness timed out all
+        # the same (its loop did not read the answer in time). It did not end after the
+        # harness gave up, so it is not listed (it was, with a negative lateness).
+        Call("d2", 10.0, 10.1, 3.7, harness_status="timeout", harness_deadline=14.0,
+             gave_up=14.05),
+        # No deadline: the harness gave up when it stopped waiting.
+        Call("d3", 20.0, 20.1, 1.0, harness_status="cancelled", gave_up=20.5),
+        # An answer the harness took, though just after its deadline: it never gave up.
+        Call("d4", 29.0, 29.1, 0.95, harness_deadline=30.0),
+    ]  # fmt: skip
+    harness = _write(tmp_path / "h.jsonl", [_harness(c, n) for n, c in enumerate(calls)])
+    tool = _write(tmp_path / "t.jsonl", [_tool(c, n) for n, c in enumerate(calls)])
+
+    report = find_races(harness, tool)
+
+    assert [a.key for a in report.abandoned] == ["d3", "d1"]
+    late = [a.late_s for a in report.abandoned]
+    assert late == pytest.approx([(21.1 - 20.5) - error, (8.1 - 8.0) - error])
+    assert all(s is not None and s > 0 for s in late)
+
+
 def test_idempotent_false_in_attrs_marks_a_call_side_effecting(logs: tuple[Path, Path]) -> None:
     """
     Without --side-effecting, only a record saying ``idempotent: false`` is flagged.

@@ -110,12 +110,23 @@ SELECT count(*), min(e_t0 - c_t0), min(c_t1 - e_t1) FROM rk_joined
 WHERE c_status = 'ok' AND c_t1 IS NOT NULL AND e_t1 IS NOT NULL AND {where}
 """
 
+# A caller that did not get its answer gave up when it stopped waiting, or at its deadline if
+# that came first: a cut at the deadline is logged when the caller's loop got to it, which on a
+# busy host is later. A callee success is abandoned when it ended after that instant
+# (skew-corrected); one that ended before it was an answer in flight that the caller was too
+# slow to take, not a late finish. Without the caller's times, a timed-out or cancelled caller
+# is taken to have given up first.
 _ABANDONED = """
-SELECT coalesce(e_ikey, c_ikey, e_call_id), c_step, (e_t1 - ?) - c_t1, c_status,
+WITH j AS (
+    SELECT *, CASE WHEN c_status = 'ok' THEN c_t1 ELSE least(c_t1, c_dl) END AS c_gave_up
+    FROM rk_joined
+)
+SELECT coalesce(e_ikey, c_ikey, e_call_id), c_step, (e_t1 - ?) - c_gave_up, c_status,
     c_not_idempotent OR e_not_idempotent
-FROM rk_joined
+FROM j
 WHERE e_status = 'ok' AND e_t1 IS NOT NULL
-    AND (c_status IN ('timeout', 'cancelled') OR c_t1 < e_t1 - ?)
+    AND CASE WHEN c_gave_up IS NULL THEN c_status IN ('timeout', 'cancelled')
+        ELSE e_t1 - ? > c_gave_up END
 ORDER BY 3 DESC NULLS LAST, 1
 """
 

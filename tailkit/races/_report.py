@@ -72,7 +72,9 @@ class LateCall:
     Args:
         key: The idempotency key (the call id when the call had none).
         step: The caller's step (``None``: outside a workflow).
-        late_s: Skew-corrected seconds between the caller giving up and the callee ending.
+        late_s: Skew-corrected seconds from the caller giving up (when it stopped waiting,
+            or at its deadline if that came first) to the callee ending; always positive,
+            ``None`` when the caller's log has no times for the attempt.
         caller_status: The caller attempt's status (``timeout``, ``cancelled``, …).
         side_effecting: The call was not idempotent (``idempotent: false`` in either log's
             attrs, or its step was named as side-effecting).
