@@ -63,7 +63,7 @@ from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._budget import retry_after_fits
-from tailkit.executor._deadline import executor_cuts, now
+from tailkit.executor._deadline import executor_cuts, executor_cutting, now
 from tailkit.executor._shared import DEFAULT_POLICY, InvalidOutput, RunBook, Shared
 from tailkit.executor._telemetry import StepTelemetry
 from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failure
@@ -215,6 +215,8 @@ class StepRun:
                     break
                 await self._watch(first)
         finally:
+            if self.enforce and now() >= self.deadline:
+                executor_cutting()  # a scope due now waits for our StepTimeout and teardown
             if self.running:
                 self._cut_all("timeout" if now() >= self.deadline else "cancelled")
             if self.cut_tasks:

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailkit.errors import ConfigError
-from tailkit.executor._deadline import carry_deadline_at, current_deadline, now
+from tailkit.executor._deadline import (
+    carry_deadline_at,
+    current_deadline,
+    executor_cuts,
+    executor_cutting,
+    now,
+)
 from tailkit.executor._shared import RunBook
 from tailkit.executor._types import AttemptFn
 
@@ -128,6 +134,13 @@ class _Run:
         self.stopping = False
 
     async def go(self) -> RunResult:
+        """
+        The run, to its end or its deadline (a scope due at the same instant lets it report).
+        """
+        with executor_cuts(self.deadline):
+            return await self._go()
+
+    async def _go(self) -> RunResult:
         try:
             # every step task (created here or in a callback registered here) inherits the
             # deadline
@@ -140,6 +153,8 @@ class _Run:
             cancelled = [name for name, task in self.tasks.items() if task in pending]
             cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
         finally:
+            if now() >= self.deadline:
+                executor_cutting()
             # at the deadline, and also when the run itself is cancelled: no step outlives it
             await self._stop_steps()
             self.executor.shared.budget.close(self.book.account)
