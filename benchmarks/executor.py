@@ -1,48 +1,76 @@
 """
-Executor overhead and scale: `run_step` against a bare task, and 10,000 concurrent runs.
+Executor overhead and loop lag: `run_step` against a bare task, and 10,000 workflow runs.
 
-Part 1, per-step overhead, in one process and interleaved: the same coroutine (it yields to
-the loop once, then returns) run ``--steps`` times
+Every figure is a ratio against a baseline measured in the same run (this machine's speed
+varies from minute to minute), except the loop lag, whose target is a latency.
 
-- bare: ``asyncio.create_task(coro)`` + ``asyncio.wait({task})``;
-- ``run_step`` under a plan whose step has no cutoff (nothing armed);
-- ``run_step`` with hedging armed (a total cutoff and a hedge route; it never fires);
+Part 1, per-call overhead. The trivial attempt ``async def fn(a): return 1`` is run
+``--calls`` times in a row by each variant:
 
-each with the ledger counting every attempt (no sink) and, for scale, writing JSON lines to
-a file. The target, "overhead <= 1.5x the bare baseline", is read literally: the time
-run_step adds, (run_step - bare), at most 1.5x the bare time. The table also shows the plain
-ratio run_step / bare, the stricter reading.
+- bare: ``asyncio.create_task(fn(None))`` then ``asyncio.wait({task})``;
+- ``run_step``, unarmed: a step with no cutoff (nothing to watch);
+- ``run_step``, armed: a step that hedges at a 30 s total cutoff, and one that hedges at a
+  30 s TTFT cutoff (neither fires);
+- ``run_step`` with a TTFT and a stall cutoff (the runner also waits on the attempt's chunk
+  event), for information.
 
-Part 2, scale: ``--runs`` (10,000) concurrent runs of the sample workflow
-(``data_samples/workflow.yaml``; every step sleeps a lognormal 5-50 ms) in one process, with a
-JSON-lines ledger; reports wall time, peak memory (growth of the process's max RSS over its
-value before the runs) and event-loop lag (how late a 10 ms ticker wakes). Target: under
-300 MB. (tracemalloc is not used: it doubles both the memory and the time it measures.)
-Exits 0 whatever the numbers, nonzero only on errors.
+The ledger is the executor's default (validated and counted, no sink). A round times each
+variant once, in an order that rotates from round to round, after a garbage collection; the
+figure is the median over ``--repeats`` rounds of each round's ratio variant / bare. Target:
+armed <= 2x. ``--profile`` prints cProfile's view of the armed variant instead.
+
+Part 2, loop lag at scale. ``--runs`` (10,000) runs of a 7-step workflow arrive at ``--rate``
+(1,000) runs per second: the DAG and routes of ``data_samples/workflow.yaml``, each step
+hedging on its other provider at its total cutoff. An attempt sleeps a lognormal time (step
+medians 0.6-2 s, sigma 0.35) and 3 % of attempts stall 4x longer; the cutoffs sit at the body's
+p99, so about 4 % of steps hedge. Attempts go to a JSON-lines ledger. A ticker measures how
+late a 10 ms sleep wakes (the loop lag: p50, p99, max); the same arrivals run a bare DAG (one
+task per step, awaiting its dependencies, the same sleeps, no cutoffs, no ledger) as the
+baseline for CPU time per run. Each of these runs in its own process. Target: loop lag
+p99 < 100 ms.
+
+Both parts run under the default asyncio loop and, when it is installed (``pip install -e
+'.[bench]'``), under uvloop. ``--quick`` is a smaller version (2,000 calls x 5 rounds; 2,000
+runs at 500/s). ``--at REV`` measures the tailkit of a git revision (``--at HEAD``: without
+the work tree's uncommitted changes), for before/after figures. Exits 0 whatever the figures,
+nonzero only on errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import gc
+import io
 import json
+import math
+import os
+import platform
+import pstats
 import random
 import resource
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
+from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from tailkit.config import load_plan, parse_plan
-from tailkit.executor import Attempt, Executor, HedgeBudget, JsonlSink, Ledger
+import yaml
+
+from tailkit.config import Plan, parse_plan
+from tailkit.executor import Attempt, Executor, JsonlSink, Ledger
 
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_RATIO, TARGET_MB = 1.5, 300.0
-PLAN = """\
+TARGET_ARMED, TARGET_LAG_MS = 2.0, 100.0
+MICRO_PLAN = """\
 tailkit_plan: 1
 workflow: bench
 deadline_s: 60
@@ -50,164 +78,567 @@ routes:
   a/m: {provider: a, model: m}
   b/m: {provider: b, model: m}
 steps:
-  plain: {route: a/m}
+  unarmed: {route: a/m}
   armed: {route: a/m, cutoff_s: 30, on_cutoff: hedge, hedge_route: b/m}
+  ttft: {route: a/m, signal: ttft, ttft_cutoff_s: 30, on_cutoff: hedge, hedge_route: b/m}
+  stall: {route: a/m, signal: ttft, ttft_cutoff_s: 30, stall_cutoff_s: 30, on_cutoff: hedge,
+          hedge_route: b/m}
 """
+VARIANTS = ("bare", "unarmed", "armed", "ttft", "stall")
+ARMED = ("armed", "ttft")  # the variants the target is about
+TITLES = {
+    "bare": "bare `create_task` + `asyncio.wait`",
+    "unarmed": "`run_step`, no cutoff",
+    "armed": "`run_step`, armed: hedge at a total cutoff",
+    "ttft": "`run_step`, armed: hedge at a TTFT cutoff",
+    "stall": "`run_step`, armed: TTFT + stall cutoffs",
+}
+MEDIAN_S = {  # per step of the sample workflow: the simulated attempt's median seconds
+    "extract": 0.8, "plan": 1.2, "review": 1.0, "tag": 0.6, "draft": 2.0, "revise": 1.6,
+    "summarize": 0.6,
+}  # fmt: skip
+SIGMA, STALL_SHARE, STALL_FACTOR = 0.35, 0.03, 4.0
+CUTOFF_Z = 2.326  # the cutoff at the body's p99
+OTHER_PROVIDER = {  # the hedge route of each route: the same kind of model elsewhere
+    "openai/gpt-4.1": "azure/gpt-4.1", "azure/gpt-4.1": "openai/gpt-4.1",
+    "anthropic/claude-sonnet-4": "bedrock/claude-sonnet-4",
+    "bedrock/claude-sonnet-4": "anthropic/claude-sonnet-4",
+    "openai/gpt-4.1-mini": "google/gemini-2.5-flash",
+    "google/gemini-2.5-flash": "openai/gpt-4.1-mini",
+}  # fmt: skip
 
 
-WORK_S = 0.0  # --work-ms: how long the coroutine sleeps (0: it only yields to the loop once)
-
-
-async def work(_: Attempt | None = None) -> int:
+def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     """
-    The coroutine every variant runs: one trip through the loop, or a short sleep.
+    The event loops to measure under: asyncio's default, and uvloop when it is installed.
     """
-    await asyncio.sleep(WORK_S)
+    loops: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
+    try:
+        import uvloop
+    except ImportError:
+        return loops
+    loops["uvloop"] = uvloop.new_event_loop
+    return loops
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, Any]) -> Any:
+    """
+    Run ``coro`` to completion on a new loop of kind ``loop``.
+    """
+    with asyncio.Runner(loop_factory=loop_factories()[loop]) as runner:
+        return runner.run(coro)
+
+
+def executor_for(plan: Plan, tracing: str, ledger: Ledger | None = None) -> Executor:
+    """
+    ``Executor(plan)`` as a user makes it; with ``tracing="off"``, told never to trace.
+    """
+    if tracing == "off":
+        try:  # not re-exported (yet); older executors have no observer and never trace
+            from tailkit.executor._events import Observer
+        except ImportError:
+            pass
+        else:
+            return Executor(plan, ledger=ledger, observer=Observer(tracing=False))
+    return Executor(plan, ledger=ledger)
+
+
+def traces(executor: Executor) -> bool:
+    """
+    Whether ``executor`` makes OpenTelemetry spans (it does by default when the API imports).
+    """
+    observer = getattr(executor.shared, "observer", None)
+    return bool(getattr(observer, "tracing", False))
+
+
+# -- part 1: per-call overhead -------------------------------------------------------------
+
+
+async def trivial(_: Attempt | None = None) -> int:
+    """
+    The attempt every variant runs: it returns at once, without yielding to the loop.
+    """
     return 1
 
 
-async def bare(n: int) -> float:
+async def time_variant(executor: Executor, variant: str, calls: int) -> float:
     """
-    Seconds for n create_task + wait of `work`.
+    Seconds for ``calls`` calls of ``variant``, one after the other.
     """
+    if variant == "bare":
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            task = asyncio.create_task(trivial())
+            await asyncio.wait({task})
+        return time.perf_counter() - t0
+    run_step = executor.run_step
     t0 = time.perf_counter()
-    for _ in range(n):
-        task = asyncio.create_task(work())
-        await asyncio.wait({task})
+    for i in range(calls):
+        await run_step(variant, trivial, call_index=i)
     return time.perf_counter() - t0
 
 
-async def stepped(executor: Executor, step: str, n: int) -> float:
+async def rounds(calls: int, repeats: int, tracing: str) -> dict[str, list[float]]:
     """
-    Seconds for n `run_step` calls of `work`.
+    Per variant, the seconds of each round (rounds interleave the variants, order rotating).
     """
-    t0 = time.perf_counter()
-    for i in range(n):
-        await executor.run_step(step, work, call_index=i)
-    return time.perf_counter() - t0
+    executor = executor_for(parse_plan(MICRO_PLAN), tracing)
+    for variant in VARIANTS:  # warm-up: caches, the budget's memory of closed calls
+        await time_variant(executor, variant, max(calls // 5, 100))
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for r in range(repeats):
+        for variant in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
+            gc.collect()
+            times[variant].append(await time_variant(executor, variant, calls))
+    return times
 
 
-def overhead(steps: int, repeat: int, ledger_dir: Path) -> dict[str, Any]:
+def overhead(loop: str, calls: int, repeats: int, tracing: str) -> dict[str, Any]:
     """
-    Medians of the bare and the run_step variants, interleaved, and their ratios.
+    Microseconds per call and the ratios to bare (median over rounds, and their range).
     """
-    plan = parse_plan(PLAN)
-    big = HedgeBudget(0.05)  # counted per first attempt: it remembers at most 10,000 of them
-    counted = Executor(plan, ledger=Ledger(), budget=big)
-    written = Executor(plan, ledger=Ledger(JsonlSink(ledger_dir / "overhead.jsonl")), budget=big)
-    times: dict[str, list[float]] = {k: [] for k in ("bare", "plain", "armed", "armed+jsonl")}
+    times: dict[str, list[float]] = run_on(loop, rounds(calls, repeats, tracing))
+    bare = times["bare"]
+    result: dict[str, Any] = {"calls": calls, "repeats": repeats, "variants": {}}
+    for variant in VARIANTS:
+        ratios = [t / b for t, b in zip(times[variant], bare, strict=True)]
+        result["variants"][variant] = {
+            "us_per_call": statistics.median(times[variant]) / calls * 1e6,
+            "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+        }
+    return result
+
+
+def profile(loop: str, calls: int, tracing: str) -> str:
+    """
+    The profiler's table (by own time, then by cumulative time) of ``calls`` armed calls.
+    """
+    executor = executor_for(parse_plan(MICRO_PLAN), tracing)
+    profiler = cProfile.Profile()
 
     async def main() -> None:
-        await bare(1000)
-        await stepped(counted, "armed", 1000)
-        for _ in range(repeat):
-            times["bare"].append(await bare(steps))
-            times["plain"].append(await stepped(counted, "plain", steps))
-            times["armed"].append(await stepped(counted, "armed", steps))
-            times["armed+jsonl"].append(await stepped(written, "armed", steps))
+        await time_variant(executor, "armed", calls // 5)
+        profiler.enable()
+        await time_variant(executor, "armed", calls)
+        profiler.disable()
 
-    asyncio.run(main())
-    written.ledger.close()
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "steps": steps,
-        "us_per_step": {k: v / steps * 1e6 for k, v in medians.items()},
-        "ratio": {k: v / medians["bare"] for k, v in medians.items() if k != "bare"},
-        "overhead": {k: v / medians["bare"] - 1 for k, v in medians.items() if k != "bare"},
-    }
+    run_on(loop, main())
+    return profile_table(profiler)
 
 
-def scale(runs: int, ledger_dir: Path, seed: int) -> dict[str, Any]:
+def profile_table(profiler: cProfile.Profile, top: int = 30) -> str:
     """
-    Wall time, memory and loop lag of ``runs`` concurrent workflow runs.
+    The ``top`` functions by own time, then by cumulative time.
     """
-    plan = load_plan(ROOT / "data_samples" / "workflow.yaml")
-    ledger = Ledger(JsonlSink(ledger_dir / "scale.jsonl"))
-    executor = Executor(plan, ledger=ledger)
-    rng = random.Random(seed)  # noqa: S311 - simulated latency, not secrets
-    lags: list[float] = []
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
 
-    async def step(a: Attempt) -> str:
-        await asyncio.sleep(min(rng.lognormvariate(-4.0, 0.6), 0.05))
+
+# -- part 2: loop lag at scale --------------------------------------------------------------
+
+
+def scale_plan() -> Plan:
+    """
+    The sample workflow, each step hedging on its other provider at its body's p99.
+    """
+    doc = yaml.safe_load((ROOT / "data_samples" / "workflow.yaml").read_text(encoding="utf-8"))
+    for name, step in doc["steps"].items():
+        step["cutoff_s"] = round(MEDIAN_S[name] * math.exp(CUTOFF_Z * SIGMA), 3)
+        step["on_cutoff"] = "hedge"
+        step["hedge_route"] = OTHER_PROVIDER[step["route"]]
+    return parse_plan(yaml.safe_dump(doc, sort_keys=False))
+
+
+class Scale:
+    """
+    One process's arrivals, ticker and counters for part 2.
+    """
+
+    def __init__(self, spec: dict[str, Any], ledger: Path) -> None:
+        self.kind, self.runs, self.rate = spec["kind"], spec["runs"], spec["rate"]
+        self.plan = scale_plan()
+        self.order = self.plan.order()
+        self.ledger = Ledger(JsonlSink(ledger))
+        self.executor = executor_for(self.plan, spec["tracing"], self.ledger)
+        self.rng = random.Random(spec["seed"])  # noqa: S311 - simulated latency, not secrets
+        self.roles: Counter[str] = Counter()
+        self.lags: list[float] = []
+        self.elapsed: list[float] = []
+        self.in_flight = self.peak = self.ok = 0
+        self.gc_pauses: list[float] = []
+        self._gc_start = 0.0
+
+    def draw(self, step: str) -> float:
+        """
+        Seconds one attempt of ``step`` takes.
+        """
+        seconds = MEDIAN_S[step] * self.rng.lognormvariate(0.0, SIGMA)
+        return seconds * STALL_FACTOR if self.rng.random() < STALL_SHARE else seconds
+
+    async def attempt(self, a: Attempt) -> str:
+        """
+        The simulated model call.
+        """
+        self.roles[a.role] += 1
+        await asyncio.sleep(self.draw(a.step))
         return a.step
 
-    async def ticker(stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            t0 = loop.time()
-            await asyncio.sleep(0.01)
-            lags.append(loop.time() - t0 - 0.01)
+    async def bare_run(self) -> bool:
+        """
+        The baseline: one task per step, each awaiting its dependencies, then sleeping.
+        """
+        tasks: dict[str, asyncio.Task[str]] = {}
 
-    async def main() -> tuple[float, int]:
-        stop = asyncio.Event()
-        tick = asyncio.create_task(ticker(stop))
+        async def step(name: str) -> str:
+            deps = [tasks[d] for d in self.plan.steps[name].depends_on]
+            if deps:
+                await asyncio.gather(*deps)
+            await asyncio.sleep(self.draw(name))
+            return name
+
+        for name in self.order:
+            tasks[name] = asyncio.create_task(step(name))
+        await asyncio.gather(*tasks.values())
+        return True
+
+    async def one(self, i: int) -> None:
+        """
+        Run number ``i``, counting runs in flight.
+        """
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(executor.run(step, run_id=f"r{i}") for i in range(runs)))
-        elapsed = time.perf_counter() - t0
+        try:
+            if self.kind == "bare":
+                ok = await self.bare_run()
+            else:
+                ok = (await self.executor.run(self.attempt, run_id=f"r{i}")).ok
+        finally:
+            self.in_flight -= 1
+        self.elapsed.append(time.perf_counter() - t0)
+        self.ok += ok
+
+    async def ticker(self, stop: asyncio.Event, lags: list[float]) -> None:
+        """
+        Until ``stop``, sleep 10 ms again and again; add how late each wake-up was to ``lags``.
+        """
+        while not stop.is_set():
+            t0 = time.perf_counter()  # not loop.time(): uvloop's clock counts milliseconds
+            await asyncio.sleep(0.01)
+            lags.append(time.perf_counter() - t0 - 0.01)
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """
+        Time the full collections (``gc.callbacks`` calls this).
+        """
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif info["generation"] == 2:
+            self.gc_pauses.append(time.perf_counter() - self._gc_start)
+
+    async def main(self) -> dict[str, float]:
+        """
+        The idle loop's lag for a second, then the arrivals, until every run has ended.
+        """
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        idle: list[float] = []
+        tick = asyncio.create_task(self.ticker(stop, idle))
+        await asyncio.sleep(1.0)  # the idle loop's lag: the floor of the figures below
         stop.set()
         await tick
-        return elapsed, sum(r.ok for r in results)
+        stop = asyncio.Event()
+        tick = asyncio.create_task(self.ticker(stop, self.lags))
+        tasks = []
+        cpu0, t0 = time.process_time(), loop.time()
+        for i in range(self.runs):  # open arrivals: a late loop starts the overdue runs at once
+            delay = t0 + i / self.rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(self.one(i)))
+        arrivals = loop.time() - t0
+        await asyncio.gather(*tasks)
+        wall, cpu = loop.time() - t0, time.process_time() - cpu0
+        stop.set()
+        await tick
+        return {"idle_lag_p99_ms": 1e3 * quantile(idle, 0.99), "arrivals_s": arrivals,
+                "wall_s": wall, "cpu_s": cpu}  # fmt: skip
 
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    elapsed, ok = asyncio.run(main())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    ledger.close()
-    lags.sort()
-    return {
-        "runs": runs, "ok": ok, "seconds": elapsed, "attempts": ledger.counts()["attempts"],
-        "rss_before_mb": rss0, "rss_growth_mb": rss - rss0,
-        "loop_lag_p50_ms": 1e3 * lags[len(lags) // 2] if lags else 0.0,
-        "loop_lag_max_ms": 1e3 * lags[-1] if lags else 0.0,
-    }  # fmt: skip
+    def measure(self, loop: str) -> dict[str, Any]:
+        """
+        Run `main` on a ``loop`` loop; every figure of part 2.
+        """
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        gc.callbacks.append(self.on_gc)
+        try:
+            times = run_on(loop, self.main())
+        finally:
+            gc.callbacks.remove(self.on_gc)
+            self.ledger.close()
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        firsts = self.roles["primary"]
+        return {
+            "loop": loop, "kind": self.kind, "runs": self.runs, "rate": self.rate,
+            "ok": self.ok, "peak_in_flight": self.peak,
+            "attempts": self.ledger.counts()["attempts"] if self.kind != "bare" else 0,
+            "hedges": self.roles["hedge"], "hedge_share": self.roles["hedge"] / max(firsts, 1),
+            "denials": self.executor.denials["budget"] + self.executor.denials["throttle"],
+            "lag_p50_ms": 1e3 * quantile(self.lags, 0.5),
+            "lag_p99_ms": 1e3 * quantile(self.lags, 0.99),
+            "lag_max_ms": 1e3 * max(self.lags, default=0.0),
+            "ticks": len(self.lags),
+            **times,
+            "cpu_ms_per_run": 1e3 * times["cpu_s"] / self.runs,
+            "cpu_share": times["cpu_s"] / times["wall_s"],
+            "run_p50_s": quantile(self.elapsed, 0.5), "run_p99_s": quantile(self.elapsed, 0.99),
+            "gc_full": len(self.gc_pauses), "gc_full_max_ms": 1e3 * max(self.gc_pauses, default=0),
+            "rss_before_mb": rss0, "rss_peak_mb": rss,
+        }  # fmt: skip
+
+
+def quantile(values: list[float], q: float) -> float:
+    """
+    The ``q`` quantile of ``values`` (nearest rank; 0 for none).
+    """
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def scale(spec: dict[str, Any]) -> dict[str, Any]:
+    """
+    Part 2 for one loop and one runner (``spec``: loop, kind, runs, rate, seed, tracing, gc).
+    """
+    loop, kind = spec["loop"], spec["kind"]
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        msg = f"scale worker {loop}/{kind} failed:\n{done.stderr}"
+        raise RuntimeError(msg)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def worker(spec: dict[str, Any], *, profiled: bool = False) -> None:
+    """
+    Run one part-2 measurement and print it as JSON (or, ``profiled``, as a profile).
+    """
+    if spec["gc"] == "off":
+        gc.disable()
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Scale(spec, Path(tmp) / "ledger.jsonl")
+        if not profiled:
+            print(json.dumps(bench.measure(spec["loop"])))
+            return
+        profiler = cProfile.Profile()
+        profiler.enable()
+        bench.measure(spec["loop"])
+        profiler.disable()
+        print(profile_table(profiler))
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def overhead_table(results: dict[str, dict[str, Any]]) -> list[str]:
+    """
+    Part 1 as a markdown table.
+    """
+    lines = [
+        "| loop | variant | µs per call | ratio to bare (median of rounds) | rounds' range | |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for loop, result in results.items():
+        for variant, v in result["variants"].items():
+            verdict = ""
+            if variant in ARMED:
+                verdict = "PASS" if v["ratio"] <= TARGET_ARMED else f"FAIL (> {TARGET_ARMED:g}×)"
+            lines.append(
+                f"| {loop} | {TITLES[variant]} | {v['us_per_call']:.1f} | {v['ratio']:.2f}× "
+                f"| {v['ratio_min']:.2f}–{v['ratio_max']:.2f} | {verdict} |"
+            )
+    return lines
+
+
+def scale_table(results: list[dict[str, Any]]) -> list[str]:
+    """
+    Part 2 as a markdown table (the CPU ratio against the bare DAG of the same loop).
+    """
+    lines = [
+        "| loop | runner | runs ok | peak runs in flight | attempts (hedges) | wall s "
+        "| loop lag p50 / p99 / max ms | CPU ms per run (× bare) | run p50 / p99 s "
+        "| full GCs (longest ms) | peak RSS MB | |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    bare = {r["loop"]: r for r in results if r["kind"] == "bare"}
+    for r in results:
+        times = ""
+        if r["kind"] != "bare" and r["loop"] in bare:
+            times = f" ({r['cpu_ms_per_run'] / bare[r['loop']]['cpu_ms_per_run']:.1f}×)"
+        attempts = f"{r['attempts']:,} ({r['hedges']:,})" if r["kind"] != "bare" else "–"
+        verdict = "PASS" if r["lag_p99_ms"] < TARGET_LAG_MS else "FAIL"
+        verdict = verdict if r["kind"] != "bare" else ""
+        lines.append(
+            f"| {r['loop']} | {r['kind']} | {r['ok']:,} / {r['runs']:,} | {r['peak_in_flight']:,} "
+            f"| {attempts} | {r['wall_s']:.1f} | {r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f} / "
+            f"{r['lag_max_ms']:.0f} | {r['cpu_ms_per_run']:.2f}{times} "
+            f"| {r['run_p50_s']:.2f} / {r['run_p99_s']:.2f} "
+            f"| {r['gc_full']} ({r['gc_full_max_ms']:.0f}) | {r['rss_peak_mb']:.0f} | {verdict} |"
+        )
+    return lines
+
+
+def provenance() -> str:
+    """
+    Which tailkit is measured: its folder, and for this checkout its commit.
+    """
+    import tailkit
+
+    where = Path(tailkit.__file__).resolve().parent
+    if where != ROOT / "tailkit":
+        return os.environ.get("TAILKIT_BENCH_AT", str(where))
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    dirty = subprocess.run([*git, "status", "--porcelain", "tailkit"],
+                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    return f"work tree at {head or '?'}" + (" + uncommitted changes" if dirty else "")
+
+
+def at_revision(rev: str, argv: list[str]) -> int:
+    """
+    Run this benchmark (from the work tree) against the tailkit package of git revision ``rev``.
+    """
+    rest = [a for i, a in enumerate(argv) if a != "--at" and (i == 0 or argv[i - 1] != "--at")]
+    rest = [a for a in rest if not a.startswith("--at=")]
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", rev],
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run([*git, "archive", commit, "tailkit"],
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        path = os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path, "TAILKIT_BENCH_AT": f"git {rev} ({commit})"}
+        return subprocess.run([sys.executable, __file__, *rest], env=env, check=False).returncode
+
+
+def arguments() -> argparse.ArgumentParser:
+    """
+    The command line.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="a smaller version (~2 minutes)")
+    add("--json", action="store_true", help="print JSON instead of tables")
+    add("--only", choices=("overhead", "scale"), help="run one part")
+    add("--loops", help="comma-separated: asyncio,uvloop (default: those installed)")
+    add("--calls", type=int, help="calls per round (default 5,000; quick 2,000)")
+    add("--repeats", type=int, help="rounds (default 9; quick 5)")
+    add("--runs", type=int, help="workflow runs (default 10,000; quick 2,000)")
+    add("--rate", type=float, help="runs per second (default 1,000; quick 500)")
+    add("--seed", type=int, default=7)
+    add(
+        "--profile",
+        action="store_true",
+        help="print a profile of the armed run_step (with --only scale: of part 2), nothing else",
+    )
+    add("--at", metavar="REV", help="measure tailkit as of this git revision")
+    add(
+        "--tracing",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: Executor(plan) as is (it traces when OpenTelemetry's API imports); "
+        "off: an observer that never traces",
+    )
+    add(
+        "--gc",
+        choices=("default", "off"),
+        default="default",
+        help="off: no garbage collection in part 2 (what the full collections cost)",
+    )
+    add("--worker", help=argparse.SUPPRESS)
+    return parser  # fmt: skip
+
+
+def report(meta: dict[str, Any], over: dict[str, Any], big: list[dict[str, Any]]) -> None:
+    """
+    Print the figures as markdown.
+    """
+    load = f"load average {meta['loadavg_before'][0]:.2f} → {meta['loadavg_after'][0]:.2f}"
+    tracing = "on" if meta["default_executor_traces"] and meta["tracing"] == "auto" else "off"
+    print(f"tailkit {meta['tailkit']}; Python {meta['python']}, {meta['cpus']} CPUs, {load}; "
+          f"tracing {tracing}; garbage collection in part 2: {meta['gc']}\n")  # fmt: skip
+    if over:
+        print(f"per-call overhead: {meta['calls']:,} calls per round, {meta['repeats']} rounds, "
+              f"interleaved; target: armed ≤ {TARGET_ARMED:g}× bare\n")  # fmt: skip
+        print("\n".join(overhead_table(over)))
+    if big:
+        target = f"target: loop lag p99 < {TARGET_LAG_MS:.0f} ms"
+        print(f"\nloop lag at scale: {meta['runs']:,} runs of the 7-step sample workflow "
+              f"arriving at {meta['rate']:,.0f}/s; {target}\n")  # fmt: skip
+        print("\n".join(scale_table(big)))
 
 
 def main(argv: list[str] | None = None) -> int:
     """
-    Run both parts and print tables (or JSON).
+    Run both parts and print markdown tables (or JSON).
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=5, help="report the median (default 5)")
-    parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--work-ms", type=float, default=0.0,
-        help="the coroutine sleeps this long (default 0: it only yields once, the strictest)",
-    )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser = arguments()
     args = parser.parse_args(argv)
-    global WORK_S  # noqa: PLW0603 - the coroutine under test reads it
-    WORK_S = args.work_ms / 1000.0
-    with tempfile.TemporaryDirectory() as tmp:
-        over = overhead(args.steps, args.repeat, Path(tmp))
-        big = scale(args.runs, Path(tmp), args.seed)
-    result = {"overhead": over, "scale": big}
-    if args.json:
-        print(json.dumps(result, indent=2))
+    if args.worker:
+        worker(json.loads(args.worker))
         return 0
-    print(f"per-step overhead: {args.steps:,} steps, coroutine sleeps {args.work_ms:g} ms, "
-          f"median of {args.repeat}")  # fmt: skip
-    print("| variant | µs per step | ratio to bare | overhead / bare | |")
-    print("|---|---:|---:|---:|---|")
-    print(f"| bare create_task + wait | {over['us_per_step']['bare']:.1f} | 1.00 | 0 | |")
-    for key, title in (("plain", "run_step, no cutoff"), ("armed", "run_step, hedging armed"),
-                       ("armed+jsonl", "run_step, hedging armed, JSONL ledger")):  # fmt: skip
-        ratio, extra = over["ratio"][key], over["overhead"][key]
-        verdict = ("PASS" if extra <= TARGET_RATIO else "FAIL") if key != "armed+jsonl" else ""
-        us = over["us_per_step"][key]
-        print(f"| {title} | {us:.1f} | {ratio:.2f} | {extra:.2f} | {verdict} |")
-    print(f"\nscale: {big['runs']:,} concurrent runs of the sample workflow")
-    verdict = "PASS" if big["rss_growth_mb"] < TARGET_MB else "FAIL"
-    print(
-        "| runs ok | attempts | seconds | RSS before MB | RSS growth MB | loop lag p50 / max ms | |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---|")
-    print(
-        f"| {big['ok']:,} | {big['attempts']:,} | {big['seconds']:.1f} | "
-        f"{big['rss_before_mb']:.0f} | {big['rss_growth_mb']:.0f} | "
-        f"{big['loop_lag_p50_ms']:.1f} / {big['loop_lag_max_ms']:.0f} | "
-        f"{verdict} (< {TARGET_MB:.0f} MB) |"
-    )
+    if args.at:
+        return at_revision(args.at, sys.argv[1:] if argv is None else argv)
+    calls = args.calls or (2_000 if args.quick else 5_000)
+    repeats = args.repeats or (5 if args.quick else 9)
+    runs = args.runs or (2_000 if args.quick else 10_000)
+    rate = args.rate or (500.0 if args.quick else 1_000.0)
+    loops = args.loops.split(",") if args.loops else list(loop_factories())
+    unknown = set(loops) - set(loop_factories())
+    if unknown:
+        parser.error(f"loop(s) not available: {', '.join(sorted(unknown))}")
+    specs = [
+        {"loop": loop, "kind": kind, "runs": runs, "rate": rate, "seed": args.seed,
+         "tracing": args.tracing, "gc": args.gc}
+        for loop in loops for kind in ("bare", "executor")
+    ]  # fmt: skip
+    if args.profile:
+        for loop in loops:
+            if args.only == "scale":
+                print(f"## {loop}: {runs:,} workflow runs at {rate:,.0f}/s under cProfile\n")
+                worker(next(s for s in specs if s["loop"] == loop and s["kind"] == "executor"),
+                       profiled=True)  # fmt: skip
+            else:
+                print(f"## {loop}: {calls:,} armed run_step calls under cProfile\n")
+                print(profile(loop, calls, args.tracing))
+        return 0
+    meta = {
+        "tailkit": provenance(), "tracing": args.tracing, "gc": args.gc,
+        "default_executor_traces": traces(Executor(parse_plan(MICRO_PLAN))),
+        "python": platform.python_version(), "cpus": os.cpu_count(),
+        "loadavg_before": os.getloadavg(), "calls": calls, "repeats": repeats, "runs": runs,
+        "rate": rate, "seed": args.seed,
+    }  # fmt: skip
+    over = {}
+    if args.only != "scale":
+        over = {loop: overhead(loop, calls, repeats, args.tracing) for loop in loops}
+    big = [scale(spec) for spec in specs] if args.only != "overhead" else []
+    meta["loadavg_after"] = os.getloadavg()
+    if args.json:
+        print(json.dumps({"meta": meta, "overhead": over, "scale": big}, indent=2))
+    else:
+        report(meta, over, big)
     return 0
 
 
