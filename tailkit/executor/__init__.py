@@ -1,10 +1,11 @@
 """
-The embedded executor (DESIGN.md §3, §4): deadlines, cutoffs, hedging, budgets and the ledger.
+The embedded executor: deadlines, cutoffs, hedging, budgets, the ledger and its telemetry.
 
 Standard library only (plus `tailkit.config` and `tailkit.errors`): this is what runs in
 production, next to the user's own code. `Executor` holds a plan, its hedge budget, the
-per-provider throttle and the ledger; `Executor.run_step` runs one logical call of a step,
-`Executor.run` a whole workflow under one deadline.
+per-provider throttle, the ledger and an `Observer` (event hook, OpenTelemetry spans when
+installed); `Executor.run_step` runs one logical call of a step, `Executor.run` a whole
+workflow under one deadline.
 """
 
 from tailkit.errors import AllAttemptsFailed as AllAttemptsFailed
@@ -30,8 +31,12 @@ from tailkit.executor._deadline import move_on_after as move_on_after
 from tailkit.executor._deadline import move_on_at as move_on_at
 from tailkit.executor._deadline import now as now
 from tailkit.executor._deadline import remaining as remaining
+from tailkit.executor._events import EVENT_KINDS as EVENT_KINDS
+from tailkit.executor._events import Event as Event
+from tailkit.executor._events import Observer as Observer
 from tailkit.executor._executor import Executor as Executor
 from tailkit.executor._executor import idempotency_key as idempotency_key
+from tailkit.executor._executor import new_run_id as new_run_id
 from tailkit.executor._executor import run_step as run_step
 from tailkit.executor._ledger import AttemptRecord as AttemptRecord
 from tailkit.executor._ledger import CallbackSink as CallbackSink
@@ -53,6 +58,7 @@ from tailkit.executor._workflow import run_workflow as run_workflow
 
 __all__ = [
     "DEADLINE_HEADER",
+    "EVENT_KINDS",
     "FINAL",
     "REMAINING_HEADER",
     "AllAttemptsFailed",
@@ -64,12 +70,14 @@ __all__ = [
     "CallbackSink",
     "Chunk",
     "DeadlineScope",
+    "Event",
     "Executor",
     "HedgeBudget",
     "InvalidOutput",
     "JsonlSink",
     "Ledger",
     "MemorySink",
+    "Observer",
     "ProviderThrottle",
     "RunResult",
     "StepPolicy",
@@ -89,6 +97,7 @@ __all__ = [
     "idempotency_key",
     "move_on_after",
     "move_on_at",
+    "new_run_id",
     "now",
     "remaining",
     "retry_after_fits",
