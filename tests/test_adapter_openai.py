@@ -235,6 +235,7 @@ def test_streamed_step_end_to_end_sends_the_attempt_and_measures_the_first_token
         executor = Executor(plan(), ledger=Ledger(sink))
         async with FakeOpenAI(handler) as server:
             msgs = [{"role": "user", "content": "hi"}]
+            shared_client()  # made (TLS settings loaded) before the deadline runs, as at start-up
             async with chat_attempt(server.url, msgs, api_key="sk-test", max_tokens=16) as fn:
                 with deadline_after(5.0):
                     sent_wall = time.time()

@@ -407,8 +407,9 @@ def shared_client() -> httpx.AsyncClient:
     Made on first use, with no connection retries (``retries=0``), no connection limit
     (``max_connections=None``) and up to 100 idle connections kept alive; the TLS settings
     (the slow part, tens of milliseconds of CPU) are loaded once per process. Call it at
-    start-up to pay that before the first deadline runs. Like every transport given
-    explicitly, it reads no proxy from the environment: `set_shared_client` takes one that does.
+    start-up to pay that before the first deadline runs. It reads no proxy from the
+    environment (``HTTPS_PROXY``…): for a proxy, put a client of yours in its place with
+    `set_shared_client`.
 
     Returns:
         The client. Use it for your own requests too, but do not close it yourself: see
@@ -450,11 +451,14 @@ async def close_shared_client() -> None:
     """
     Forget the running loop's shared client, wait for its requests to end, and close it.
 
-    The next request starts a new default client. Requests in flight end normally (by their
-    deadline at the latest, so one without a deadline may keep this waiting: wrap it in
-    ``asyncio.timeout`` to cut them). A client given to `set_shared_client` is only forgotten,
-    never closed. Calling it when there is no shared client does nothing. ``asyncio.run`` does
-    this for you when it shuts its loop down (after cancelling the loop's tasks).
+    The next request starts a new default client. Attempts in flight on it end normally, by
+    their deadline at the latest (so one without a deadline may keep this waiting: wrap it in
+    ``asyncio.timeout`` to cut them); requests you sent on it yourself are not waited for. A
+    client given to `set_shared_client` is only forgotten, never closed. Calling it when there
+    is no shared client does nothing. ``asyncio.run`` (and any ``asyncio.Runner``) closes the
+    shared client for you when it shuts its loop down, after cancelling the loop's tasks; a
+    loop you close yourself with ``loop.close()``: call this first, or its connections are
+    only closed by the garbage collector.
 
     Raises:
         RuntimeError: No event loop is running in this thread.
