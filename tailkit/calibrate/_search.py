@@ -147,17 +147,22 @@ def score(model: WorkflowModel, outcome: RunOutcome, budget: float) -> Score:
     """
     The search's score of one simulated plan (lower is better).
 
-    A plan is feasible when its extra attempts stay within ``budget`` less two Monte Carlo
-    standard errors, so that the plan still keeps its budget on fresh runs.
+    A plan is feasible when the extra attempts it spends the budget on stay within ``budget``
+    less two Monte Carlo standard errors, so that the plan still keeps its budget on fresh
+    runs. The executor's budget also pays for recoveries (error retries, upgrades), so they
+    count here too; a plan that never acts on a cutoff is always feasible.
     """
     missed = ~outcome.ok | (outcome.end_s > model.deadline_s)
     miss = float(missed.mean())
     p99 = float(np.quantile(outcome.end_s, 0.99))
-    extra = sum(float(o.extra.mean()) for o in outcome.steps) / len(outcome.steps)
+    steps = len(outcome.steps)
+    extra = sum(float(o.extra.mean()) for o in outcome.steps) / steps
+    recovery = sum(float(o.recovery.mean()) for o in outcome.steps) / steps
     scale = model.deadline_s if math.isfinite(model.deadline_s) else max(p99, 1e-9)
     value = miss + _P99_WEIGHT * p99 / scale + _EXTRA_WEIGHT * extra
-    margin = 2.0 * math.sqrt(budget / (outcome.end_s.size * len(outcome.steps)))
-    return Score(miss, p99, extra, value, extra == 0.0 or extra <= budget - margin + 1e-12)
+    margin = 2.0 * math.sqrt(budget / (outcome.end_s.size * steps))
+    feasible = extra == 0.0 or extra + recovery <= budget - margin + 1e-12
+    return Score(miss, p99, extra, value, feasible)
 
 
 @dataclass(frozen=True, slots=True)
