@@ -16,8 +16,10 @@ Part 1, per-call overhead. The trivial attempt ``async def fn(a): return 1`` is 
 
 The ledger is the executor's default (validated and counted, no sink). A round times each
 variant once, in an order that rotates from round to round, after a garbage collection; the
-figure is the median over ``--repeats`` rounds of each round's ratio variant / bare. Target:
-armed <= 2x. ``--profile`` prints cProfile's view of the armed variant instead.
+figure is the median over ``--repeats`` rounds of each round's ratio variant / bare. Rounds are
+short (``--calls`` 1,000: well under a second) so that a busy machine slows the variants of a
+round alike. Target: armed <= 2x. ``--profile`` prints cProfile's view of the armed variant
+instead.
 
 Part 2, loop lag at scale. ``--runs`` (10,000) runs of a 7-step workflow arrive at ``--rate``
 (1,000) runs per second: the DAG and routes of ``data_samples/workflow.yaml``, each step
@@ -26,14 +28,17 @@ medians 0.6-2 s, sigma 0.35) and 3 % of attempts stall 4x longer; the cutoffs si
 p99, so about 4 % of steps hedge. Attempts go to a JSON-lines ledger. A ticker measures how
 late a 10 ms sleep wakes (the loop lag: p50, p99, max); the same arrivals run a bare DAG (one
 task per step, awaiting its dependencies, the same sleeps, no cutoffs, no ledger) as the
-baseline for CPU time per run. Each of these runs in its own process. Target: loop lag
+baseline for CPU time per run. Each of these runs in its own process, which also counts its
+full garbage collections and times the longest (each one stops the loop). Target: loop lag
 p99 < 100 ms.
 
 Both parts run under the default asyncio loop and, when it is installed (``pip install -e
-'.[bench]'``), under uvloop. ``--quick`` is a smaller version (2,000 calls x 5 rounds; 2,000
+'.[bench]'``), under uvloop. ``--quick`` is a smaller version (500 calls x 15 rounds; 2,000
 runs at 500/s). ``--at REV`` measures the tailkit of a git revision (``--at HEAD``: without
-the work tree's uncommitted changes), for before/after figures. Exits 0 whatever the figures,
-nonzero only on errors.
+the work tree's uncommitted changes), for before/after figures. ``--tracing off`` gives the
+executor an observer that never traces (by default it traces whenever OpenTelemetry's API can
+be imported); ``--gc off`` disables garbage collection in part 2, to show what it costs. Exits
+0 whatever the figures, nonzero only on errors.
 """
 
 from __future__ import annotations
@@ -542,8 +547,8 @@ def arguments() -> argparse.ArgumentParser:
     add("--json", action="store_true", help="print JSON instead of tables")
     add("--only", choices=("overhead", "scale"), help="run one part")
     add("--loops", help="comma-separated: asyncio,uvloop (default: those installed)")
-    add("--calls", type=int, help="calls per round (default 5,000; quick 2,000)")
-    add("--repeats", type=int, help="rounds (default 9; quick 5)")
+    add("--calls", type=int, help="calls per round (default 1,000; quick 500)")
+    add("--repeats", type=int, help="rounds (default 41; quick 15)")
     add("--runs", type=int, help="workflow runs (default 10,000; quick 2,000)")
     add("--rate", type=float, help="runs per second (default 1,000; quick 500)")
     add("--seed", type=int, default=7)
@@ -600,8 +605,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.at:
         return at_revision(args.at, sys.argv[1:] if argv is None else argv)
-    calls = args.calls or (2_000 if args.quick else 5_000)
-    repeats = args.repeats or (5 if args.quick else 9)
+    calls = args.calls or (500 if args.quick else 1_000)
+    repeats = args.repeats or (15 if args.quick else 41)
     runs = args.runs or (2_000 if args.quick else 10_000)
     rate = args.rate or (500.0 if args.quick else 1_000.0)
     loops = args.loops.split(",") if args.loops else list(loop_factories())
