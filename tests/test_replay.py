@@ -26,7 +26,7 @@ from tailkit.errors import ConfigError
 from tailkit.ingest import ingest_paths
 from tailkit.replay import replay
 from tailkit.replay._compare import Figure, agrees
-from tailkit.replay._fidelity import fidelity, timing_errors
+from tailkit.replay._fidelity import MAX_ERROR_SHARE, fidelity, timing_errors
 from tailkit.replay._replay import _chosen_scale, smallest_cutoff_s
 from tailkit.replay._tables import _outcomes
 from tailkit.serve import (
@@ -268,8 +268,16 @@ def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: P
     with Store.open(db, read_only=True) as store:
         result = replay(store, plan, runs=200, out_dir=tmp_path, seed=1)
         samples = load_samples(store, plan, seed=1)
-    assert result.fidelity.ok, result.fidelity.describe()
-    for side, predicted_plan in zip(result.sides, (workflow_of(plan), plan), strict=True):
+    found = result.fidelity
+    if not found.ok:
+        # Even at its slowest time scale the replay could not keep time: the machine was too
+        # busy, and its own loop shows it (a lag past the error it allows), so it must refuse
+        # to judge rather than print numbers that mean nothing.
+        assert found.loop_lag_s >= MAX_ERROR_SHARE * found.smallest_cutoff_s, found.describe()
+        assert "can't tell" == result.verdict
+        assert any("too busy for the figures to mean anything" in n for n in result.notes)
+    judged = zip(result.sides, (workflow_of(plan), plan), strict=True) if found.ok else ()
+    for side, predicted_plan in judged:
         predicted = simulate(predicted_plan, samples, runs=100_000, seed=1)
         misses = round(side.observed["miss_rate"].value * side.runs)
         test = stats.binomtest(misses, side.runs, predicted.miss_rate)
