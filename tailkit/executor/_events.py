@@ -246,7 +246,9 @@ class Observer:
             loop, so it should be quick; what it raises is logged once on the
             ``tailkit.executor`` logger and otherwise ignored.
         tracing: ``True``: make spans (OpenTelemetry's API must be installed); ``False``:
-            never; ``None``: make spans when ``opentelemetry.trace`` can be imported.
+            never; ``None``: make spans when ``opentelemetry.trace`` can be imported and a
+            tracer provider is configured (an SDK's, set before the observer is made): the API
+            alone records nothing, and its no-op spans would still cost each call.
         tracer_provider: The OpenTelemetry tracer provider to use (``None``: the global one).
 
     Attributes:
@@ -282,6 +284,8 @@ class Observer:
                 msg = "tracing=True needs OpenTelemetry: pip install opentelemetry-api"
                 msg += " (and opentelemetry-sdk, or another SDK, to export spans)"
                 raise MissingExtraError(msg)
+            if tracing is None and tracer_provider is None and not _configured(self._trace):
+                self._trace = None  # nothing would record the spans: do not pay for them
         if self._trace is not None:
             self._tracer = self._trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self.tracing = self._tracer is not None
@@ -443,6 +447,16 @@ def _attributes(items: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> dict[st
 # The importer and what it found, kept here so tests can stand in for a missing library.
 _import_module: Callable[[str], Any] = importlib.import_module
 _loaded: dict[str, Any] = {}
+
+
+def _configured(trace: Any) -> bool:
+    """
+    Whether OpenTelemetry has a tracer provider that records (not its default proxy / no-op).
+    """
+    if trace is None:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def load_trace() -> Any:
