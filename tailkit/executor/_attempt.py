@@ -9,6 +9,7 @@ import inspect
 import math
 import time
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,7 +49,8 @@ class Live:
     usage_output: int | None = None  # output tokens the provider reported, preferred
     input_tokens: int | None = None
     ended: float | None = None
-    changed: asyncio.Event | None = None  # set on every chunk, when someone projects the finish
+    watch_chunks: bool = False  # the step wants to hear of every chunk (stall, projection)
+    wake: Callable[[], None] | None = None  # called on every chunk while the step listens
     recorded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     span: Any = None  # its tracing span handle, when the executor is watched
@@ -108,8 +110,8 @@ async def drive(live: Live, result: Any) -> Any:
             if usage:
                 usage_out = usage.get("output_tokens", usage.get("completion_tokens", usage_out))
                 live.input_tokens = usage.get("input_tokens", usage.get("prompt_tokens"))
-            if live.changed is not None:
-                live.changed.set()
+            if live.wake is not None:
+                live.wake()
     finally:
         # release the stream (its connection) whether it ended, failed or was cancelled
         close = getattr(result, "aclose", None)
@@ -128,8 +130,8 @@ def _streams(live: Live) -> None:
     An awaitable attempt turned out to stream: its TTFT cutoff applies from now on.
     """
     live.streamed = True
-    if live.changed is not None:
-        live.changed.set()
+    if live.wake is not None:
+        live.wake()
 
 
 def _text(chunk: object) -> str:

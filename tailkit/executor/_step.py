@@ -204,7 +204,7 @@ class StepRun:
             or self._projects
             or (not first.streamed and math.isfinite(self.ttft_at))
         ):
-            first.changed = asyncio.Event()
+            first.watch_chunks = True
         try:
             while self.running:
                 done = await self._wait(first)
@@ -244,7 +244,14 @@ class StepRun:
             raise asyncio.CancelledError
 
     async def _wait(self, first: Live) -> list[Live]:
-        at = self.loop.time()
+        """
+        Sleep until an attempt ends, the next instant that matters, or (when watched) a chunk.
+
+        One future, woken by the attempts' done callbacks, one timer and the first attempt's
+        chunks: cheaper than ``asyncio.wait``, which builds a set, a counter and a timeout per
+        call.
+        """
+        loop = self.loop
         until = self.deadline if self.enforce else math.inf
         watching = not self.fired and first in self.running
         if watching:
@@ -253,24 +260,29 @@ class StepRun:
                 until = min(until, self.ttft_at)
             elif first.last_chunk is not None:
                 until = min(until, first.last_chunk + self.stall_s)
-        running = self.running
-        waiters: set[asyncio.Future[Any]] = (
-            {running[0].task} if len(running) == 1 and running[0].task
-            else {live.task for live in running if live.task}
-        )  # fmt: skip
-        projector = None
-        if watching and first.changed is not None and (first.first_token is None or self._projects):
+        running = list(self.running)
+        waker: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waker.done():
+                waker.set_result(None)
+
+        tasks = [live.task for live in running if live.task is not None]
+        for task in tasks:
+            task.add_done_callback(wake)
+        if watching and first.watch_chunks and (first.first_token is None or self._projects):
             # wake on chunks: the first content token starts the stall timer, and every chunk
             # updates a downgrade projection
-            first.changed.clear()
-            projector = asyncio.ensure_future(first.changed.wait())
-            waiters.add(projector)
-        timeout = None if until == math.inf else max(until - at, 0.0)
+            first.wake = wake
+        timer = None if until == math.inf else loop.call_at(until, wake)
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await waker
         finally:
-            if projector is not None:
-                projector.cancel()
+            first.wake = None
+            if timer is not None:
+                timer.cancel()
+            for task in tasks:
+                task.remove_done_callback(wake)
         return [live for live in running if live.task is not None and live.task.done()]
 
     def _settle(self, done: list[Live]) -> Any:
