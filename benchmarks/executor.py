@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import inspect
 import io
 import json
 import math
@@ -138,13 +139,17 @@ def executor_for(plan: Plan, tracing: str, ledger: Ledger | None = None) -> Exec
     """
     ``Executor(plan)`` as a user makes it; with ``tracing="off"``, told never to trace.
     """
-    if tracing == "off":
-        try:  # not re-exported (yet); older executors have no observer and never trace
-            from tailkit.executor._events import Observer
-        except ImportError:
-            pass
-        else:
-            return Executor(plan, ledger=ledger, observer=Observer(tracing=False))
+    if tracing == "off" and "observer" in inspect.signature(Executor).parameters:
+        import importlib
+
+        # older executors take no observer (and never trace); some leave it unexported
+        for where in ("tailkit.executor", "tailkit.executor._events"):
+            try:
+                observer = getattr(importlib.import_module(where), "Observer", None)
+            except ImportError:
+                continue
+            if observer is not None:
+                return Executor(plan, ledger=ledger, observer=observer(tracing=False))
     return Executor(plan, ledger=ledger)
 
 
