@@ -129,7 +129,8 @@ def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path:
     assert report.matched_by.get("idempotency_key", 0) == report.paired > 0
     assert len(report.abandoned) >= 10  # the tool finished after the harness had given up
     assert all(call.side_effecting for call in report.abandoned)
-    assert sum(r.executed > 1 for r in report.replans) >= 10  # the same work, done again
+    # the same work, done again (11-13 of 240 measured here; the propagated run: none)
+    assert sum(r.executed > 1 for r in report.replans) >= 5
     assert report.t_zero_gap.p99 is not None
     assert report.t_zero_gap.p99 > CALL_S * SCALE  # queued longer than the caller's whole budget
 
