@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import random
-import uuid
 
 from collections.abc import Mapping
 from types import TracebackType
@@ -29,7 +29,7 @@ def new_run_id() -> str:
     """
     A fresh run id: 16 random hex digits (what a call gets when the caller names no run).
     """
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()
 
 
 def idempotency_key(run_id: str | None, step: str, index: int = 0) -> str:

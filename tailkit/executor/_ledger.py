@@ -64,6 +64,8 @@ LEDGER_FIELDS: tuple[str, ...] = (
 """The keys of a ledger line, in order: the call record's source columns, then the executor's."""
 
 _SECONDS = ("ttft_s", "total_s", "censored_at_s")
+# one encoder for every line: ``json.dumps`` with options builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 logger = logging.getLogger("tailkit.executor")
 
 
@@ -149,7 +151,7 @@ class AttemptRecord:
             if value is not None and not math.isfinite(value):
                 msg = f"{name} must be a finite number of seconds or None, got {value!r}"
                 raise ConfigError(msg)
-        return json.dumps(values, separators=(",", ":"), default=str)
+        return _ENCODER.encode(values)
 
 
 def check_record(record: AttemptRecord) -> None:
@@ -330,6 +332,17 @@ class Ledger:
                 sink.write(line, record)
             except Exception:
                 self._failed_once(sink, "write")
+
+    def count(self, status: str, *, abandoned: bool = False, winner: bool = False) -> None:
+        """
+        Count an attempt that no sink needs to see (a ledger without sinks): no record built.
+        """
+        with self._lock:
+            counts = self._counts
+            counts["attempts"] += 1
+            counts[status] += 1
+            counts["abandoned"] += int(abandoned)
+            counts["winners"] += int(winner)
 
     def counts(self) -> dict[str, int]:
         """
