@@ -62,9 +62,9 @@ from typing import Any
 from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
-from tailkit.executor._budget import retry_after_fits
 from tailkit.executor._deadline import executor_cuts, executor_cutting, now
-from tailkit.executor._shared import DEFAULT_POLICY, InvalidOutput, RunBook, Shared
+from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
+from tailkit.executor._shared import DEFAULT_POLICY, RunBook, Shared
 from tailkit.executor._telemetry import StepTelemetry
 from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failure
 
@@ -72,19 +72,18 @@ from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failu
 _MIN_PROJECTION_TOKENS = 8  # tokens before a stream's rate is trusted for a projection
 _PROVIDER_FAILURES = ("error", "rate_limited", "timeout")
 _ACTION_ROLES = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
-NO_TIME_S = 1e-6  # an extra attempt due this close to the deadline (or later) does not start
 TEARDOWN_S = 2.0  # how long a step waits for the attempts it cancelled to finish tearing down
 
 
-class StepRun:
+class StepRun(ExtraAttempts):
     """
     One logical call of one step (see the module docstring).
     """
 
     __slots__ = (
-        "_projects", "acted", "book", "chain", "cut_tasks", "deadline", "enforce", "errors",
-        "fired", "fn", "inputs", "key", "lives", "loop", "policy", "retries_left", "run_id",
-        "running", "s", "stall_s", "start", "step", "tel", "total_at", "ttft_at", "upgraded",
+        "_projects", "acted", "book", "cut_tasks", "deadline", "enforce", "errors", "fired",
+        "fn", "inputs", "key", "lives", "loop", "policy", "run_id", "running", "s", "stall_s",
+        "start", "step", "tel", "total_at", "ttft_at", "upgraded",
     )  # fmt: skip
 
     def __init__(
@@ -161,20 +160,6 @@ class StepRun:
         self.s.ledger.write(record)
         if self.tel is not None:
             self.tel.attempt_ended(live, record, kw.get("error"))
-
-    def _throttle(self, provider: str, *, ok: bool) -> None:
-        """
-        Tell the provider's throttle how an attempt went (and say if that flips it).
-        """
-        throttle = self.s.throttle
-        before = throttle.throttled(provider) if self.tel is not None else False
-        if ok:
-            throttle.on_success(provider)
-        else:
-            throttle.on_failure(provider)
-        if self.tel is not None and throttle.throttled(provider) != before:
-            kind = "throttle_released" if before else "throttle_engaged"
-            self.tel.emit(kind, None, provider=provider, tokens=throttle.tokens(provider))
 
     async def run(self) -> Any:
         """
@@ -333,81 +318,6 @@ class StepRun:
             self._write(live, status, at, error=error, http_status=http)
         return None
 
-    def _refused(self, value: Any) -> InvalidOutput | None:
-        """
-        ``None`` if the step's validator accepts ``value``; else why not (a raise counts).
-        """
-        check = self.policy.validator
-        if check is None:
-            return None
-        try:
-            verdict = check(value)
-        except Exception as error:  # a raising validator refuses the result
-            why = f"the validator raised {type(error).__name__}: {error}"
-            refused = InvalidOutput(f"step {self.step.name!r}: {why}", status="invalid")
-            refused.__cause__ = error
-            return refused
-        if verdict is None or bool(verdict):
-            return None
-        return InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
-                             status="invalid")  # fmt: skip
-
-    def _grant(self, asker: Live, route: str, denied_key: str, action: str) -> bool:
-        """
-        Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
-
-        A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
-        """
-        provider = self.s.plan.routes[route].provider
-        why = None
-        if self.s.throttle.throttled(provider):
-            why = "throttle"
-            self._denied(asker, denied_key, why, f"provider {provider} throttled")
-        elif not self.s.budget.try_extra(self.book.account):
-            why = "budget"
-            self._denied(asker, denied_key, why, "hedge budget spent")
-        if self.tel is not None:
-            budget = self.s.budget
-            self.tel.emit(
-                "extra_granted" if why is None else "extra_denied", asker, action=action,
-                reason=why, route=route, firsts=budget.firsts, extras=budget.extras,
-                throttle_tokens=self.s.throttle.tokens(provider),
-            )  # fmt: skip
-        return why is None
-
-    def _retry_after_error(self, live: Live, status: str, retry_after: float | None) -> None:
-        if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
-            return
-        route = live.attempt.route
-        wait = (retry_after or 0.0) + self.s.jitter(self.policy.retry_jitter_s)
-        left = self.deadline - now()
-        expected = self._expected_s(route) if retry_after is not None else 0.0
-        if retry_after is not None and not retry_after_fits(wait, left, expected_s=expected):
-            live.extra["retry_skipped"] = (
-                f"Retry-After {retry_after:.3f} s and the expected {expected:.3f} s "
-                f"do not fit the {left:.3f} s left"
-            )
-            return
-        if left - wait < NO_TIME_S or not self._grant(live, route, "retry_denied", "retry"):
-            return
-        self.retries_left -= 1
-        if self.tel is not None:
-            self.tel.emit("retry_scheduled", live, reason=status, delay_s=wait)
-        # the wait happens inside the retry's own task, so the deadline still cuts it
-        self.chain = self._launch(route, "retry", cause="error", delay_s=wait)
-
-    def _expected_s(self, route: str) -> float:
-        """
-        Seconds an attempt of this step is expected to take.
-
-        The plan's predicted median, else the median of the route's recent successes here,
-        else 0.
-        """
-        predicted = self.step.predicted
-        if predicted is not None and predicted.p50_s is not None:
-            return float(predicted.p50_s)
-        return self.s.typical_s(route)
-
     async def _watch(self, first: Live) -> None:
         at = now()
         if at >= self.deadline:
@@ -480,13 +390,6 @@ class StepRun:
         if action != "hedge":
             self._cut(first, "cancelled", at)
         self._launch(route, action, cause="cutoff")
-
-    def _denied(self, asker: Live, key: str, why: str, skipped: str) -> None:
-        asker.extra[key] = why
-        if key == "hedge_denied":
-            asker.extra["action_skipped"] = skipped
-        self.book.denials[why] += 1
-        self.s.denials[why] += 1
 
     def _cut(self, live: Live, status: str, at: float) -> None:
         if live.task is not None and not live.task.done():
