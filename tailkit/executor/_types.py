@@ -117,7 +117,7 @@ class Attempt:
 
     def headers(self) -> dict[str, str]:
         """
-        Headers for the outgoing request: the deadline (DESIGN.md §3) and the idempotency key.
+        Headers for the outgoing request: the deadline (absolute and remaining) and the key.
         """
         out = deadline_headers(deadline=self.deadline)
         out["Idempotency-Key"] = self.idempotency_key

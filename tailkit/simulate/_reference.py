@@ -155,24 +155,18 @@ def _retried(step: StepModel, end1: float, draws: Sequence[int]) -> tuple[float,
 
 
 def play_step(
-    step: StepModel,
-    start_s: float,
-    draws: Sequence[int],
-    model: WorkflowModel,
-    *,
-    granted: bool = True,
+    step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel
 ) -> tuple[float, bool, bool, int]:
     """
-    One step in one run: (duration, failed, extra attempt started, recovery attempts).
+    One step in one run, every extra attempt granted: (duration, failed, extra, recovery).
 
-    ``draws`` are the step's three table indexes for this run; ``granted=False`` refuses every
-    extra attempt the step asks for (its action plays as ``wait``).
+    ``draws`` are the step's three table indexes for this run.
     """
     play = step_play(step, start_s, draws, model)
     try:
         next(play)
         while True:
-            play.send(granted)
+            play.send(True)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -293,8 +287,13 @@ class _Run:
         assert play is not None  # noqa: S101 - started by `start`
         try:
             age = next(play) if granted is None else play.send(granted)
-            while self.budget is None or not start + age < self.model.deadline_s - NO_TIME_S:
-                age = play.send(self.budget is None)
+            while True:
+                if self.budget is None:
+                    age = play.send(True)  # no budget: every extra attempt is granted
+                elif start + age >= self.model.deadline_s - NO_TIME_S:
+                    age = play.send(False)  # too late: never asked
+                else:
+                    break
         except StopIteration as done:
             duration, bad, extra, recovery = done.value
             self.extras += extra
