@@ -87,10 +87,10 @@ def groups_sql(query: TableQuery) -> str:
     A cut call counts in ``n`` and ``n_censored``, a failed one in ``n`` and ``n_failed``;
     ``n_ok`` counts finished calls (``status = 'ok'`` and ``total_s > 0``). Column ``calls``
     lists the finished and the cut calls as structs of ``total_s`` (NaN unless finished),
-    ``cut_s`` (the cut age, NaN unless cut), ``ttft_s`` and ``started_s`` (epoch seconds), NaN
-    where unknown -- NaN rather than NULL, so the columns reach numpy without a copy. Groups
-    come in no particular order (sorting them here would move every list; see
-    `order_columns`), and so do the calls in a list.
+    ``cut_s`` (the cut age, NaN unless cut), ``ttft_s``, ``started_s`` (epoch seconds),
+    ``output_tokens`` and ``input_tokens``, NaN where unknown -- NaN rather than NULL, so the
+    columns reach numpy without a copy. Groups come in no particular order (sorting them here
+    would move every list; see `order_columns`), and so do the calls in a list.
     """
     keys = _keys_sql(query.keys)
     ok = "status = 'ok' AND total_s > 0"
@@ -100,7 +100,9 @@ def groups_sql(query: TableQuery) -> str:
         f"{{'total_s': CASE WHEN status = 'ok' THEN coalesce(total_s, {nan}) ELSE {nan} END, "
         f"'cut_s': coalesce(censored_at_s, {nan}), "
         f"'ttft_s': CASE WHEN status = 'ok' THEN coalesce(ttft_s, {nan}) ELSE {nan} END, "
-        f"'started_s': coalesce(epoch(started_at), {nan})}}"
+        f"'started_s': coalesce(epoch(started_at), {nan}), "
+        f"'output_tokens': coalesce(output_tokens::DOUBLE, {nan}), "
+        f"'input_tokens': coalesce(input_tokens::DOUBLE, {nan})}}"
     )
     return (
         f"SELECT {keys}, count(*) AS n, count(*) FILTER ({ok}) AS n_ok, "
@@ -111,4 +113,45 @@ def groups_sql(query: TableQuery) -> str:
         "AND output_tokens >= 2 AND total_s > ttft_s) AS tokens_per_s, "
         f"list({call}) FILTER (({ok}) OR censored_at_s > 0) AS calls "
         f"FROM {query.source_sql()} GROUP BY ALL"
+    )
+
+
+ESCAPE_RANK = 0.75  # a fresh attempt "escaped" when it finished below its route's p75
+MIN_REFERENCE = 50  # first attempts a route needs for its p75 to be a reference
+
+
+def hedges_sql(query: TableQuery) -> str:
+    """
+    Per route (the ``by`` columns of the first attempt): slow calls retried or hedged.
+
+    And how many of those fresh attempts finished fast.
+    Attempts of one call share the executor's idempotency key (``attrs``), else their run
+    and step. A first attempt counts when it was slow: it was cut, or a hedge raced it (a
+    first attempt that failed fast or failed validation says nothing about its latency).
+    Its fresh attempt is the next one, a hedge or a retry that finished or was cut. It
+    escaped when it finished below the p75 of first attempts on its own route (provider and
+    model) for the same step: an independent draw does so 75 % of the time, a call as big as
+    the slow one rarely. Pairs whose fresh route has fewer than 50 such first attempts have
+    no reference and are left out. Columns: the ``by`` columns, ``pairs`` and ``escaped``.
+    """
+    by = "".join(f'f."{k}", ' for k in query.by)
+    key = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
+    return (
+        f"WITH c AS MATERIALIZED (SELECT *, {key} AS _key FROM {query.source_sql()}), "
+        "ref AS (SELECT provider, model, step, "
+        f"quantile_cont(total_s, {ESCAPE_RANK}) AS _p75 FROM c "
+        "WHERE attempt = 0 AND status = 'ok' AND total_s > 0 GROUP BY ALL "
+        f"HAVING count(*) >= {MIN_REFERENCE}), "
+        "fresh AS (SELECT _key, role, provider, model, step, "
+        "CASE WHEN status = 'ok' THEN total_s END AS _total FROM c "
+        "WHERE attempt > 0 AND role IN ('hedge', 'retry') "
+        "AND (status = 'ok' OR censored_at_s > 0) "
+        "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt) = 1) "
+        f"SELECT {by}count(*) AS pairs, "
+        "count(*) FILTER (x._total < r._p75) AS escaped "
+        "FROM c AS f JOIN fresh AS x ON x._key = f._key "
+        "JOIN ref AS r ON r.provider = x.provider AND r.model = x.model "
+        "AND r.step IS NOT DISTINCT FROM x.step "
+        "WHERE f.attempt = 0 AND (f.censored_at_s > 0 OR (x.role = 'hedge' AND f.status = 'ok')) "
+        f"{'GROUP BY ALL' if query.by else ''}"
     )

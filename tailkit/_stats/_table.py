@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tailkit._stats._query import QUANTILES, TableQuery, groups_sql, order_columns
+from tailkit._stats._query import QUANTILES, TableQuery, groups_sql, hedges_sql, order_columns
 from tailkit._stats._verdicts import RouteAccumulator
 from tailkit.fit import (
     empirical_quantiles,
@@ -53,6 +53,8 @@ class Calls:
     cut_s: _Array
     ttft_s: _Array
     started_s: _Array
+    output_tokens: _Array
+    input_tokens: _Array
     starts: npt.NDArray[np.int64]
     sizes: npt.NDArray[np.int64]
 
@@ -73,11 +75,11 @@ def fetch_groups(store: Store, query: TableQuery) -> tuple[pl.DataFrame, Calls]:
     table = store.arrow(groups_sql(query))
     listed = table.column("calls").combine_chunks()
     columns = listed.values.flatten()  # the structs' fields, zero-copy: no NULLs, only NaN
-    total_s, cut_s, ttft_s, started_s = (
+    total_s, cut_s, ttft_s, started_s, output_tokens, input_tokens = (
         np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64) for c in columns
     )
     calls = Calls(
-        total_s, cut_s, ttft_s, started_s,
+        total_s, cut_s, ttft_s, started_s, output_tokens, input_tokens,
         starts=np.asarray(listed.offsets.to_numpy()[:-1], dtype=np.int64),
         sizes=np.asarray(pc.list_value_length(listed).fill_null(0).to_numpy(), dtype=np.int64),
     )  # fmt: skip
@@ -128,6 +130,9 @@ def tail_report(
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
     described: list[_Group] = []
+    # Every call goes to its route's verdict, also those of groups too thin to describe
+    # (cut calls, with no output tokens, often fill a bucket of their own).
+    routes = RouteAccumulator(len(query.by), window_s=window_s, level=level)
     for agg in groups.iter_rows(named=True):
         n, n_ok, n_censored = int(agg["n"]), int(agg["n_ok"]), int(agg["n_censored"])
         if n < min_calls:
@@ -148,15 +153,17 @@ def tail_report(
             # Every group keeps its row so counts add up; with under two finished calls there
             # is no latency to describe.
             row["warning"] = f"{n_ok} finished call(s): no latency statistics"
+            routes.add(key, row, _route_columns(calls, calls.rows(int(agg["group"]))))
             continue
         described.append(_Group(row, key, int(agg["group"]), n_ok + n_censored, n_censored > 0))
-    routes = RouteAccumulator(len(query.by), window_s=window_s)
     if described:
         _describe(described, calls, routes, level=level, max_n=fit_max_n)
-    return TailReport(
-        pl.DataFrame(rows, infer_schema_length=None),
-        routes.verdicts(list(query.by)),
-    )
+    hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
+    verdicts = routes.verdicts(list(query.by), hedges)
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    if "transient" in table.columns:
+        table = table.with_columns(pl.col("transient").cast(pl.Boolean))
+    return TailReport(table, verdicts)
 
 
 def tail_table(
@@ -203,13 +210,10 @@ def _describe(
     finished = [ordered[s : s + k] for s, k in zip(starts.tolist(), done.tolist(), strict=True)]
     samples = [_fit_input(f, calls, g) for g, f in zip(described, finished, strict=True)]
     _quantile_columns(described, samples, ordered, starts, done, level=level)
-    # The verdicts put a call in its group's tail above the p95 of the finished calls.
-    p95 = sorted_quantiles(ordered, starts, np.maximum(done, 1), np.array([0.95]), 0.05)[0]
-    limits = np.where(done > 0, p95[:, 0], math.inf).tolist()
     # The phase split and the routes need every call but no fit: numpy works through them in a
     # second thread (it lets go of the GIL while it partitions and sorts) while this one fits.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        phases = pool.submit(_phase_columns, described, calls, routes, limits)
+        phases = pool.submit(_phase_columns, described, calls, routes)
         _fit_columns(described, samples, level=level, max_n=max_n)
         for g, columns in zip(described, phases.result(), strict=True):
             g.row |= columns
@@ -217,13 +221,13 @@ def _describe(
 
 
 def _phase_columns(
-    described: list[_Group], calls: Calls, routes: RouteAccumulator, limits: list[float]
+    described: list[_Group], calls: Calls, routes: RouteAccumulator
 ) -> list[dict[str, Any]]:
     """
-    Each group's phase split; its calls go to the routes, in the tail above its limit.
+    Each group's phase split; its calls go to the routes.
     """
     out = []
-    for g, limit in zip(described, limits, strict=True):
+    for g in described:
         part = calls.rows(g.index)
         total = calls.total_s[part]
         split = phase_split(calls.ttft_s[part], total)
@@ -236,11 +240,18 @@ def _phase_columns(
             "ttft_share": split.ttft_share,
             "signal": split.signal,
         })  # fmt: skip
-        # A cut call is slower than its cut age: it is in the tail if that age already is.
-        slow = np.where(np.isfinite(total), total, calls.cut_s[part]) >= limit
-        routes.add(g.key, g.row, calls.started_s[part], slow)
-    routes.cluster()
+        routes.add(g.key, g.row, _route_columns(calls, part))
     return out
+
+
+def _route_columns(calls: Calls, part: slice) -> tuple[_Array, ...]:
+    """
+    A group's calls as its route's verdict takes them.
+    """
+    return (
+        calls.total_s[part], calls.cut_s[part], calls.output_tokens[part],
+        calls.input_tokens[part], calls.started_s[part],
+    )  # fmt: skip
 
 
 def _fit_input(finished: _Array, calls: Calls, g: _Group) -> tuple[_Array, _Array | None]:
@@ -327,5 +338,5 @@ def _fit_columns(
             "transient_share_lo": mix.tail_share_interval.low,
             "transient_share_hi": mix.tail_share_interval.high,
             "transient_scale": mix.tail_scale,
-            "transient": mix.has_transient_tail,
+            "transient_mixture": mix.has_transient_tail,
         }

@@ -1,12 +1,15 @@
 """
-Work or transient: per route, does the tail grow with call size, and do slow calls cluster?
+Would a fresh attempt escape a route's tail? Per route: transient, work, mixed or unknown.
 
-A tail that grows with the work in a call (bigger buckets, longer p99/p50) is work-driven: a
-fresh attempt would be slow too. A tail that does not grow, and whose slow calls come in bursts,
-is transient: cutting the call and racing a fresh attempt escapes it.
+The table's groups (a route's token buckets) hand their calls to a `RouteAccumulator`; once
+every group is in, each route gets one `tail_kind` verdict over all its calls, with the
+evidence from repeat attempts the store holds (`hedges_sql`), and each of its rows gets its
+``transient`` flag from that verdict.
 """
 
 from __future__ import annotations
+
+import math
 
 from typing import Any
 
@@ -14,78 +17,110 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tailkit.fit import TimeClustering, tail_growth, time_clustering
+from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_kind
+
+
+MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded subsample
+_Array = npt.NDArray[np.float64]
+_FIELDS = ("total_s", "cut_s", "output_tokens", "input_tokens", "started_s")
 
 
 class RouteAccumulator:
     """
-    Collects, per route, the bucket rows and which calls were in their bucket's tail.
+    Collects, per route (the first ``n_route_keys`` of a group's key), its rows and calls.
     """
 
-    def __init__(self, n_route_keys: int, *, window_s: float) -> None:
+    def __init__(self, n_route_keys: int, *, window_s: float, level: float) -> None:
         self._n = n_route_keys
         self._window_s = window_s
-        self._clustering: dict[tuple[Any, ...], TimeClustering] = {}
+        self._level = level
         self._rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        self._times: dict[tuple[Any, ...], list[np.ndarray[Any, Any]]] = {}
-        self._tails: dict[tuple[Any, ...], list[np.ndarray[Any, Any]]] = {}
+        self._calls: dict[tuple[Any, ...], list[tuple[_Array, ...]]] = {}
 
-    def add(
-        self,
-        key: tuple[Any, ...],
-        row: dict[str, Any],
-        started_s: npt.NDArray[np.float64],
-        is_tail: npt.NDArray[np.bool_],
-    ) -> None:
+    def add(self, key: tuple[Any, ...], row: dict[str, Any], calls: tuple[_Array, ...]) -> None:
         """
-        Record one group (a route's bucket): its row, and per call its start and tail flag.
+        Record one group: its row and its calls' columns, in the order of ``_FIELDS``.
         """
         route = key[: self._n]
         self._rows.setdefault(route, []).append(row)
-        self._times.setdefault(route, []).append(started_s)
-        self._tails.setdefault(route, []).append(is_tail)
+        self._calls.setdefault(route, []).append(calls)
 
-    def cluster(self) -> None:
+    def verdicts(
+        self, by: list[str], hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None
+    ) -> pl.DataFrame:
         """
-        Test every route's tail calls for clustering in time (`verdicts` does it otherwise).
-        """
-        for route, times in self._times.items():
-            self._clustering[route] = time_clustering(
-                np.concatenate(times), np.concatenate(self._tails[route]), window_s=self._window_s
-            )
+        One row per route with its tail kind and the evidence.
 
-    def verdicts(self, by: list[str]) -> pl.DataFrame:
+        Sets each table row's ``transient``: True for transient or mixed, False for work,
+        else (unknown) True when the row's own mixture fit found a tail, else None.
+
+        Args:
+            by: The route columns.
+            hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
         """
-        One row per route: tail growth with work, clustering in time, and a verdict.
-        """
-        if len(self._clustering) < len(self._rows):
-            self.cluster()
         out = []
-        for route, rows in self._rows.items():
-            p50 = np.array([r["p50_s"] for r in rows], dtype=float)
-            ratio = np.array([r["p99_p50"] for r in rows], dtype=float)
-            n = np.array([r["n_ok"] for r in rows], dtype=float)
-            growth = tail_growth(np.argsort(np.argsort(p50)), ratio, n)
-            clustering = self._clustering[route]
-            record: dict[str, Any] = dict(zip(by, route, strict=True))
-            record |= {
-                "buckets": growth.n_buckets,
-                "growth_rho": growth.spearman_rho,
-                "growth_p": growth.p_value,
-                "tail_grows": growth.grows,
-                "clustering": clustering.dispersion,
-                "clustering_p": clustering.p_value,
-                "clustered": clustering.clustered,
-                "verdict": _verdict(growth.grows, clustering.clustered, growth.verdict,
-                                    clustering.verdict),
-            }  # fmt: skip
-            out.append(record)
-        return pl.DataFrame(out, infer_schema_length=None)
+        for route, parts in self._calls.items():
+            columns = [np.concatenate([p[i] for p in parts]) for i in range(len(_FIELDS))]
+            columns = _subsample(columns)
+            pair = (hedges or {}).get(route)
+            evidence = hedge_evidence(*pair, level=self._level) if pair else None
+            verdict = tail_kind(
+                columns[0], censored_at_s=columns[1], output_tokens=columns[2],
+                input_tokens=columns[3], started_at_s=columns[4], hedges=evidence,
+                window_s=self._window_s, level=self._level,
+            )  # fmt: skip
+            for row in self._rows[route]:
+                row["transient"] = _row_transient(verdict, row)
+            out.append(dict(zip(by, route, strict=True)) | _record(verdict))
+        if not out:
+            return pl.DataFrame()
+        frame = pl.DataFrame(out, infer_schema_length=None)
+        return frame.with_columns(pl.col("transient").cast(pl.Boolean))
 
 
-def _verdict(grows: bool, clustered: bool, growth: str, clustering: str) -> str:
-    if grows and not clustered:
-        return "work-driven: " + growth
-    if clustered and not grows:
-        return "transient: " + clustering
-    return f"{growth}; {clustering}"
+def _subsample(columns: list[_Array]) -> list[_Array]:
+    n = columns[0].size
+    if n <= MAX_ROUTE_CALLS:
+        return columns
+    keep = np.sort(np.random.default_rng(0).choice(n, size=MAX_ROUTE_CALLS, replace=False))
+    return [c[keep] for c in columns]
+
+
+def _row_transient(verdict: TailKind, row: dict[str, Any]) -> bool | None:
+    if verdict.kind != "unknown":
+        return verdict.transient
+    return True if row.get("transient_mixture") else None
+
+
+def _record(v: TailKind) -> dict[str, Any]:
+    """
+    The verdict's columns: kind, sentence and the evidence behind it.
+    """
+    nan = math.nan
+    size, tail, clustering = v.size, v.tail, v.clustering
+    hedges = v.hedges or HedgeEvidence(0, 0, nan, Interval(nan, nan), "unknown")
+    return {
+        "n": v.n,
+        "n_cut": v.n_cut,
+        "tail_kind": v.kind,
+        "transient": v.transient,
+        "size_features": ",".join(size.features) if size else "",
+        "size_r2": size.r2 if size else nan,
+        "size_p": size.p_value if size else nan,
+        "size_elasticity": size.elasticity if size else nan,
+        "residual_share": tail.share if tail else nan,
+        "residual_share_lo": tail.share_interval.low if tail else nan,
+        "residual_share_hi": tail.share_interval.high if tail else nan,
+        "residual_scale": tail.scale if tail else nan,
+        "body_sigma": tail.body_sigma if tail else nan,
+        "top_transient": v.top_transient,
+        "clustering": clustering.dispersion if clustering else nan,
+        "clustering_p": clustering.p_value if clustering else nan,
+        "clustered": clustering.clustered if clustering else False,
+        "hedge_pairs": hedges.pairs,
+        "hedge_escaped": hedges.escaped,
+        "hedge_share": hedges.share,
+        "hedge_share_lo": hedges.interval.low if hedges.pairs else nan,
+        "hedge_share_hi": hedges.interval.high if hedges.pairs else nan,
+        "verdict": v.sentence,
+    }

@@ -1,5 +1,5 @@
 """
-Pure numerics for latency tails: arrays in, frozen results out (DESIGN.md §5 module ``fit``).
+Pure numerics for latency tails: arrays in, frozen results out.
 
 Every estimate carries its sample size and an interval; cut calls (``censored_at_s``) are
 right-censored observations, never dropped.
@@ -25,6 +25,15 @@ from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
 from tailkit.fit._quantiles import quantile_warning as quantile_warning
 from tailkit.fit._quantiles import sorted_quantiles as sorted_quantiles
+from tailkit.fit._size import ResidualTail as ResidualTail
+from tailkit.fit._size import SizeModel as SizeModel
+from tailkit.fit._size import residual_tail as residual_tail
+from tailkit.fit._size import size_model as size_model
+from tailkit.fit._tailkind import TAIL_KINDS as TAIL_KINDS
+from tailkit.fit._tailkind import HedgeEvidence as HedgeEvidence
+from tailkit.fit._tailkind import TailKind as TailKind
+from tailkit.fit._tailkind import hedge_evidence as hedge_evidence
+from tailkit.fit._tailkind import tail_kind as tail_kind
 from tailkit.fit._trend import TailGrowth as TailGrowth
 from tailkit.fit._trend import TimeClustering as TimeClustering
 from tailkit.fit._trend import tail_growth as tail_growth
@@ -33,13 +42,18 @@ from tailkit.fit._types import Interval as Interval
 
 
 __all__ = [
+    "TAIL_KINDS",
     "FamilyFit",
     "GoodnessOfFit",
+    "HedgeEvidence",
     "Interval",
     "LognormalFit",
     "PhaseSplit",
     "QuantileEstimate",
+    "ResidualTail",
+    "SizeModel",
     "TailGrowth",
+    "TailKind",
     "TimeClustering",
     "TokenRate",
     "TransientTailFit",
@@ -50,12 +64,16 @@ __all__ = [
     "fit_transient_tails",
     "goodness_of_fit",
     "goodness_of_fit_many",
+    "hedge_evidence",
     "min_calls_for_quantile",
     "phase_split",
     "project_finish_s",
     "quantile_warning",
+    "residual_tail",
+    "size_model",
     "sorted_quantiles",
     "tail_growth",
+    "tail_kind",
     "time_clustering",
     "token_rate",
 ]

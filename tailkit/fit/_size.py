@@ -1,0 +1,289 @@
+"""
+Latency net of call size: a robust regression on token counts, and the tail left beyond it.
+
+A call that is slow because it is big is slow again when retried; a call that is slow beyond
+what its size predicts is slowed by something a fresh attempt may not meet. This module
+splits the two: `size_model` regresses log latency on log token counts, `residual_tail`
+measures the share of calls slower than the body of same-size calls can explain.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scipy import stats
+
+from tailkit.fit._types import Interval
+
+
+__all__ = ["ResidualTail", "SizeModel", "residual_tail", "size_model"]
+
+_Array = npt.NDArray[np.float64]
+
+HUBER_K = 1.345  # 95 % efficiency at the normal, bounded influence of slow outliers (Huber 1981)
+IRLS_STEPS = 30
+KNOWN_SHARE = 0.8  # a token count is used when at least 80 % of finished calls have one
+MIN_LOG_SPREAD = 0.05  # and its log varies by more than this (5 %): else size cannot matter
+TAIL_Z = 3.0  # a residual tail call lies 3 body spreads beyond a same-size call's median ...
+TAIL_FLOOR = math.log(1.25)  # ... and at least 1.25x slower: slower than that is material
+NULL_SLACK = 2.0  # the threshold's standard errors the null share allows for (see residual_tail)
+_MAD = 1.4826  # MAD x 1.4826 estimates a normal sigma
+
+
+@dataclass(frozen=True, slots=True)
+class SizeModel:
+    """
+    Log latency regressed on log token counts, robustly (Huber M-estimation).
+
+    Returned by `size_model` -- do not instantiate directly.
+
+    Args:
+        features: The token counts used, of ``("output", "input")``; empty when neither is
+            known for most calls or neither varies.
+        n: Finished calls the regression used.
+        r2: Share of the spread of log latency that size explains: ``1 - (s_res / s_raw)^2``
+            with robust (MAD) scales, so a transient tail does not count as spread; NaN
+            without features.
+        p_value: F-test of "size explains nothing" on the Huber-weighted fit; NaN without
+            features.
+        elasticity: d log latency / d log output tokens at the median call (NaN without
+            output tokens): 1.0 means twice the tokens take twice the time.
+        predicted: Predicted log latency of every call given to `size_model`, in input order
+            (a call with an unknown count is predicted at the median count).
+    """
+
+    features: tuple[str, ...]
+    n: int
+    r2: float
+    p_value: float
+    elasticity: float
+    predicted: _Array
+
+    @property
+    def explains(self) -> bool:
+        """
+        Size explains a real share of the spread: ``p_value < 0.01`` and ``r2 >= 0.2``.
+        """
+        return bool(self.p_value < 0.01 and self.r2 >= 0.2)
+
+
+def size_model(
+    log_latency: _Array, finished: npt.NDArray[np.bool_], tokens: dict[str, _Array]
+) -> SizeModel:
+    """
+    Fit log latency on ``log1p(tokens)`` and its square, for each usable token count.
+
+    Args:
+        log_latency: Log seconds of every call (cut calls: anything, they are not fitted).
+        finished: Which calls finished (only those are fitted).
+        tokens: ``{"output": counts, "input": counts}``, aligned, NaN where unknown.
+
+    Returns:
+        The fit; with no usable count, ``features`` is empty and every call is predicted at
+        the finished calls' median.
+    """
+    y = log_latency[finished]
+    columns, names = [], []
+    for name, counts in tokens.items():
+        x = np.log1p(np.where(np.asarray(counts, dtype=np.float64) >= 0, counts, np.nan))
+        known = np.isfinite(x)
+        if known[finished].mean() < KNOWN_SHARE or np.std(x[finished & known]) < MIN_LOG_SPREAD:
+            continue
+        x = np.where(known, x, float(np.median(x[finished & known])))
+        x = x - float(np.median(x[finished]))
+        columns += [x, x * x]
+        names.append(name)
+    if not names or y.size < 2 * len(columns) + 10:
+        centre = float(np.median(y)) if y.size else math.nan
+        nan = math.nan
+        return SizeModel((), int(y.size), nan, nan, nan, np.full(log_latency.shape, centre))
+    design = np.column_stack([np.ones(log_latency.size), *columns])
+    beta, weights = _huber(design[finished], y)
+    predicted = design @ beta
+    residual = y - predicted[finished]
+    r2 = 1.0 - (_mad(residual) / max(_mad(y), 1e-12)) ** 2
+    p = _f_test(design[finished], y, weights, beta)
+    elasticity = float(beta[1]) if names[0] == "output" else math.nan
+    return SizeModel(tuple(names), int(y.size), float(r2), p, elasticity, predicted)
+
+
+def _mad(x: _Array) -> float:
+    return _MAD * float(np.median(np.abs(x - np.median(x))))
+
+
+def _huber(x: _Array, y: _Array) -> tuple[_Array, _Array]:
+    """
+    Huber M-estimate by iteratively reweighted least squares; the coefficients and weights.
+    """
+    weights = np.ones(y.size)
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    for _ in range(IRLS_STEPS):
+        residual = y - x @ beta
+        scale = max(_mad(residual), 1e-9)
+        weights = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(residual), 1e-300))
+        root = np.sqrt(weights)
+        new = np.linalg.lstsq(x * root[:, None], y * root, rcond=None)[0]
+        if np.max(np.abs(new - beta)) < 1e-8:
+            beta = new
+            break
+        beta = new
+    return np.asarray(beta, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+
+
+def _f_test(x: _Array, y: _Array, weights: _Array, beta: _Array) -> float:
+    """
+    p-value of "every size coefficient is zero", on the final weights.
+    """
+    mean = float(np.average(y, weights=weights))
+    rss0 = float(np.sum(weights * (y - mean) ** 2))
+    rss1 = float(np.sum(weights * (y - x @ beta) ** 2))
+    extra, rest = x.shape[1] - 1, y.size - x.shape[1]
+    if rest <= 0 or rss1 <= 0.0:
+        return 0.0 if rss1 <= 0.0 < rss0 else math.nan
+    f = ((rss0 - rss1) / extra) / (rss1 / rest)
+    return float(stats.f.sf(f, extra, rest))
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualTail:
+    """
+    The calls slower than the body of same-size calls explains.
+
+    Returned by `residual_tail` -- do not instantiate directly.
+
+    Args:
+        body_median: Median log residual of the body (the calls size explains).
+        body_sigma: Log-scale spread of the body, from its fast side (robust to the tail).
+        threshold: Log residual beyond which a call is in the tail: ``TAIL_Z`` body spreads
+            and at least ``TAIL_FLOOR`` beyond the body's median.
+        beyond: Share of calls beyond the threshold (Kaplan-Meier when calls were cut).
+        body_beyond: Share of the body itself expected beyond it (normal body).
+        null_beyond: What the body alone could show beyond it, allowing for the error in the
+            estimated threshold: the test's null share.
+        share: Excess share, ``beyond - body_beyond`` (at least 0): the residual tail.
+        share_interval: Its interval (Clopper-Pearson on the share beyond, with Greenwood's
+            variance as the effective size when calls were cut, minus ``body_beyond``).
+        present: The share beyond is significantly above ``null_beyond`` (its interval's low
+            end lies above it).
+        scale: Median slow-down of the tail calls against a same-size call of the body.
+        in_tail: Per call (input order), beyond the threshold (cut calls: cut beyond it).
+    """
+
+    body_median: float
+    body_sigma: float
+    threshold: float
+    beyond: float
+    body_beyond: float
+    null_beyond: float
+    share: float
+    share_interval: Interval
+    present: bool
+    scale: float
+    in_tail: npt.NDArray[np.bool_]
+
+
+def residual_tail(residual: _Array, cut: npt.NDArray[np.bool_], *, level: float) -> ResidualTail:
+    """
+    Find the share of calls beyond the body of same-size calls.
+
+    The body is taken as normal on the log scale (lognormal latency). A transient tail
+    contaminates its slow side only, so the body's median and spread are read off the fast
+    side: with a share ``e`` of calls in the tail, the body's quantile ``u`` is the sample's
+    quantile ``u (1 - e)``; ``e`` is re-estimated three times. The threshold is the larger
+    of ``TAIL_Z`` spreads and a 1.25x slow-down. Under the body alone, the share beyond it is
+    ``body_beyond``; the threshold itself is estimated with standard error about
+    ``sqrt(pi/2 + z^2 / 2 ...) sigma / sqrt(n)``, so the null share allows ``NULL_SLACK`` of
+    those. A tail is present when the share beyond is significantly above that null.
+
+    Args:
+        residual: Log residual of every call: log latency (cut calls: log cut age) minus the
+            size model's prediction.
+        cut: Which calls were cut (their residual is a lower bound).
+        level: Confidence level of ``share_interval`` and of the test (one-sided at
+            ``(1 + level) / 2``).
+    """
+    n = residual.size
+    share = 0.0
+    for _ in range(3):
+        median = _km_quantile(residual, cut, 0.5 * (1.0 - share))
+        sigma = max(median - _km_quantile(residual, cut, 0.158655 * (1.0 - share)), 1e-6)
+        threshold = median + max(TAIL_Z * sigma, TAIL_FLOOR)
+        beyond, variance = _km_survival(residual, cut, threshold)
+        z = (threshold - median) / sigma
+        body_beyond = (1.0 - share) * float(stats.norm.sf(z))
+        share = min(max(beyond - body_beyond, 0.0), 0.5)
+    se_z = math.sqrt(math.pi / 2.0 + 1.2 * z * z) / math.sqrt(max(n, 1))
+    null_beyond = float(stats.norm.sf(z - NULL_SLACK * se_z))
+    low, high = _share_interval(beyond, variance, n, level)
+    in_tail = residual > threshold
+    slow = residual[in_tail] - median
+    return ResidualTail(
+        body_median=median,
+        body_sigma=sigma,
+        threshold=threshold,
+        beyond=beyond,
+        body_beyond=body_beyond,
+        null_beyond=null_beyond,
+        share=max(beyond - body_beyond, 0.0),
+        share_interval=Interval(max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), level),
+        present=bool(low > null_beyond),
+        scale=float(math.exp(np.median(slow))) if slow.size else math.nan,
+        in_tail=in_tail,
+    )
+
+
+def _km(residual: _Array, cut: npt.NDArray[np.bool_]) -> tuple[_Array, _Array, _Array]:
+    """
+    Kaplan-Meier survival after each event time, and Greenwood's running sum.
+    """
+    order = np.lexsort((cut, residual))  # at a tie, the event comes before the cut
+    t, is_cut = residual[order], cut[order]
+    at_risk = np.arange(t.size, 0, -1, dtype=np.float64)
+    event = ~is_cut
+    factor = np.where(event, 1.0 - 1.0 / at_risk, 1.0)
+    survival = np.cumprod(factor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(event & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0)
+    return t, np.asarray(survival, dtype=np.float64), np.asarray(np.cumsum(terms), dtype=np.float64)
+
+
+def _km_survival(residual: _Array, cut: npt.NDArray[np.bool_], at: float) -> tuple[float, float]:
+    """
+    Share of calls beyond ``at`` (Kaplan-Meier) and its Greenwood variance.
+    """
+    t, survival, greenwood = _km(residual, cut)
+    i = int(np.searchsorted(t, at, side="right")) - 1
+    if i < 0:
+        return 1.0, 0.0
+    s = float(survival[i])
+    return s, s * s * float(greenwood[i])
+
+
+def _km_quantile(residual: _Array, cut: npt.NDArray[np.bool_], q: float) -> float:
+    """
+    The Kaplan-Meier quantile ``q`` (by the CDF) of the residuals.
+    """
+    if not cut.any():
+        return float(np.quantile(residual, q))
+    t, survival, _ = _km(residual, cut)
+    i = int(np.searchsorted(-survival, -(1.0 - q), side="left"))
+    return float(t[min(i, t.size - 1)])
+
+
+def _share_interval(share: float, variance: float, n: int, level: float) -> tuple[float, float]:
+    """
+    Clopper-Pearson interval of a share, at Greenwood's effective size when calls were cut.
+    """
+    size = n
+    if variance > 0.0 and 0.0 < share < 1.0:
+        size = min(n, max(int(share * (1.0 - share) / variance), 1))
+    k = share * size
+    tail = (1.0 - level) / 2.0
+    low = float(stats.beta.ppf(tail, k, size - k + 1)) if k > 0 else 0.0
+    high = float(stats.beta.ppf(1.0 - tail, k + 1, size - k)) if k < size else 1.0
+    return low, high

@@ -1,0 +1,313 @@
+"""
+Would a fresh attempt escape this tail? Work-driven, transient, mixed -- or can't tell.
+
+The question decides whether hedging and cut-and-retry help. A call slow because of its work
+(a long prompt, a long answer) is slow again; a call slowed by queueing, a cold start or a
+provider incident is usually fast the second time. `tail_kind` answers it per route from
+three kinds of evidence, strongest last:
+
+1. Size. Log latency is regressed on log token counts (`size_model`); the *residual* tail,
+   calls slower than same-size calls of the body explain, is what a fresh attempt escapes
+   (`residual_tail`).
+2. Time. Residual tail calls that bunch up in time are slow spells (`time_clustering`).
+3. Repeat attempts. Where the store holds hedges and retries of the same call, it says
+   directly how often the fresh attempt of a slow call finished fast (`hedge_evidence`).
+
+A test that fails to reject is never turned into a claim: ``work`` needs size to explain
+the spread *and* the residual tail's interval to exclude 1 % of calls; otherwise the verdict
+is ``unknown`` and says what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scipy import stats
+
+from tailkit.fit._size import ResidualTail, SizeModel, residual_tail, size_model
+from tailkit.fit._trend import TimeClustering, time_clustering
+from tailkit.fit._types import Interval
+
+
+__all__ = ["TAIL_KINDS", "HedgeEvidence", "TailKind", "hedge_evidence", "tail_kind"]
+
+_Array = npt.NDArray[np.float64]
+
+TAIL_KINDS = ("transient", "work", "mixed", "unknown")
+MIN_CALLS = 50  # fewer calls (finished and cut) cannot place a tail
+MIN_FINISHED = 20
+WORK_SHARE_MAX = 0.01  # "work" needs the residual tail's upper end below 1 % of calls
+TOP_SHARE = 0.02  # the route's slowest 2 % (at least 5 calls) decide transient vs mixed
+MIN_PAIRS = 20  # repeat attempts needed before they count as evidence
+ESCAPE_LIMIT = 0.75  # a fresh attempt "escaped" when it finished below its route's p75
+ESCAPE_SPLIT = 0.5  # independent attempts escape 75 % of the time, fully tied ones ~0 %
+_TIMES = "\u00d7"
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeEvidence:
+    """
+    How often a fresh attempt (hedge or retry) of a slow call finished fast.
+
+    Returned by `hedge_evidence` -- do not instantiate directly.
+
+    Args:
+        pairs: Slow first attempts with a fresh attempt of the same call.
+        escaped: Of those, fresh attempts that finished below their route's p75 (a random
+            call does so 75 % of the time; a call as big as the slow one rarely does).
+        share: ``escaped / pairs`` (NaN without pairs).
+        interval: Wilson interval of ``share``.
+        says: ``"transient"`` (the interval lies above 0.5), ``"work"`` (below 0.5) or
+            ``"unknown"`` (it straddles 0.5, or fewer than 20 pairs).
+    """
+
+    pairs: int
+    escaped: int
+    share: float
+    interval: Interval
+    says: str
+
+
+def hedge_evidence(pairs: int, escaped: int, *, level: float = 0.95) -> HedgeEvidence:
+    """
+    Judge ``escaped`` fresh attempts out of ``pairs`` slow calls (Wilson interval).
+    """
+    if pairs <= 0:
+        return HedgeEvidence(0, 0, math.nan, Interval(0.0, 1.0, level), "unknown")
+    share = escaped / pairs
+    z = float(stats.norm.ppf((1.0 + level) / 2.0))
+    centre = (share + z * z / (2 * pairs)) / (1 + z * z / pairs)
+    half = z * math.sqrt(share * (1 - share) / pairs + z * z / (4 * pairs * pairs))
+    half /= 1 + z * z / pairs
+    interval = Interval(max(centre - half, 0.0), min(centre + half, 1.0), level)
+    says = "unknown"
+    if pairs >= MIN_PAIRS and interval.low > ESCAPE_SPLIT:
+        says = "transient"
+    elif pairs >= MIN_PAIRS and interval.high < ESCAPE_SPLIT:
+        says = "work"
+    return HedgeEvidence(pairs, escaped, share, interval, says)
+
+
+@dataclass(frozen=True, slots=True)
+class TailKind:
+    """
+    Whether a fresh attempt escapes a route's tail, with the evidence.
+
+    Returned by `tail_kind` -- do not instantiate directly.
+
+    Args:
+        kind: ``"transient"`` (a fresh attempt escapes the tail), ``"work"`` (the tail is
+            the calls' size: a fresh attempt is just as slow), ``"mixed"`` (both: a residual
+            tail a fresh attempt escapes, on top of a spread that grows with size) or
+            ``"unknown"`` (the evidence cannot tell; ``sentence`` says what is missing).
+        n: Calls used, finished and cut.
+        n_cut: Of those, cut calls.
+        size: The size model (``size.features`` empty without token counts).
+        tail: The residual tail (``None`` with too few calls).
+        top_transient: Share of the route's slowest 2 % of calls that are residual tail calls
+            (NaN without a tail).
+        clustering: Whether residual tail calls bunch up in time.
+        hedges: Evidence from repeat attempts, when given.
+        sentence: The verdict in plain words.
+    """
+
+    kind: str
+    n: int
+    n_cut: int
+    size: SizeModel | None
+    tail: ResidualTail | None
+    top_transient: float
+    clustering: TimeClustering | None
+    hedges: HedgeEvidence | None
+    sentence: str
+
+    @property
+    def transient(self) -> bool | None:
+        """
+        True for transient or mixed, False for work, None for unknown.
+        """
+        return None if self.kind == "unknown" else self.kind != "work"
+
+
+def tail_kind(
+    latency_s: npt.ArrayLike,
+    *,
+    censored_at_s: npt.ArrayLike | None = None,
+    output_tokens: npt.ArrayLike | None = None,
+    input_tokens: npt.ArrayLike | None = None,
+    started_at_s: npt.ArrayLike | None = None,
+    hedges: HedgeEvidence | None = None,
+    window_s: float = 60.0,
+    level: float = 0.95,
+) -> TailKind:
+    """
+    Decide whether a route's tail is transient, work-driven, mixed, or can't be told.
+
+    The rules, in order:
+
+    - fewer than 50 calls or 20 finished: ``unknown``;
+    - a residual tail (see `residual_tail`): ``transient`` when size explains little of the
+      spread or the tail calls make at least half of the route's slowest 2 %, else
+      ``mixed``;
+    - no residual tail, residual tail calls clustered in time and size explaining little:
+      ``transient`` (slow spells);
+    - no residual tail, size explaining the spread (``SizeModel.explains``) and the residual
+      tail's interval below 1 % of calls: ``work``;
+    - otherwise ``unknown``, naming what is missing.
+
+    Repeat attempts, when they say something (20+ pairs, interval clear of one half), are
+    the most direct evidence: they turn ``unknown`` into their answer, and a contradicting
+    verdict into ``mixed``.
+
+    Args:
+        latency_s: Latency of each call in seconds (ignored where the call was cut).
+        censored_at_s: Aligned: the age at which a call was cut, NaN where it finished.
+        output_tokens: Aligned output token counts, NaN (or negative) where unknown.
+        input_tokens: Aligned input token counts, likewise.
+        started_at_s: Aligned start times, epoch seconds, NaN where unknown.
+        hedges: Evidence from repeat attempts of this route's slow calls.
+        window_s: Time window for the clustering test.
+        level: Confidence level of every interval.
+
+    Raises:
+        ValueError: The arrays differ in length.
+    """
+    x = np.asarray(latency_s, dtype=np.float64).ravel()
+    columns = {"censored_at_s": censored_at_s, "output_tokens": output_tokens,
+               "input_tokens": input_tokens, "started_at_s": started_at_s}  # fmt: skip
+    aligned = {k: _aligned(k, v, x.size) for k, v in columns.items()}
+    cut_age = aligned["censored_at_s"]
+    is_cut = np.isfinite(cut_age) & (cut_age > 0.0)
+    finished = ~is_cut & np.isfinite(x) & (x > 0.0)
+    used = finished | is_cut
+    n, n_cut = int(used.sum()), int(is_cut.sum())
+    if n < MIN_CALLS or n - n_cut < MIN_FINISHED:
+        sentence = (
+            f"can't tell: too few calls ({n}, {n - n_cut} finished; "
+            f"need {MIN_CALLS} with {MIN_FINISHED} finished)"
+        )
+        return _with_hedges(TailKind("unknown", n, n_cut, None, None, math.nan, None, hedges,
+                                     sentence))  # fmt: skip
+    log_age = np.log(np.where(is_cut, cut_age, x)[used])
+    tokens = {"output": aligned["output_tokens"][used], "input": aligned["input_tokens"][used]}
+    size = size_model(log_age, finished[used], tokens)
+    tail = residual_tail(log_age - size.predicted, is_cut[used], level=level)
+    top = _top_transient(log_age, tail.in_tail)
+    flags = tail.in_tail if tail.present else _residual_top(log_age - size.predicted)
+    clustering = time_clustering(aligned["started_at_s"][used], flags, window_s=window_s)
+    kind, sentence = _decide(size, tail, top, clustering, n)
+    return _with_hedges(TailKind(kind, n, n_cut, size, tail, top, clustering, hedges, sentence))
+
+
+def _aligned(name: str, values: npt.ArrayLike | None, size: int) -> _Array:
+    if values is None:
+        return np.full(size, np.nan)
+    out = np.asarray(values, dtype=np.float64).ravel()
+    if out.size != size:
+        msg = f"{name} has {out.size} entries but latency_s has {size}: pass one per call"
+        raise ValueError(msg)
+    return out
+
+
+def _top_transient(log_age: _Array, in_tail: npt.NDArray[np.bool_]) -> float:
+    """
+    Share of the slowest 2 % (at least 5) calls that are residual tail calls.
+    """
+    if not in_tail.any():
+        return 0.0
+    k = max(5, math.ceil(TOP_SHARE * log_age.size))
+    top = np.argsort(log_age)[-k:]
+    return float(np.mean(in_tail[top]))
+
+
+def _residual_top(residual: _Array) -> npt.NDArray[np.bool_]:
+    """
+    Calls in the top 5 % of residuals: the tail the clustering test places without a tail.
+    """
+    return residual >= np.quantile(residual, 0.95)
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _decide(
+    size: SizeModel, tail: ResidualTail, top: float, clustering: TimeClustering, n: int
+) -> tuple[str, str]:
+    """
+    The kind and its sentence (the rules of `tail_kind`, before repeat attempts).
+    """
+    share = tail.share_interval
+    explained = (
+        f"size explains {_percent(max(size.r2, 0.0))} of the spread"
+        if size.features
+        else "no call size to measure: token counts are missing or all alike"
+    )
+    if tail.present:
+        what = (
+            f"{_percent(tail.share)} [{_percent(share.low)}–{_percent(share.high)}] of calls "
+            f"are {tail.scale:.1f}{_TIMES} slower than a call of their size"
+        )
+        if not size.explains or top >= 0.5:
+            return "transient", f"transient: {what} ({explained}): a fresh attempt escapes them"
+        return "mixed", (
+            f"mixed: {what}, a fresh attempt escapes those; the rest of the tail grows with "
+            f"call size ({explained}), and a fresh attempt is as slow there"
+        )
+    if clustering.clustered and not size.explains:
+        return "transient", (
+            f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
+        )
+    if size.explains and share.high < WORK_SHARE_MAX:
+        return "work", (
+            f"work: {explained}, and at most {_percent(share.high)} of calls are slower than "
+            "their size predicts: a fresh attempt would be just as slow"
+        )
+    if size.explains:
+        needed = math.ceil(-math.log((1.0 - share.level) / 2.0) / WORK_SHARE_MAX)
+        return "unknown", (
+            f"can't tell: {explained}, but {n} calls cannot rule out a transient tail of "
+            f"up to {_percent(share.high)} of calls (about {needed:,} calls with no slow "
+            "outlier would)"
+        )
+    return "unknown", (
+        "can't tell: no tail beyond the body's spread, and the spread is not explained by "
+        f"call size ({explained}): whether a fresh attempt escapes it needs repeat "
+        "attempts (hedged or retried calls of this route)"
+    )
+
+
+def _with_hedges(verdict: TailKind) -> TailKind:
+    """
+    Let repeat attempts, the direct evidence, settle or qualify the verdict.
+    """
+    hedges = verdict.hedges
+    if hedges is None or hedges.says == "unknown":
+        return verdict
+    seen = (
+        f"{hedges.escaped} of {hedges.pairs} fresh attempts of slow calls finished fast "
+        f"({_percent(hedges.share)} [{_percent(hedges.interval.low)}–"
+        f"{_percent(hedges.interval.high)}])"
+    )
+    if verdict.kind in ("unknown", hedges.says):
+        kind = hedges.says
+        ending = (
+            "a fresh attempt escapes the tail"
+            if kind == "transient"
+            else "a fresh attempt is as slow"
+        )
+        sentence = f"{kind}: {seen}: {ending}"
+        if verdict.kind != "unknown":
+            sentence += f"; {verdict.sentence.split(': ', 1)[1]}"
+    else:
+        kind = "mixed"
+        sentence = f"mixed: {seen}, while the latencies alone say {verdict.sentence}"
+    return TailKind(
+        kind, verdict.n, verdict.n_cut, verdict.size, verdict.tail, verdict.top_transient,
+        verdict.clustering, hedges, sentence,
+    )  # fmt: skip
