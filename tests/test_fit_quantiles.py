@@ -5,20 +5,25 @@ Distribution-free quantiles: exact order-statistic intervals, Kaplan-Meier with 
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 import numpy as np
 import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 from scipy import stats
 
 from tailkit.fit._quantiles import (
+    KaplanMeier,
     QuantileEstimate,
     empirical_quantiles,
     min_calls_for_quantile,
     quantile_warning,
     sorted_quantiles,
+    tail_warning,
 )
 from tailkit.fit._types import Interval
 
@@ -317,3 +322,225 @@ def test_sorted_quantiles_of_many_samples_are_each_samples_own(
         assert np.quantile(np.array(x), qs).tolist() == value[i].tolist()
         assert [e.interval.low for e in alone] == low[i].tolist()
         assert [e.interval.high for e in alone] == high[i].tolist()
+
+
+def test_kaplan_meier_curve_and_band_are_scipys() -> None:
+    """
+    Times, survival and the log-log band equal scipy.stats.ecdf's, ties and all.
+    """
+    rng = np.random.default_rng(20)
+    for _ in range(50):
+        values = np.round(rng.lognormal(0.0, 1.0, int(rng.integers(2, 80))), 1)  # many ties
+        cut = rng.random(values.size) < 0.3
+        cut[0] = False
+        km = KaplanMeier.fit(values[~cut], values[cut])
+        sf = stats.ecdf(stats.CensoredData.right_censored(values, cut)).sf
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # undefined where S is 0 or 1
+            band = sf.confidence_interval(0.9, method="log-log")
+        s = sf.probabilities
+        low = np.where(np.isnan(band.low.probabilities), np.where(s >= 1.0, 1.0, 0.0), 0.0)
+        low = np.where(np.isnan(band.low.probabilities), low, band.low.probabilities)
+        high = np.where(np.isnan(band.high.probabilities), 1.0, band.high.probabilities)
+
+        assert sf.quantiles.tolist() == km.times.tolist()
+        assert pytest.approx(s.tolist(), abs=1e-15) == km.survival.tolist()
+        mine_low, mine_high = km.band(0.9)
+        assert pytest.approx(low.tolist(), abs=1e-12) == mine_low.tolist()
+        assert pytest.approx(high.tolist(), abs=1e-12) == mine_high.tolist()
+
+
+def test_a_call_cut_when_another_finishes_was_still_running() -> None:
+    """
+    Tie convention: the finish at 2 s comes first, so S(2 s) = 2/3 and the cut is at risk.
+    """
+    km = KaplanMeier.fit(np.array([1.0, 2.0, 3.0]), np.array([2.0]))
+
+    assert [0.75, 0.5, 0.0] == km.survival.tolist()
+    assert [4.0, 3.0, 1.0] == km.at_risk.tolist()
+
+
+@pytest.mark.parametrize("n", [20, 50, 51, 100])
+def test_one_call_cut_at_the_median_leaves_the_median_where_numpy_puts_it(n: int) -> None:
+    """
+    Cut the slowest call at the median: the Kaplan-Meier median is numpy's, to the bit.
+    """
+    for seed in range(20):
+        x = np.random.default_rng(seed).lognormal(MU, SIGMA, n)
+        cut = np.full(n, np.nan)
+        cut[int(np.argmax(x))] = float(np.median(x))
+
+        (km,) = empirical_quantiles(x, qs=(0.5,), censored_at_s=cut)
+
+        assert (float(np.median(x)), "Kaplan-Meier") == (km.value, km.method)
+
+
+def hedge_cuts(x: NDArray[np.float64], seed: int, hedge_at_s: float) -> NDArray[np.float64]:
+    """
+    A hedge starts at hedge_at_s; when it finishes first, the primary is cut then.
+    """
+    done = hedge_at_s + np.random.default_rng(seed + 10_000).lognormal(MU, SIGMA, x.size)
+    return np.where(done < x, done, np.nan)
+
+
+def random_cuts(x: NDArray[np.float64], seed: int) -> NDArray[np.float64]:
+    """
+    Cut ages exponential with mean 88 s, about 11 % of calls cut.
+    """
+    at = np.random.default_rng(seed + 20_000).exponential(88.0, x.size)
+    return np.where(at < x, at, np.nan)
+
+
+def unbounded(x: NDArray[np.float64], cut: NDArray[np.float64] | None) -> tuple[bool, bool]:
+    """
+    Whether the p99's upper end, and p99/p50's (each end at 97.5 %), are infinite.
+    """
+    (p99,) = empirical_quantiles(x, qs=(0.99,), censored_at_s=cut)
+    p50, p99_wide = empirical_quantiles(x, qs=(0.5, 0.99), censored_at_s=cut, level=0.975)
+    ratio = p50.interval.low == 0.0 or math.isinf(p99_wide.interval.high)
+    return math.isinf(p99.interval.high), ratio
+
+
+def test_tail_warning_without_cuts_counts_calls() -> None:
+    """
+    Uncut: below 368 calls the p99 warns, from 368 to 436 p99/p50 does, from 437 nothing does.
+    """
+    x = np.random.default_rng(21).lognormal(MU, SIGMA, 437)
+
+    assert "p99 from 120 calls is not bounded above: it needs at least 368 calls " + (
+        "(p99/p50: 437)"
+    ) == tail_warning(x[:120])
+    assert (
+        "p99/p50's upper end is unbounded: it needs at least 437 calls, this group has 400 "
+        "(each end at 97.5%)"
+    ) == tail_warning(x[:400])
+    assert tail_warning(x[:368]) is not None
+    assert tail_warning(x) is None
+    assert (False, True) == unbounded(x[:436], None)
+    assert (False, False) == unbounded(x, None)
+
+
+@pytest.mark.parametrize("cuts", ["hedge", "random"])
+def test_tail_warning_fires_exactly_when_an_upper_end_is_unbounded(cuts: str) -> None:
+    """
+    1,000 calls, about 10 % cut: the warning fires iff the p99's or p99/p50's upper end is inf.
+    """
+    fired = 0
+    for seed in range(30):
+        x = np.random.default_rng(seed).lognormal(MU, SIGMA, 1000)
+        cut = hedge_cuts(x, seed, 13.5) if cuts == "hedge" else random_cuts(x, seed)
+        assert 0.06 < np.mean(~np.isnan(cut)) < 0.16
+
+        warning = tail_warning(x, censored_at_s=cut)
+
+        assert (warning is not None) == any(unbounded(x, cut))
+        fired += warning is not None
+        if warning is not None:
+            n_cut = int(np.count_nonzero(~np.isnan(cut)))
+            assert f"({n_cut} cut in all)" in warning
+    assert fired >= (28 if cuts == "hedge" else 15)
+
+
+def test_tail_warning_names_the_quantile_no_cut_may_come_before() -> None:
+    """
+    Following every call cut before the named quantile (true latencies) bounds the p99.
+    """
+    checked = 0
+    for seed in range(30):
+        x = np.random.default_rng(seed).lognormal(MU, SIGMA, 1000)
+        cut = hedge_cuts(x, seed, 13.5)
+        warning = tail_warning(x, censored_at_s=cut) or ""
+        found = re.search(r"no cut before the p([\d.]+)", warning)
+        if not warning.startswith("p99's") or found is None:
+            continue
+        follow = float(found.group(1)) / 100.0
+        rank = round(1000 * (1.0 - follow))  # the quantile was rounded up
+        horizon = float(np.sort(x)[1000 - rank - 1])  # the (n - rank)-th latency
+        # calls cut before the horizon are followed to it instead
+        later = np.where(
+            np.isnan(cut) | (cut >= horizon), cut, np.where(x <= horizon, np.nan, horizon)
+        )
+
+        assert (False, False) != unbounded(x, later)
+        assert not unbounded(x, later)[0]
+        checked += 1
+    assert checked >= 10
+
+
+def test_tail_warning_calls_needed_is_at_least_that() -> None:
+    """
+    "At least ~N calls": fresh samples of 0.8 N calls cut alike are seldom bounded.
+    """
+    bounded = samples = 0
+    for seed in range(10):
+        x = np.random.default_rng(seed).lognormal(MU, SIGMA, 1000)
+        warning = tail_warning(x, censored_at_s=random_cuts(x, seed))
+        if warning is None or samples >= 40:
+            continue
+        found = re.search(r"at least ~?([\d,]+) calls cut like these", warning)
+        assert found is not None, warning
+        n = int(found.group(1).replace(",", ""))
+        assert 1000 < n < 2000
+        for replicate in range(10):
+            fresh = np.random.default_rng(100 + 10 * seed + replicate).lognormal(
+                MU, SIGMA, int(0.8 * n)
+            )
+            bounded += not any(unbounded(fresh, random_cuts(fresh, 100 + replicate)))
+            samples += 1
+    assert samples == 40
+    assert bounded <= 12
+
+
+def test_tail_warning_when_cuts_hide_the_p99() -> None:
+    """
+    Every call cut at the p95 (a timeout): the p99 is hidden, more than the timeout.
+    """
+    x = np.random.default_rng(22).lognormal(MU, SIGMA, 2000)
+    cap = true_quantile(0.95)
+    cut = np.where(x > cap, cap, np.nan)
+    n_cut = int(np.count_nonzero(x > cap))
+
+    warning = tail_warning(x, censored_at_s=cut)
+
+    assert (
+        f"p99 is hidden by cut calls: it is more than {cap:.3g} s, and {n_cut} of 2,000 calls "
+        f"were cut by then ({n_cut} cut in all); only calls followed past the p99, cut "
+        f"later than {cap:.3g} s, can bound it"
+    ) == warning
+
+
+def test_a_single_early_cut_needs_the_kaplan_meier_538() -> None:
+    """
+    400 calls and one cut at 0 s: Kaplan-Meier's band needs 538 calls, and the warning says so.
+    """
+    x = np.random.default_rng(23).lognormal(MU, SIGMA, 400)
+    cut = np.full(400, np.nan)
+    cut[0] = 0.0
+
+    warning = tail_warning(x, censored_at_s=cut) or ""
+
+    assert warning.startswith("p99's upper end is unbounded: 1 of 400 calls were cut before")
+    assert warning.endswith("(1 cut in all); bounding it takes at least 538 calls cut like these")
+
+
+@pytest.mark.parametrize(
+    ("latency", "cut"),
+    [
+        ([1.2, 1.2, np.nan], [np.nan, np.nan, 0.5]),
+        ([1.2, 1.2, 1.2], None),
+        ([3.0], None),
+        ([3.0, np.nan], [np.nan, 9.0]),
+        ([np.nan] * 5, [1.0, 2.0, 3.0, 4.0, 5.0]),
+        ([1.0, 2.0, 3.0] + [np.nan] * 2000, [np.nan] * 3 + [30.0] * 2000),
+    ],
+)
+def test_degenerate_samples_give_estimates_and_warnings(
+    latency: list[float], cut: list[float] | None
+) -> None:
+    """
+    All equal, one or two finished calls, all or almost all cut: no error, a warning.
+    """
+    estimates = empirical_quantiles(latency, censored_at_s=cut)
+
+    check_invariants(estimates)
+    assert tail_warning(latency, censored_at_s=cut) is not None
