@@ -157,7 +157,7 @@ def test_cli_table_renders(llmperf_db: Path) -> None:
     assert 0 == result.exit_code, result.output
     assert "Where the tail is" in result.stdout
     assert "together" in result.stdout
-    assert "Work or transient" in result.stdout
+    assert "Would a fresh attempt escape the tail?" in result.stdout
 
 
 def test_cli_empty_and_bad_filters(llmperf_db: Path) -> None:

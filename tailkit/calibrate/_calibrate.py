@@ -14,6 +14,7 @@ from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, s
 from tailkit.calibrate._warn import prediction_warnings
 from tailkit.config import Basis, Plan, Step
 from tailkit.errors import ConfigError
+from tailkit.fit import TailKind
 from tailkit.record import Buckets
 from tailkit.simulate import (
     DEFAULT_MIN_CALLS,
@@ -21,6 +22,7 @@ from tailkit.simulate import (
     SampleKey,
     SimResult,
     load_samples,
+    route_tail_kinds,
     workflow_model,
 )
 from tailkit.store import Store
@@ -39,8 +41,12 @@ class Calibration:
         samples: The route samples it was calibrated on.
         prediction: The plan's predictions with their intervals (``result`` is its
             simulation).
-        warnings: What the user should know about the plan: a hopeless deadline, a plan over
-            its hedge budget, thin samples behind a wide interval (see `prediction_warnings`).
+        warnings: What the user should know about the plan: a work-driven route (no hedge
+            or retry planned) or one whose tail kind is unknown under a hedge or retry, a
+            hopeless deadline, a plan over its hedge budget, thin samples behind a wide
+            interval (see `prediction_warnings`).
+        tail_kinds: Per step, its route's tail kind (``transient``, ``work``, ``mixed`` or
+            ``unknown``; see `tailkit.fit.tail_kind`).
     """
 
     plan: Plan
@@ -49,6 +55,7 @@ class Calibration:
     samples: dict[SampleKey, RouteSample]
     prediction: Prediction
     warnings: tuple[str, ...] = ()
+    tail_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def workflow_of(plan: Plan) -> Plan:
@@ -115,7 +122,7 @@ def calibrate(
         runs: Simulated runs per candidate in the search.
         check_runs: Fresh runs that check the plan found (its ``predicted`` fields).
         seed: Seed; the same seed and store give the same plan.
-        buckets: Token bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Token bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         min_calls: Fewest calls a step's route needs in its bucket.
         latency: ``empirical`` (resample the measured calls) or ``lognormal`` (fitted).
         replicates: Bootstrap replicates behind the predictions' intervals (0: none).
@@ -146,12 +153,14 @@ def calibrate(
         store, plan, buckets=buckets, min_calls=min_calls, candidates=hedges, seed=seed,
         latency=latency,
     )  # fmt: skip
+    kinds = route_tail_kinds(store, plan, (s.route for s in plan.steps.values()))
     options = {
         name: StepOptions(
             hedge_routes=tuple(r for r in hedges[name] if (name, r) in samples),
             downgrade_route=step.downgrade_route,
             may_repeat=step.idempotent,
             may_fail=not step.required,
+            fresh_attempts=kinds[step.route].kind != "work",
         )
         for name, step in plan.steps.items()
     }
@@ -173,8 +182,34 @@ def calibrate(
         search=found,
         samples=samples,
         prediction=prediction,
-        warnings=prediction_warnings(chosen, prediction),
+        warnings=(*_kind_warnings(chosen, kinds), *prediction_warnings(chosen, prediction)),
+        tail_kinds={name: kinds[step.route].kind for name, step in plan.steps.items()},
     )
+
+
+def _kind_warnings(plan: Plan, kinds: dict[str, TailKind]) -> tuple[str, ...]:
+    """
+    Steps whose route's tail a fresh attempt does not escape, or may not.
+
+    The simulator draws a fresh attempt independently of the one it replaces. On a
+    work-driven route that is wrong, so calibrate plans no hedge or retry there; on a route
+    whose kind it cannot tell, a plan that hedges or retries rests on that assumption.
+    """
+    out = []
+    for name, step in plan.steps.items():
+        verdict = kinds[step.route]
+        if verdict.kind == "work":
+            out.append(
+                f"step {name!r}: route {step.route}'s tail is work-driven, so no hedge or retry "
+                f"is planned there ({verdict.sentence})"
+            )
+        elif verdict.kind == "unknown" and step.on_cutoff in ("hedge", "retry"):
+            out.append(
+                f"step {name!r}: the plan's {step.on_cutoff} assumes a fresh attempt on route "
+                f"{step.route} is as fast as any other call, which the store cannot confirm "
+                f"({verdict.sentence}); check it with tailkit check once the plan has run"
+            )
+    return tuple(out)
 
 
 def _with_choice(step: Step, choice: Choice) -> Step:

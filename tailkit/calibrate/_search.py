@@ -86,12 +86,16 @@ class StepOptions:
         may_repeat: The step is idempotent (hedge, retry and downgrade allowed: each sends
             the call again).
         may_fail: The step is optional (``fail`` allowed).
+        fresh_attempts: A fresh attempt on the same model may escape the step's tail (hedge
+            and retry allowed); False when the route's tail is work-driven, where it would
+            be just as slow (a downgrade, a different model, is still tried).
     """
 
     hedge_routes: tuple[str, ...] = ()
     downgrade_route: str | None = None
     may_repeat: bool = True
     may_fail: bool = False
+    fresh_attempts: bool = True
 
 
 def candidates(
@@ -104,7 +108,7 @@ def candidates(
     with one does not load).
     """
     actions: list[tuple[str, str | None]] = []
-    if options.may_repeat:
+    if options.may_repeat and options.fresh_attempts:
         actions += [("hedge", r) for r in options.hedge_routes]
         actions.append(("retry", None))
     if options.downgrade_route is not None and options.may_repeat:  # re-sends, like a retry

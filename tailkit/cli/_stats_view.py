@@ -30,10 +30,32 @@ def _with_interval(row: dict[str, Any], name: str) -> str:
     return f"{_num(row[name])} [{_num(row[name + '_lo'])}–{_num(row[name + '_hi'])}]"
 
 
-def _growth(row: dict[str, Any]) -> str:
-    if row["buckets"] < 5:  # tail_growth needs five buckets with enough calls
-        return f"? ({row['buckets']} buckets)"
-    return f"{'yes' if row['tail_grows'] else 'no'} (ρ={_num(row['growth_rho'])})"
+def _percent(value: Any) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _evidence(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """
+    A route's evidence in four short cells: residual tail, size, time, repeat attempts.
+    """
+    residual = "-"
+    if not math.isnan(row["residual_share"]):
+        residual = (
+            f"{_percent(row['residual_share'])} [{_percent(row['residual_share_lo'])}–"
+            f"{_percent(row['residual_share_hi'])}]"
+        )
+        if row["residual_share"] > 0 and not math.isnan(row["residual_scale"]):
+            residual += f" ×{row['residual_scale']:.1f}"
+    size = "-" if not row["size_features"] else f"R²={_percent(max(row['size_r2'], 0.0))}"
+    time = (
+        "-"
+        if math.isnan(row["clustering_p"])
+        else (f"{'clustered' if row['clustered'] else 'spread'} (p={row['clustering_p']:.2g})")
+    )
+    hedges = (
+        "-" if not row["hedge_pairs"] else (f"{row['hedge_escaped']}/{row['hedge_pairs']} escaped")
+    )
+    return residual, size, time, hedges
 
 
 def render_table(
@@ -55,11 +77,9 @@ def render_table(
         table.add_column(name, justify="right" if name in ("n", "cut", "failed") else "left")
     rows = report.table if limit is None else report.table.sort("n", descending=True).head(limit)
     for row in rows.iter_rows(named=True):
-        transient = (
-            f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
-            if row["transient"]
-            else "no"
-        )
+        transient = {True: "yes", False: "no", None: "?"}[row.get("transient")]
+        if row.get("transient") and row.get("transient_mixture"):
+            transient = f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
         table.add_row(
             *(str(row[k]) for k in keys),
             f"{row['n']:,}",
@@ -77,29 +97,14 @@ def render_table(
     console.print(table)
     if limit is not None:
         return
-    informative = (
-        report.verdicts
-        if report.verdicts.is_empty()
-        else report.verdicts.filter(
-            pl.col("growth_rho").is_not_nan() | pl.col("clustering").is_not_nan()
-        )
-    )
-    if informative.is_empty():
-        console.print(
-            "Work or transient: not enough data to tell (a route needs 5+ token buckets with "
-            "200+ calls each, or start times)."
-        )
-    else:
-        verdicts = Table(title="Work or transient? (per route)")
+    if not report.verdicts.is_empty():
+        verdicts = Table(title="Would a fresh attempt escape the tail? (per route)")
         by = [c for c in report.verdicts.columns if c not in _VERDICT_COLUMNS]
-        for name in (*by, "tail grows (ρ)", "clustered (dispersion)", "verdict"):
+        for name in (*by, "kind", "residual tail", "size", "time", "repeats", "verdict"):
             verdicts.add_column(name, overflow="fold")
         for row in report.verdicts.iter_rows(named=True):
             verdicts.add_row(
-                *(str(row[k]) for k in by),
-                _growth(row),
-                f"{'yes' if row['clustered'] else 'no'} ({_num(row['clustering'])})",
-                row["verdict"],
+                *(str(row[k]) for k in by), row["tail_kind"], *_evidence(row), row["verdict"]
             )
         console.print(verdicts)
     _print_warnings(report.table, keys, console)
@@ -137,8 +142,11 @@ def _some(names: list[str], shown: int = 3) -> str:
 
 
 _VERDICT_COLUMNS = {
-    "buckets", "growth_rho", "growth_p", "tail_grows", "clustering", "clustering_p",
-    "clustered", "verdict",
+    "n", "n_cut", "tail_kind", "transient", "size_features", "size_r2", "size_p",
+    "size_elasticity", "residual_share", "residual_share_lo", "residual_share_hi",
+    "residual_scale", "body_sigma", "top_transient", "clustering", "clustering_p",
+    "clustered", "hedge_pairs", "hedge_escaped", "hedge_share", "hedge_share_lo",
+    "hedge_share_hi", "verdict",
 }  # fmt: skip
 
 

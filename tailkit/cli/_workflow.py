@@ -142,7 +142,7 @@ def calibrate(
         typer.echo(json.dumps(_calibration_json(found, policies, out), indent=2))
         return
     console = _console()
-    _plan_table(found.plan, console)
+    _plan_table(found.plan, console, kinds=found.tail_kinds)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
@@ -214,17 +214,21 @@ def _calibration_json(
         "plan": plan,
         "search": {"evaluated": found.search.evaluated, "passes": found.search.passes},
         "prediction": found.prediction.as_dict(),
+        "tail_kinds": found.tail_kinds,
         "warnings": list(found.warnings),
         "policies": {k: v.as_dict() for k, v in policies.items()},
     }
 
 
-def _plan_table(plan: Plan, console: Console) -> None:
+def _plan_table(plan: Plan, console: Console, *, kinds: dict[str, str] | None = None) -> None:
+    """
+    One row per step: its route, sample, cutoff and predictions (and its route's tail kind).
+    """
     from rich.table import Table
 
     table = Table(title=f"plan {plan.workflow} (deadline {plan.deadline_s:g} s)")
-    for name in ("step", "route", "bucket", "calls", "watch", "cutoff s", "action", "p50 s",
-                 "p99 s", "hedge rate"):  # fmt: skip
+    for name in ("step", "route", *(("tail",) if kinds else ()), "bucket", "calls", "watch",
+                 "cutoff s", "action", "p50 s", "p99 s", "hedge rate"):  # fmt: skip
         table.add_column(name, justify="right" if name.endswith(("s", "calls", "rate")) else "left")
     for name in plan.order():
         step = plan.steps[name]
@@ -238,6 +242,7 @@ def _plan_table(plan: Plan, console: Console) -> None:
         table.add_row(
             name + ("" if step.required else " (optional)"),
             step.route,
+            *((kinds.get(name, "?"),) if kinds else ()),
             basis.bucket if basis else "",
             f"{basis.calls:,}" if basis else "",
             step.signal if cutoff is not None else "-",

@@ -154,7 +154,8 @@ def tail_kind(
     - a residual tail (see `residual_tail`): ``transient`` when size explains little of the
       spread or the tail calls make at least half of the route's slowest 2 %, else
       ``mixed``;
-    - no residual tail, residual tail calls clustered in time and size explaining little:
+    - no residual tail, the slowest 5 % of residuals clustered in time and size explaining
+      little:
       ``transient`` (slow spells);
     - no residual tail, size explaining the spread (``SizeModel.explains``) and the residual
       tail's interval below 1 % of calls: ``work``;

@@ -191,7 +191,7 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
 
 def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
     """
-    Per route, p99/p50 against its buckets' median latency: does the tail grow with work?
+    Per route, p99/p50 against its buckets' median latency, labelled with its tail kind.
     """
     verdicts = {tuple(v[k] for k in by): v for v in data.verdicts}
     lines = []
@@ -210,36 +210,36 @@ def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
         return None
     fig = new_figure(10.5, 5.0)
     ax = fig.subplots()
-    grows: list[str] = []
-    flat: list[str] = []
+    kinds: dict[str, list[str]] = {}
     for color, (route, pts, verdict) in zip(PALETTE * 4, lines, strict=False):
         p50, ratio, n = (np.array(v) for v in zip(*pts, strict=True))
-        word = "grows with work" if verdict.get("tail_grows") else "does not grow"
-        (grows if verdict.get("tail_grows") else flat).append(route.label)
-        rho = verdict.get("growth_rho")
-        rho_text = f", ρ={rho:.2f}" if rho is not None and math.isfinite(rho) else ""
+        kind = str(verdict.get("tail_kind") or "unknown")
+        kinds.setdefault(kind, []).append(route.label)
         ax.scatter(p50, ratio, s=8 + 40 * n / n.max(), color=color,
-                   label=f"{route.label}: {word}{rho_text}")  # fmt: skip
+                   label=f"{route.label}: {_KIND_WORDS[kind]}")  # fmt: skip
     ax.set_xscale("log")
     seconds_axis(ax.xaxis)
     ax.set_xlabel("median latency of the token bucket (s)")
     ax.set_ylabel("p99 / p50 in the bucket (×)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    if grows:
-        title = (
-            f"The tail grows with work on {listing(grows)}: bigger calls there are slow again "
-            "on a fresh attempt"
-        )
-    else:
-        title = (
-            f"No route's tail grows with work ({len(flat)} checked): a fresh attempt can escape it"
-        )
+    said = [f"{_KIND_WORDS[k]} on {listing(kinds[k])}" for k in _KIND_WORDS if kinds.get(k)]
+    title = "A fresh attempt: " + "; ".join(said)
     caption = (
         "Each point is one token bucket of a route with enough calls for a p99 (point size: "
-        "calls); a line that rises to the right means bigger calls have relatively longer "
-        "tails (work-driven, ρ is the rank correlation), a flat one a tail unrelated to size."
+        "calls), and the legend's verdict comes not from this picture but from regressing the "
+        "route's latency on its token counts: calls slower than their size explains are "
+        "transient (a fresh attempt escapes them), a tail that size explains is work (a fresh "
+        "attempt is as slow), both is mixed, and can't tell means the data cannot decide."
     )
     return finish(fig, name="tail_growth", title=title, caption=caption)
+
+
+_KIND_WORDS = {
+    "transient": "escapes the tail (transient)",
+    "mixed": "escapes part of it (mixed)",
+    "work": "is as slow (work)",
+    "unknown": "can't tell",
+}
 
 
 def phase_figure(routes: tuple[Route, ...]) -> Figure | None:

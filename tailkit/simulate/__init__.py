@@ -1,5 +1,5 @@
 """
-Monte Carlo of a workflow DAG against measured latency tails (DESIGN.md §5 ``simulate``).
+Monte Carlo of a workflow DAG against measured latency tails.
 
 Each step draws its latency from its route's sample in the store (the bucket of its expected
 tokens; cut calls filled in from the censoring-aware fit) or from a fitted model; the policies
@@ -22,6 +22,7 @@ from tailkit.simulate._engine import StepModel as StepModel
 from tailkit.simulate._engine import StepOutcome as StepOutcome
 from tailkit.simulate._engine import WorkflowModel as WorkflowModel
 from tailkit.simulate._engine import run_workflow as run_workflow
+from tailkit.simulate._kinds import route_tail_kinds as route_tail_kinds
 from tailkit.simulate._load import DEFAULT_MIN_CALLS as DEFAULT_MIN_CALLS
 from tailkit.simulate._load import ThinSampleError as ThinSampleError
 from tailkit.simulate._load import load_samples as load_samples
@@ -50,6 +51,7 @@ __all__ = [
     "load_samples",
     "policy_model",
     "route_sample",
+    "route_tail_kinds",
     "run_workflow",
     "simulate",
     "simulate_model",
