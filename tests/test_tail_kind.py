@@ -62,8 +62,10 @@ def test_work_driven_latency_is_work(seed: int) -> None:
 
     assert "work" == verdict.kind, verdict.sentence
     assert verdict.transient is False
-    assert verdict.size is not None and verdict.size.r2 > 0.9
-    assert verdict.tail is not None and verdict.tail.share_interval.high < 0.01
+    assert verdict.size is not None
+    assert verdict.size.r2 > 0.9
+    assert verdict.tail is not None
+    assert verdict.tail.share_interval.high < 0.01
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -89,7 +91,8 @@ def test_cold_starts_are_transient(seed: int) -> None:
     verdict = tail_kind(**_cold_starts(np.random.default_rng(seed)))
 
     assert "transient" == verdict.kind, verdict.sentence
-    assert verdict.tail is not None and verdict.tail.scale > 3
+    assert verdict.tail is not None
+    assert verdict.tail.scale > 3
 
 
 def test_replicate_70b_cold_starts_are_transient(tmp_path: Path) -> None:
@@ -120,7 +123,7 @@ def test_a_fast_minority_is_not_a_transient_tail(seed: int) -> None:
     latency[rng.random(2000) < 0.02] /= 10  # cache hits
     verdict = tail_kind(latency, output_tokens=rng.integers(50, 1000, 2000))
 
-    assert verdict.kind != "transient" and verdict.kind != "mixed", verdict.sentence
+    assert verdict.kind not in {"transient", "mixed"}, verdict.sentence
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -134,7 +137,8 @@ def test_slow_spells_in_time_are_transient(seed: int) -> None:
     verdict = tail_kind(latency, output_tokens=rng.integers(50, 1000, n), started_at_s=started)
 
     assert "transient" == verdict.kind, verdict.sentence
-    assert verdict.clustering is not None and verdict.clustering.clustered
+    assert verdict.clustering is not None
+    assert verdict.clustering.clustered
 
 
 def test_repeat_attempts_settle_what_latencies_cannot() -> None:
