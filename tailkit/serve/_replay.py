@@ -15,7 +15,8 @@ spreads, so each row is mapped best effort (the README lists the rules):
   of the whole latency: the TTFT's p99 holds the stalls, which the stall share replays;
 - ``output_tokens`` is ``gen_p50_s * tokens_per_s_p50`` (or ``(p50_s - ttft) * speed``);
 - ``stall_share`` and ``stall_factor`` are ``transient_share`` and ``transient_scale`` when
-  the row's ``transient`` verdict is true, else no stalls.
+  the row's ``transient`` verdict is true and its mixture found a separate tail
+  (``transient_mixture``, where the table has it), else no stalls.
 
 Failures are not replayed (the table's ``failed_share`` mixes errors, 429s and cuts): add
 ``faults`` to a YAML profile for those.
@@ -98,7 +99,8 @@ def _profile(row: Mapping[str, Any]) -> ModelProfile | None:
         gen_sigma = max(gen_sigma, math.sqrt(max(sigma**2 - OUTPUT_SIGMA**2, 0.0)))
     stall_share, stall_factor = 0.0, default.stall_factor
     share, scale = _finite(row, "transient_share"), _finite(row, "transient_scale")
-    if row.get("transient") is True and share is not None and scale is not None:
+    separate = row.get("transient_mixture", True) is True  # tables before it had no such column
+    if row.get("transient") is True and separate and share is not None and scale is not None:
         stall_share, stall_factor = min(max(share, 0.0), 1.0), max(scale, 1.0)
     return ModelProfile(
         ttft_median_s=ttft,
