@@ -15,27 +15,46 @@ import numpy.typing as npt
 from tailkit.fit._mixture_em import (
     BINS,
     MAX_ITERATIONS,
-    SCOUT_ITERATIONS,
     STARTS,
     Params,
     em,
-    share_intervals,
+    split_start,
     stack,
-    starts_for,
 )
+from tailkit.fit._mixture_profile import JUMP, profile_share_intervals
 from tailkit.fit._types import Interval
 
 
 __all__ = ["TransientTailFit", "fit_transient_tail", "fit_transient_tails"]
 
 _Array = npt.NDArray[np.float64]
+_BoolArray = npt.NDArray[np.bool_]
 
 MIN_CALLS = 50  # below this many usable calls (or a fifth of it finished) nothing is fitted
 BIC_GAIN_MIN = 10.0  # a BIC difference above 10 is "very strong" evidence (Kass & Raftery)
-TAIL_SHARE_MAX = 0.5  # a slower part holding half the calls is a second mode, not a tail
-TAIL_SCALE_MIN = 1.5  # a slower part closer than 1.5x the body's median is its own spread
+# A transient tail is a minority: at most a quarter of calls. Beyond that the slower part
+# holds the upper quartile, p75 itself: it is how the service usually runs (a second mode:
+# another route, model or size class), not an excursion that a fresh attempt escapes.
+TAIL_SHARE_MAX = 0.25
+Z_SEPARATION = 2.326  # the tail's median beyond the body's p99 (the normal's 0.99 quantile)
+Z_REACH = 1.645  # at most 5% of the tail below the body's median (the normal's 0.95 quantile)
 
 _TIMES = "\u00d7"  # the multiplication sign, as in "6.2x slower"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """
+    Strictly private: what a verdict needs of the reported fit.
+    """
+
+    share: float
+    scale: float
+    separation: float
+    reach: float
+    bic_gain: float
+    fast_share: float
+    fast_scale: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +66,15 @@ class TransientTailFit:
     ``exp(mu)`` seconds. Returned by `fit_transient_tail` -- do not instantiate directly.
 
     Args:
-        body_mu: Log-scale mean of the body (the faster part).
+        body_mu: Log-scale mean of the body (the faster part; the larger part when the fit
+            has no slower minority).
         body_sigma: Log-scale standard deviation of the body.
-        tail_share: Share of calls in the tail part, 0..1.
-        tail_share_interval: Wald interval of ``tail_share`` (on the logit scale, from the
-            observed information); ``Interval(0, 1)`` when the information is singular.
+        tail_share: Share of calls in the tail part, 0..1. NaN when no two-part fit has a
+            slower minority (the tail fields then say nothing).
+        tail_share_interval: Profile-likelihood interval of ``tail_share``: the shares whose
+            two-part fit is within ``chi2_1(level) / 2`` of the best log-likelihood. ``0``
+            or ``1`` at an end the data cannot bound; ``Interval(0, 1)`` with no slower
+            minority.
         tail_mu: Log-scale mean of the tail part (always ``>= body_mu``).
         tail_sigma: Log-scale standard deviation of the tail part.
         tail_scale: Median of the tail part / median of the body. When (nearly) every tail
@@ -59,10 +82,20 @@ class TransientTailFit:
             ``exp(2 * pooled log spread)`` beyond the largest age seen, and is only a guess.
         n: Calls the fit used (at most ``max_n``), censored ones included.
         n_censored: Of those, calls cut before they finished.
-        bic_gain: BIC(single lognormal) - BIC(mixture); above 0 favours the mixture.
-        has_transient_tail: ``bic_gain > 10`` and ``tail_share < 0.5`` and
-            ``tail_scale > 1.5``.
+        bic_gain: BIC(single lognormal) - BIC(the reported two-part fit); above 0 favours
+            the mixture.
+        has_transient_tail: The reported fit is tail-shaped -- the slower part holds at
+            most 25% of calls, its median lies beyond the body's p99 (``separation >=
+            2.326``) and at most 5% of it lies below the body's median -- and
+            ``bic_gain > 10``.
         verdict: One plain sentence for a report.
+        separation: ``(tail_mu - body_mu) / body_sigma``: how many body spreads the tail's
+            median lies above the body's; 2.326 puts it at the body's p99.
+        fast_minority: A two-part fit with a fast minority (at most 25% of calls, its median
+            below the rest's p1, ``bic_gain > 10``), such as cache hits. A fast part is never
+            called a tail.
+        fast_share: Share of calls in that fast minority; NaN without one.
+        fast_scale: Median of the fast minority / median of the rest (below 1); NaN without.
     """
 
     body_mu: float
@@ -77,6 +110,10 @@ class TransientTailFit:
     bic_gain: float
     has_transient_tail: bool
     verdict: str
+    separation: float = math.nan
+    fast_minority: bool = False
+    fast_share: float = math.nan
+    fast_scale: float = math.nan
 
 
 def fit_transient_tail(
@@ -152,7 +189,8 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     """
     # Mixture EM, essay.
     #
-    # On log seconds the model is a two-component normal mixture. EM alternates two steps:
+    # On log seconds the model is a two-component normal mixture (McLachlan & Peel 2000).
+    # EM alternates two steps:
     # (E) each call's responsibility r_k, the posterior chance it came from part k; (M) each
     # part's weight, mean and variance as responsibility-weighted moments. A call cut at age
     # c only tells us log latency > log c, so it contributes pi_k S_k(c) (S the normal
@@ -169,48 +207,115 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     # a few tied values, which makes the likelihood unbounded), and no mean passes the
     # largest age seen by more than twice the pooled spread (a tail whose calls were all
     # cut would otherwise drift to infinity; its share still converges, its median cannot).
-    # EM finds local maxima, so three starts (tail share 1%, 5%, 15%, seeded from the top
-    # of the data) each run a short scout; only the best one runs on to convergence. The
-    # single lognormal is the same EM with one part, so both BICs use one likelihood.
+    # The single lognormal is the same EM with one part, so both BICs use one likelihood.
+    #
+    # Which two-part fit speaks for the verdict: the likelihood of a two-part mixture has
+    # several local maxima, and the best of them need not be a body plus a slower minority
+    # (it may split the body in two, or give a fast minority, or a wide part around the
+    # body). The verdict is about the model "body plus transient tail", so it is judged
+    # within that model: EM runs to convergence from every start of `STARTS` (the slowest
+    # 1%, 5%, 15% of calls as a tail; the fastest 2%, 10% as a fast part), and the fit
+    # reported is the most likely solution that is tail-shaped (`_shapes`) and beats the
+    # single lognormal's BIC by `BIC_GAIN_MIN`. Failing one, there is no transient tail, and
+    # the fit reported is the most likely with a slower minority (its share interval is then
+    # about the best two-part fit, not a spurious tail made of the top few calls), with the
+    # reason it is no tail; a fast minority is looked for among all solutions alike.
     pooled = [np.concatenate(pair) for pair in todo]
     spread = np.array([float(np.std(p)) for p in pooled])
     data = stack(todo)
     ranges = np.array([float(np.ptp(p)) for p in pooled])
     floor = np.maximum(np.maximum(0.05 * spread, 4.0 * ranges / BINS), 1e-3)
     cap = np.array([float(np.max(p)) for p in pooled]) + 2.0 * spread
-    rows = len(todo)
+    rows, k = len(todo), len(STARTS)
     mean = np.array([[float(np.mean(p))] for p in pooled])
     one = Params(mean, np.maximum(spread, floor)[:, None], np.ones((rows, 1)))
     one, ll_one = em(one, data, floor=floor, cap=cap, max_iter=MAX_ITERATIONS)
-    per_row = [starts_for(p, f) for p, f in zip(pooled, floor, strict=True)]
-    starts = Params(*(np.array([s[j][k] for j in range(len(STARTS)) for s in per_row])
-                       for k in range(3)))  # fmt: skip
-    tiled = np.tile(np.arange(rows), len(STARTS))
-    scouts, ll_scout = em(
-        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=SCOUT_ITERATIONS
+    each = [split_start(data, np.full(rows, share), top=top, floor=floor) for share, top in STARTS]
+    starts = Params(*(np.concatenate([getattr(p, f) for p in each]) for f in Params.__slots__))
+    tiled = np.tile(np.arange(rows), k)  # solution j * rows + i is start j of row i
+    two, ll_two = em(
+        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=MAX_ITERATIONS
     )
-    best = np.argmax(ll_scout.reshape(len(STARTS), rows), axis=0) * rows + np.arange(rows)
-    best_start = Params(scouts.mu[best], scouts.sigma[best], scouts.weight[best])
-    two, ll_two = em(best_start, data, floor=floor, cap=cap, max_iter=MAX_ITERATIONS)
-
-    order = np.argsort(two.mu, axis=1, kind="stable")
-    body, tail = order[:, 0], order[:, 1]
-    intervals = share_intervals(two, body, tail, data, level)
+    two = _by_mean(two)
+    n = np.array([y_obs.size + y_cens.size for y_obs, y_cens in todo], dtype=np.float64)
+    gain = (2.0 * (ll_two - ll_one[tiled]) - 3.0 * np.log(n[tiled])).reshape(k, rows)
+    ll = ll_two.reshape(k, rows)
+    tail_like, slow_minority, fast_like = (x.reshape(k, rows) for x in _shapes(two))
+    tail_real = tail_like & (gain > BIC_GAIN_MIN)
+    pick = np.where(
+        tail_real.any(axis=0),
+        _best(ll, tail_real),
+        np.where(slow_minority.any(axis=0), _best(ll, slow_minority), np.argmax(ll, axis=0)),
+    )
+    chosen = pick * rows + np.arange(rows)
+    fit = Params(two.mu[chosen], two.sigma[chosen], two.weight[chosen])
+    local = ll_two[chosen] < ll.max(axis=0) - JUMP
+    intervals = profile_share_intervals(
+        fit, ll_two[chosen], data, floor=floor, cap=cap, level=level, local=local
+    )
+    fast = _best(np.where(gain > BIC_GAIN_MIN, ll, -np.inf), fast_like) * rows + np.arange(rows)
+    has_fast: _BoolArray = np.any(fast_like & (gain > BIC_GAIN_MIN), axis=0)
     fits = []
     for i, (y_obs, y_cens) in enumerate(todo):
-        n, b, t = y_obs.size + y_cens.size, body[i], tail[i]
-        share = float(two.weight[i, t])
-        scale = math.exp(float(two.mu[i, t] - two.mu[i, b]))
-        bic_gain = 2.0 * float(ll_two[i] - ll_one[i]) - 3.0 * math.log(n)
-        real = bic_gain > BIC_GAIN_MIN and share < TAIL_SHARE_MAX and scale > TAIL_SCALE_MIN
+        c, f = chosen[i], fast[i]
+        mu, sigma, weight = fit.mu[i], fit.sigma[i], fit.weight[i]
+        minority = bool(slow_minority.reshape(-1)[c])
+        separation = float((mu[1] - mu[0]) / sigma[0])
+        shape = Shape(
+            share=float(weight[1]), scale=math.exp(float(mu[1] - mu[0])), separation=separation,
+            reach=float((mu[1] - mu[0]) / sigma[1]), bic_gain=float(gain.reshape(-1)[c]),
+            fast_share=float(two.weight[f, 0]) if has_fast[i] else math.nan,
+            fast_scale=math.exp(float(two.mu[f, 0] - two.mu[f, 1])) if has_fast[i] else math.nan,
+        )  # fmt: skip
+        real = bool(tail_real.reshape(-1)[c])
+        nan = math.nan
         fits.append(TransientTailFit(
-            body_mu=float(two.mu[i, b]), body_sigma=float(two.sigma[i, b]), tail_share=share,
-            tail_share_interval=intervals[i], tail_mu=float(two.mu[i, t]),
-            tail_sigma=float(two.sigma[i, t]), tail_scale=scale, n=n, n_censored=y_cens.size,
-            bic_gain=bic_gain, has_transient_tail=real,
-            verdict=_verdict(real=real, bic_gain=bic_gain, share=share, scale=scale),
+            body_mu=float(mu[0] if minority else mu[int(np.argmax(weight))]),
+            body_sigma=float(sigma[0] if minority else sigma[int(np.argmax(weight))]),
+            tail_share=shape.share if minority else nan,
+            tail_share_interval=intervals[i] if minority else Interval(0.0, 1.0, level),
+            tail_mu=float(mu[1]) if minority else nan,
+            tail_sigma=float(sigma[1]) if minority else nan,
+            tail_scale=shape.scale if minority else nan, n=y_obs.size + y_cens.size,
+            n_censored=y_cens.size, bic_gain=shape.bic_gain, has_transient_tail=real,
+            verdict=_verdict(shape, real=real, minority=minority),
+            separation=separation if minority else nan,
+            fast_minority=bool(has_fast[i]), fast_share=shape.fast_share,
+            fast_scale=shape.fast_scale,
         ))  # fmt: skip
     return fits
+
+
+def _by_mean(p: Params) -> Params:
+    """
+    The same two-part states with the parts in order of their means (column 1 the slower).
+    """
+    order = np.argsort(p.mu, axis=1, kind="stable")
+    return Params(*(np.take_along_axis(x, order, axis=1) for x in (p.mu, p.sigma, p.weight)))
+
+
+def _shapes(p: Params) -> tuple[_BoolArray, _BoolArray, _BoolArray]:
+    """
+    Per solution (parts in order of their means): tail-shaped, slower-minority, fast-shaped.
+
+    Tail-shaped: the slower part holds at most `TAIL_SHARE_MAX` of calls, its median lies
+    beyond the body's p99 (``gap >= Z_SEPARATION * body_sigma``), and at most 5% of it lies
+    below the body's median (``gap >= Z_REACH * tail_sigma``: it is slower, not merely wider).
+    Fast-shaped is the mirror image: a fast minority clear of the rest.
+    """
+    gap = p.mu[:, 1] - p.mu[:, 0]
+    tail = (p.weight[:, 1] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 0])
+    tail &= gap >= Z_REACH * p.sigma[:, 1]
+    fast = (p.weight[:, 0] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 1])
+    fast &= gap >= Z_REACH * p.sigma[:, 0]
+    return tail, p.weight[:, 1] <= 0.5, fast
+
+
+def _best(ll: _Array, allowed: _BoolArray) -> npt.NDArray[np.intp]:
+    """
+    Per row (column), the solution (row of ``ll``) of highest likelihood among those allowed.
+    """
+    return np.asarray(np.argmax(np.where(allowed, ll, -np.inf), axis=0), dtype=np.intp)
 
 
 def _ages(latency_s: npt.ArrayLike, censored_at_s: npt.ArrayLike | None) -> tuple[_Array, _Array]:
@@ -250,19 +355,34 @@ def _subsample(y_obs: _Array, y_cens: _Array, *, max_n: int, seed: int) -> tuple
     return y_obs[keep[keep < y_obs.size]], y_cens[keep[keep >= y_obs.size] - y_obs.size]
 
 
-def _verdict(*, real: bool, bic_gain: float, share: float, scale: float) -> str:
+def _verdict(shape: Shape, *, real: bool, minority: bool) -> str:
     """
     One sentence a report can print as is.
     """
+    fast = ""
+    if not math.isnan(shape.fast_share):
+        faster = f"{1.0 / shape.fast_scale:.0f}{_TIMES} faster"
+        fast = f"a fast minority ({shape.fast_share:.1%} of calls, {faster}, e.g. cache hits)"
     if real:
-        slower = f"{scale:.1f}{_TIMES} slower than the body"
-        return f"{share:.1%} of calls fall in a transient tail {slower}: a fresh attempt escapes it"
-    if bic_gain <= BIC_GAIN_MIN:
+        slower = f"{shape.scale:.1f}{_TIMES} slower than the body"
+        said = f"{shape.share:.1%} of calls fall in a transient tail {slower}"
+        return f"{said}, and {fast}: a fresh attempt escapes the tail" if fast else (
+            f"{said}: a fresh attempt escapes it"
+        )  # fmt: skip
+    if fast:
+        return f"{fast}; no slow tail"
+    if shape.bic_gain <= BIC_GAIN_MIN:
         return "no separate tail: slow calls are the body's own spread"
-    if share >= TAIL_SHARE_MAX:
-        return f"two modes, but the slower holds {share:.0%} of calls: a second mode, not a tail"
-    only = f"the slower part is only {scale:.1f}{_TIMES} the body"
-    return f"no separate tail: {only}, slow calls are the body's own spread"
+    if not minority or shape.share > TAIL_SHARE_MAX:
+        held = f"the slower holds {shape.share:.0%} of calls"
+        return f"two modes, but {held}: a second mode, not a tail"
+    if shape.separation < Z_SEPARATION:
+        within = f"the slower part ({shape.scale:.1f}{_TIMES} the body) lies within the body's p99"
+        return f"no separate tail: {within}, slow calls are the body's own spread"
+    return (
+        "no separate tail: the extra part is wide, not slow (it reaches below the body's "
+        "median), so slow calls are outliers of the body's spread"
+    )
 
 
 def _too_few(n: int, n_censored: int, level: float) -> TransientTailFit:

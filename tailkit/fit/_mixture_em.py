@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scipy import special, stats
-
-from tailkit.fit._types import Interval
+from scipy import special
 
 
 _Array = npt.NDArray[np.float64]
 
-STARTS = (0.01, 0.05, 0.15)
+# Starting splits: (share of calls, from the top?) -- the slowest 1%, 5%, 15% of calls
+# as a tail, and the fastest 2%, 10% as a fast part, so that both a slow minority and a fast
+# one (cache hits) are among the local maxima EM can reach.
+STARTS = ((0.01, True), (0.05, True), (0.15, True), (0.02, False), (0.10, False))
 SCOUT_ITERATIONS = 25
 BINS = 256
 MAX_ITERATIONS = 400
@@ -90,32 +91,49 @@ def group_ages(y: _Array) -> tuple[_Array, _Array]:
     return sums[used] / counts[used], counts[used]
 
 
-def starts_for(pooled: _Array, floor: float) -> list[tuple[_Array, _Array, _Array]]:
+def split_start(d: Data, share: _Array, *, top: bool, floor: _Array) -> Params:
     """
-    Starting states: the top share (each of `STARTS`) of the data as the tail, the rest as body.
+    A starting state per row: its slowest (``top``) or fastest ``share`` of calls as one part.
 
-    Means and spreads of both come from running sums of the sorted, centred data.
+    Cut calls count at their age. Parts are in order of their means; each gets the weighted
+    mean and spread of its calls (a group on the split counts in part to each), the spread
+    at least ``floor``, and a weight of its share (at least 2 calls, at most all but 2).
     """
-    ordered = np.sort(pooled) - np.mean(pooled)
-    s1 = np.concatenate([[0.0], np.cumsum(ordered)])
-    s2 = np.concatenate([[0.0], np.cumsum(ordered * ordered)])
-    n, centre = ordered.size, float(np.mean(pooled))
-    out = []
-    for share in STARTS:
-        k = min(max(2, round(share * n)), n - 2)
-        mean = np.array([s1[n - k] / (n - k), (s1[n] - s1[n - k]) / k])
-        square = np.array([s2[n - k] / (n - k), (s2[n] - s2[n - k]) / k])
-        sd = np.sqrt(np.maximum(square - mean * mean, 0.0))
-        out.append((mean + centre, np.maximum(sd, floor), np.array([1.0 - k / n, k / n])))
-    return out
+    y = np.concatenate([d.y_obs, d.y_cens], axis=1)
+    order = np.argsort(y, axis=1, kind="stable")
+    y = np.take_along_axis(y, order, axis=1)
+    count = np.take_along_axis(np.concatenate([d.n_obs, d.n_cens], axis=1), order, axis=1)
+    n = count.sum(axis=1, keepdims=True)
+    k = np.clip(share[:, None] * n, 2.0, n - 2.0)
+    before = np.cumsum(count, axis=1) - count  # calls below each group
+    passed = n - before - count if top else before  # calls on the split part's far side
+    split = count * np.clip((k - passed) / np.maximum(count, 1e-300), 0.0, 1.0)
+    parts = (count - split, split) if top else (split, count - split)
+    mean = np.column_stack([(p * y).sum(axis=1) / p.sum(axis=1) for p in parts])
+    var = np.column_stack([
+        (p * (y - m[:, None]) ** 2).sum(axis=1) / p.sum(axis=1)
+        for p, m in zip(parts, mean.T, strict=True)
+    ])  # fmt: skip
+    weight = np.column_stack([p.sum(axis=1) for p in parts]) / n
+    return Params(mean, np.maximum(np.sqrt(var), floor[:, None]), weight)
 
 
-def em(p: Params, d: Data, *, floor: _Array, cap: _Array, max_iter: int) -> tuple[Params, _Array]:
+def em(
+    p: Params,
+    d: Data,
+    *,
+    floor: _Array,
+    cap: _Array,
+    max_iter: int,
+    free_weight: bool = True,
+) -> tuple[Params, _Array]:
     """
     Run censored-data EM from ``p`` on every row; return the last states and log-likelihoods.
 
     A row stops when its log-likelihood gains less than `TOLERANCE`, or after ``max_iter``
-    M-steps; it then leaves the matrix, so the other rows never change its result.
+    M-steps; it then leaves the matrix, so the other rows never change its result. With
+    ``free_weight=False`` the weights stay as given: the EM of the profile likelihood at a
+    fixed share (the M-step of the other parameters does not involve the weights).
     """
     n = d.n_obs.sum(axis=1) + d.n_cens.sum(axis=1)
     mu, sigma, weight = p.mu.copy(), p.sigma.copy(), p.weight.copy()
@@ -139,7 +157,8 @@ def em(p: Params, d: Data, *, floor: _Array, cap: _Array, max_iter: int) -> tupl
         go = active[~done]
         mu[go] = new_mu[~done]
         sigma[go] = np.maximum(np.sqrt(np.maximum(var, 0.0)), floor[active, None])[~done]
-        weight[go] = (new_weight / new_weight.sum(axis=1, keepdims=True))[~done]
+        if free_weight:
+            weight[go] = (new_weight / new_weight.sum(axis=1, keepdims=True))[~done]
         if done.any():
             active, sub = go, d.take(go)
     if active.size:
@@ -179,62 +198,3 @@ def _posterior(parts: _Array) -> tuple[_Array, _Array]:
     each = np.exp(parts - top[:, None, :])
     total = each[:, 0] + each[:, 1]
     return top + np.log(total), each / total[:, None, :]
-
-
-def share_intervals(
-    p: Params, body: npt.NDArray[np.intp], tail: npt.NDArray[np.intp], d: Data, level: float
-) -> list[Interval]:
-    """
-    Wald intervals of the tail share on the logit scale, from the observed information.
-
-    The information is minus the Hessian of the log-likelihood in (logit share, body mu,
-    log body sigma, tail mu, log tail sigma), by central differences of the analytic score.
-    If that is not (numerically) positive definite (no separate tail: the share is not
-    identified), the outer product of per-call scores stands in; failing that, (0, 1).
-    """
-    rows = np.arange(body.size)
-    theta = np.column_stack([
-        np.log(p.weight[rows, tail] / p.weight[rows, body]), p.mu[rows, body],
-        np.log(p.sigma[rows, body]), p.mu[rows, tail], np.log(p.sigma[rows, tail]),
-    ])  # fmt: skip
-    counts = np.concatenate([d.n_obs, d.n_cens], axis=1)
-    step = 1e-5
-    hessian = np.empty((body.size, 5, 5))
-    for j in range(5):
-        e = np.zeros(5)
-        e[j] = step
-        up, down = _scores(theta + e, d), _scores(theta - e, d)
-        hessian[:, :, j] = np.einsum("rb,rbk->rk", counts, up - down) / (2.0 * step)
-    scores = _scores(theta, d)
-    outer = np.einsum("rbk,rbl->rkl", scores, scores * counts[:, :, None])
-    z = float(stats.norm.ppf(0.5 + level / 2.0))
-    out = [Interval(0.0, 1.0, level)] * body.size
-    left = np.ones(body.size, dtype=bool)
-    for info in (-(hessian + hessian.transpose(0, 2, 1)) / 2.0, outer):
-        usable = left & np.all(np.isfinite(info), axis=(1, 2))
-        eigenvalues, vectors = np.linalg.eigh(np.where(usable[:, None, None], info, np.eye(5)))
-        usable &= eigenvalues[:, 0] > 1e-12 * eigenvalues[:, -1]
-        usable &= 1e-12 * eigenvalues[:, -1] > 0.0
-        safe = np.where(usable[:, None], eigenvalues, 1.0)
-        se = np.sqrt(np.sum(vectors[:, 0, :] ** 2 / safe, axis=1))
-        for i in np.flatnonzero(usable):
-            low, high = special.expit([theta[i, 0] - z * se[i], theta[i, 0] + z * se[i]])
-            out[i] = Interval(float(low), float(high), level)
-        left &= ~usable
-    return out
-
-
-def _scores(theta: _Array, d: Data) -> _Array:
-    """
-    Per-group scores (one call's), shape (rows, groups, 5), of the log-likelihood at ``theta``.
-    """
-    share = special.expit(theta[:, 0])
-    mu, sigma = theta[:, [1, 3]], np.exp(theta[:, [2, 4]])
-    r_obs, r_cens, _, _, _ = _e_step(mu, sigma, np.column_stack([1.0 - share, share]), d)
-    z = (d.y_obs[:, None, :] - mu[:, :, None]) / sigma[:, :, None]
-    a = (d.y_cens[:, None, :] - mu[:, :, None]) / sigma[:, :, None]
-    mills = np.exp(-0.5 * a * a - LOG_SQRT_2PI - special.log_ndtr(-a))
-    d_mu = np.concatenate([r_obs * z, r_cens * mills], axis=2) / sigma[:, :, None]
-    d_log_sigma = np.concatenate([r_obs * (z * z - 1.0), r_cens * mills * a], axis=2)
-    d_eta = np.concatenate([r_obs[:, 1], r_cens[:, 1]], axis=1) - share[:, None]
-    return np.stack([d_eta, d_mu[:, 0], d_log_sigma[:, 0], d_mu[:, 1], d_log_sigma[:, 1]], axis=2)
