@@ -250,7 +250,7 @@ def _route_columns(calls: Calls, part: slice) -> tuple[_Array, ...]:
     """
     return (
         calls.total_s[part], calls.cut_s[part], calls.output_tokens[part],
-        calls.input_tokens[part], calls.started_s[part],
+        calls.input_tokens[part], calls.started_s[part], calls.ttft_s[part],
     )  # fmt: skip
 
 

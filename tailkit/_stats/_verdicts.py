@@ -22,7 +22,7 @@ from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_
 
 MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded subsample
 _Array = npt.NDArray[np.float64]
-_FIELDS = ("total_s", "cut_s", "output_tokens", "input_tokens", "started_s")
+_FIELDS = ("total_s", "cut_s", "output_tokens", "input_tokens", "started_s", "ttft_s")
 
 
 class RouteAccumulator:
@@ -66,7 +66,8 @@ class RouteAccumulator:
             evidence = hedge_evidence(*pair, level=self._level) if pair else None
             verdict = tail_kind(
                 columns[0], censored_at_s=columns[1], output_tokens=columns[2],
-                input_tokens=columns[3], started_at_s=columns[4], hedges=evidence,
+                input_tokens=columns[3], started_at_s=columns[4], ttft_s=columns[5],
+                hedges=evidence,
                 window_s=self._window_s, level=self._level,
             )  # fmt: skip
             for row in self._rows[route]:
@@ -97,7 +98,7 @@ def _record(v: TailKind) -> dict[str, Any]:
     The verdict's columns: kind, sentence and the evidence behind it.
     """
     nan = math.nan
-    size, tail, clustering = v.size, v.tail, v.clustering
+    size, tail, clustering, first = v.size, v.tail, v.clustering, v.first_token
     hedges = v.hedges or HedgeEvidence(0, 0, nan, Interval(nan, nan), "unknown")
     return {
         "n": v.n,
@@ -114,6 +115,10 @@ def _record(v: TailKind) -> dict[str, Any]:
         "residual_scale": tail.scale if tail else nan,
         "body_sigma": tail.body_sigma if tail else nan,
         "top_transient": v.top_transient,
+        "ttft_residual_share": first.share if first else nan,
+        "ttft_residual_share_lo": first.share_interval.low if first else nan,
+        "ttft_residual_share_hi": first.share_interval.high if first else nan,
+        "ttft_residual_scale": first.scale if first else nan,
         "clustering": clustering.dispersion if clustering else nan,
         "clustering_p": clustering.p_value if clustering else nan,
         "clustered": clustering.clustered if clustering else False,

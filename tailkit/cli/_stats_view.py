@@ -46,6 +46,11 @@ def _evidence(row: dict[str, Any]) -> tuple[str, str, str, str]:
         )
         if row["residual_share"] > 0 and not math.isnan(row["residual_scale"]):
             residual += f" ×{row['residual_scale']:.1f}"
+    if row["ttft_residual_share"] > 0:  # NaN compares False
+        residual += (
+            f"; first token {_percent(row['ttft_residual_share'])} "
+            f"×{row['ttft_residual_scale']:.1f}"
+        )
     size = "-" if not row["size_features"] else f"R²={_percent(max(row['size_r2'], 0.0))}"
     time = (
         "-"
@@ -99,7 +104,7 @@ def render_table(
         return
     if not report.verdicts.is_empty():
         verdicts = Table(title="Would a fresh attempt escape the tail? (per route)")
-        by = [c for c in report.verdicts.columns if c not in _VERDICT_COLUMNS]
+        by = report.verdicts.columns[: report.verdicts.columns.index("n")]  # the route
         for name in (*by, "kind", "residual tail", "size", "time", "repeats", "verdict"):
             verdicts.add_column(name, overflow="fold")
         for row in report.verdicts.iter_rows(named=True):
@@ -139,15 +144,6 @@ def _print_warnings(table: pl.DataFrame, keys: list[str], console: Console) -> N
 def _some(names: list[str], shown: int = 3) -> str:
     more = f"; and {len(names) - shown} more" if len(names) > shown else ""
     return "; ".join(names[:shown]) + more
-
-
-_VERDICT_COLUMNS = {
-    "n", "n_cut", "tail_kind", "transient", "size_features", "size_r2", "size_p",
-    "size_elasticity", "residual_share", "residual_share_lo", "residual_share_hi",
-    "residual_scale", "body_sigma", "top_transient", "clustering", "clustering_p",
-    "clustered", "hedge_pairs", "hedge_escaped", "hedge_share", "hedge_share_lo",
-    "hedge_share_hi", "verdict",
-}  # fmt: skip
 
 
 def _clean(value: Any) -> Any:

@@ -31,7 +31,8 @@ KNOWN_SHARE = 0.8  # a token count is used when at least 80 % of finished calls 
 MIN_LOG_SPREAD = 0.05  # and its log varies by more than this (5 %): else size cannot matter
 TAIL_Z = 3.0  # a residual tail call lies 3 body spreads beyond a same-size call's median ...
 TAIL_FLOOR = math.log(1.25)  # ... and at least 1.25x slower: slower than that is material
-NULL_SLACK = 2.0  # the threshold's standard errors the null share allows for (see residual_tail)
+TAIL_SHARE_MAX = 0.2  # beyond this the body's slow side is skewed: no separate tail to tell
+NULL_SLACK = 2.5  # the threshold's standard errors the null share allows for (see residual_tail)
 _MAD = 1.4826  # MAD x 1.4826 estimates a normal sigma
 
 
@@ -168,8 +169,11 @@ class ResidualTail:
         share: Excess share, ``beyond - body_beyond`` (at least 0): the residual tail.
         share_interval: Its interval (Clopper-Pearson on the share beyond, with Greenwood's
             variance as the effective size when calls were cut, minus ``body_beyond``).
-        present: The share beyond is significantly above ``null_beyond`` (its interval's low
-            end lies above it).
+        present: The share beyond is significantly above ``null_beyond`` (its one-sided
+            lower bound at ``alpha`` lies above it) and the excess is a minority (at most
+            ``TAIL_SHARE_MAX``).
+        skewed: Significant, but more than ``TAIL_SHARE_MAX`` of calls: the body's slow side
+            is heavier than a lognormal's, and no separate tail can be told from it.
         scale: Median slow-down of the tail calls against a same-size call of the body.
         in_tail: Per call (input order), beyond the threshold (cut calls: cut beyond it).
     """
@@ -183,11 +187,19 @@ class ResidualTail:
     share: float
     share_interval: Interval
     present: bool
+    skewed: bool
     scale: float
     in_tail: npt.NDArray[np.bool_]
 
 
-def residual_tail(residual: _Array, cut: npt.NDArray[np.bool_], *, level: float) -> ResidualTail:
+def residual_tail(
+    residual: _Array,
+    cut: npt.NDArray[np.bool_],
+    *,
+    level: float,
+    alpha: float | None = None,
+    floor: float = TAIL_FLOOR,
+) -> ResidualTail:
     """
     Find the share of calls beyond the body of same-size calls.
 
@@ -204,15 +216,18 @@ def residual_tail(residual: _Array, cut: npt.NDArray[np.bool_], *, level: float)
         residual: Log residual of every call: log latency (cut calls: log cut age) minus the
             size model's prediction.
         cut: Which calls were cut (their residual is a lower bound).
-        level: Confidence level of ``share_interval`` and of the test (one-sided at
-            ``(1 + level) / 2``).
+        level: Confidence level of ``share_interval``.
+        alpha: One-sided significance of the test (``(1 - level) / 2`` by default: the
+            interval's low end); smaller when one verdict runs several such tests.
+        floor: The least log slow-down that counts (``log(1.25)``): a tail call must be
+            materially slower, however tight the body.
     """
     n = residual.size
     share = 0.0
     for _ in range(3):
         median = _km_quantile(residual, cut, 0.5 * (1.0 - share))
         sigma = max(median - _km_quantile(residual, cut, 0.158655 * (1.0 - share)), 1e-6)
-        threshold = median + max(TAIL_Z * sigma, TAIL_FLOOR)
+        threshold = median + max(TAIL_Z * sigma, floor)
         beyond, variance = _km_survival(residual, cut, threshold)
         z = (threshold - median) / sigma
         body_beyond = (1.0 - share) * float(stats.norm.sf(z))
@@ -220,8 +235,12 @@ def residual_tail(residual: _Array, cut: npt.NDArray[np.bool_], *, level: float)
     se_z = math.sqrt(math.pi / 2.0 + 1.2 * z * z) / math.sqrt(max(n, 1))
     null_beyond = float(stats.norm.sf(z - NULL_SLACK * se_z))
     low, high = _share_interval(beyond, variance, n, level)
+    test_low = low
+    if alpha is not None:
+        test_low = _share_interval(beyond, variance, n, 1.0 - 2.0 * alpha)[0]
     in_tail = residual > threshold
     slow = residual[in_tail] - median
+    excess = max(beyond - body_beyond, 0.0)
     return ResidualTail(
         body_median=median,
         body_sigma=sigma,
@@ -229,9 +248,10 @@ def residual_tail(residual: _Array, cut: npt.NDArray[np.bool_], *, level: float)
         beyond=beyond,
         body_beyond=body_beyond,
         null_beyond=null_beyond,
-        share=max(beyond - body_beyond, 0.0),
+        share=excess,
         share_interval=Interval(max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), level),
-        present=bool(low > null_beyond),
+        present=bool(test_low > null_beyond and excess <= TAIL_SHARE_MAX),
+        skewed=bool(test_low > null_beyond and excess > TAIL_SHARE_MAX),
         scale=float(math.exp(np.median(slow))) if slow.size else math.nan,
         in_tail=in_tail,
     )

@@ -20,6 +20,7 @@ is ``unknown`` and says what is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import numpy.typing as npt
 
 from scipy import stats
 
-from tailkit.fit._size import ResidualTail, SizeModel, residual_tail, size_model
+from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
 from tailkit.fit._trend import TimeClustering, time_clustering
 from tailkit.fit._types import Interval
 
@@ -46,6 +47,9 @@ TOP_SHARE = 0.02  # the route's slowest 2 % (at least 5 calls) decide transient 
 MIN_PAIRS = 20  # repeat attempts needed before they count as evidence
 ESCAPE_LIMIT = 0.75  # a fresh attempt "escaped" when it finished below its route's p75
 ESCAPE_SPLIT = 0.5  # independent attempts escape 75 % of the time, fully tied ones ~0 %
+KNOWN_TTFT = 0.8  # TTFT counts when 80 % of finished calls have one ...
+STREAMED_TTFT = 0.9  # ... and it is less than 90 % of the call (a non-streamed TTFT is the call)
+MATERIAL_WAIT = 0.25  # a first-token stall must add a quarter of a typical call's latency
 _TIMES = "\u00d7"
 
 
@@ -111,6 +115,10 @@ class TailKind:
         tail: The residual tail (``None`` with too few calls).
         top_transient: Share of the route's slowest 2 % of calls that are residual tail calls
             (NaN without a tail).
+        first_token: The residual tail of the time to first token, regressed on input tokens
+            alone (finished calls that streamed; ``None`` without TTFT): queueing and cold
+            starts show there first, large against a short TTFT even when small against the
+            whole call.
         clustering: Whether residual tail calls bunch up in time.
         hedges: Evidence from repeat attempts, when given.
         sentence: The verdict in plain words.
@@ -122,6 +130,7 @@ class TailKind:
     size: SizeModel | None
     tail: ResidualTail | None
     top_transient: float
+    first_token: ResidualTail | None
     clustering: TimeClustering | None
     hedges: HedgeEvidence | None
     sentence: str
@@ -141,6 +150,7 @@ def tail_kind(
     output_tokens: npt.ArrayLike | None = None,
     input_tokens: npt.ArrayLike | None = None,
     started_at_s: npt.ArrayLike | None = None,
+    ttft_s: npt.ArrayLike | None = None,
     hedges: HedgeEvidence | None = None,
     window_s: float = 60.0,
     level: float = 0.95,
@@ -151,14 +161,13 @@ def tail_kind(
     The rules, in order:
 
     - fewer than 50 calls or 20 finished: ``unknown``;
-    - a residual tail (see `residual_tail`): ``transient`` when size explains little of the
-      spread or the tail calls make at least half of the route's slowest 2 %, else
-      ``mixed``;
+    - a residual tail (see `residual_tail`) of the whole latency, or of the time to first
+      token on input tokens: ``transient`` when size explains little of the spread or the
+      tail calls make at least half of the route's slowest 2 %, else ``mixed``;
     - no residual tail, the slowest 5 % of residuals clustered in time and size explaining
-      little:
-      ``transient`` (slow spells);
-    - no residual tail, size explaining the spread (``SizeModel.explains``) and the residual
-      tail's interval below 1 % of calls: ``work``;
+      little: ``transient`` (slow spells);
+    - no residual tail, size explaining the spread (``SizeModel.explains``) and both
+      residual tails' intervals below 1 % of calls: ``work``;
     - otherwise ``unknown``, naming what is missing.
 
     Repeat attempts, when they say something (20+ pairs, interval clear of one half), are
@@ -171,6 +180,8 @@ def tail_kind(
         output_tokens: Aligned output token counts, NaN (or negative) where unknown.
         input_tokens: Aligned input token counts, likewise.
         started_at_s: Aligned start times, epoch seconds, NaN where unknown.
+        ttft_s: Aligned time to first token, NaN where unknown (a residual tail there counts
+            like one in the whole latency).
         hedges: Evidence from repeat attempts of this route's slow calls.
         window_s: Time window for the clustering test.
         level: Confidence level of every interval.
@@ -180,7 +191,8 @@ def tail_kind(
     """
     x = np.asarray(latency_s, dtype=np.float64).ravel()
     columns = {"censored_at_s": censored_at_s, "output_tokens": output_tokens,
-               "input_tokens": input_tokens, "started_at_s": started_at_s}  # fmt: skip
+               "input_tokens": input_tokens, "started_at_s": started_at_s,
+               "ttft_s": ttft_s}  # fmt: skip
     aligned = {k: _aligned(k, v, x.size) for k, v in columns.items()}
     cut_age = aligned["censored_at_s"]
     is_cut = np.isfinite(cut_age) & (cut_age > 0.0)
@@ -192,17 +204,60 @@ def tail_kind(
             f"can't tell: too few calls ({n}, {n - n_cut} finished; "
             f"need {MIN_CALLS} with {MIN_FINISHED} finished)"
         )
-        return _with_hedges(TailKind("unknown", n, n_cut, None, None, math.nan, None, hedges,
-                                     sentence))  # fmt: skip
+        return _with_hedges(TailKind("unknown", n, n_cut, None, None, math.nan, None, None,
+                                     hedges, sentence))  # fmt: skip
     log_age = np.log(np.where(is_cut, cut_age, x)[used])
     tokens = {"output": aligned["output_tokens"][used], "input": aligned["input_tokens"][used]}
     size = size_model(log_age, finished[used], tokens)
-    tail = residual_tail(log_age - size.predicted, is_cut[used], level=level)
+    # Two residual tails are tested (whole latency, first token): Bonferroni, each at half.
+    alpha = (1.0 - level) / 4.0
+    tail = residual_tail(log_age - size.predicted, is_cut[used], level=level, alpha=alpha)
     top = _top_transient(log_age, tail.in_tail)
     flags = tail.in_tail if tail.present else _residual_top(log_age - size.predicted)
+    first = _first_token_tail(
+        x, aligned["ttft_s"], finished, aligned["input_tokens"], level=level, alpha=alpha
+    )
+    if first is not None and first.present:
+        ttft_slow = np.zeros(used.size, dtype=bool)
+        ttft_slow[finished & np.isfinite(aligned["ttft_s"]) & (aligned["ttft_s"] > 0)] = (
+            first.in_tail
+        )
+        flags = flags | ttft_slow[used] if tail.present else ttft_slow[used]
     clustering = time_clustering(aligned["started_at_s"][used], flags, window_s=window_s)
-    kind, sentence = _decide(size, tail, top, clustering, n)
-    return _with_hedges(TailKind(kind, n, n_cut, size, tail, top, clustering, hedges, sentence))
+    kind, sentence = _decide(size, tail, top=top, first=first, clustering=clustering, n=n)
+    return _with_hedges(
+        TailKind(kind, n, n_cut, size, tail, top, first, clustering, hedges, sentence)
+    )
+
+
+def _first_token_tail(
+    total: _Array,
+    ttft: _Array,
+    finished: npt.NDArray[np.bool_],
+    inputs: _Array,
+    *,
+    level: float,
+    alpha: float,
+) -> ResidualTail | None:
+    """
+    The residual tail of log TTFT on input tokens, over finished calls that streamed.
+
+    Cut calls are left out: whether they had their first token is not known. Without TTFT
+    on 80 % of finished calls, or where TTFT is most of the call (not streamed), ``None``.
+    """
+    known = finished & np.isfinite(ttft) & (ttft > 0.0)
+    if known.sum() < max(MIN_FINISHED, KNOWN_TTFT * finished.sum()):
+        return None
+    if float(np.median(ttft[known] / total[known])) > STREAMED_TTFT:
+        return None
+    log_t = np.log(ttft[known])
+    size = size_model(log_t, np.ones(log_t.size, dtype=bool), {"input": inputs[known]})
+    no_cut = np.zeros(log_t.size, dtype=bool)
+    # A longer wait for the first token matters when it is material against the whole call:
+    # at least a quarter of a typical call's latency.
+    typical = float(np.median(total[known]) / np.median(ttft[known]))
+    floor = max(TAIL_FLOOR, math.log1p(MATERIAL_WAIT * typical))
+    return residual_tail(log_t - size.predicted, no_cut, level=level, alpha=alpha, floor=floor)
 
 
 def _aligned(name: str, values: npt.ArrayLike | None, size: int) -> _Array:
@@ -238,7 +293,13 @@ def _percent(x: float) -> str:
 
 
 def _decide(
-    size: SizeModel, tail: ResidualTail, top: float, clustering: TimeClustering, n: int
+    size: SizeModel,
+    tail: ResidualTail,
+    *,
+    top: float,
+    first: ResidualTail | None,
+    clustering: TimeClustering,
+    n: int,
 ) -> tuple[str, str]:
     """
     The kind and its sentence (the rules of `tail_kind`, before repeat attempts).
@@ -249,11 +310,21 @@ def _decide(
         if size.features
         else "no call size to measure: token counts are missing or all alike"
     )
-    if tail.present:
-        what = (
-            f"{_percent(tail.share)} [{_percent(share.low)}–{_percent(share.high)}] of calls "
-            f"are {tail.scale:.1f}{_TIMES} slower than a call of their size"
-        )
+    waits = first is not None and first.present
+    if tail.present or waits:
+        parts = []
+        if tail.present:
+            parts.append(
+                f"{_percent(tail.share)} [{_percent(share.low)}–{_percent(share.high)}] of "
+                f"calls are {tail.scale:.1f}{_TIMES} slower than a call of their size"
+            )
+        if first is not None and first.present:
+            low, high = first.share_interval.low, first.share_interval.high
+            parts.append(
+                f"{_percent(first.share)} [{_percent(low)}–{_percent(high)}] wait "
+                f"{first.scale:.1f}{_TIMES} longer for their first token"
+            )
+        what = " and ".join(parts)
         if not size.explains or top >= 0.5:
             return "transient", f"transient: {what} ({explained}): a fresh attempt escapes them"
         return "mixed", (
@@ -264,10 +335,11 @@ def _decide(
         return "transient", (
             f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
         )
-    if size.explains and share.high < WORK_SHARE_MAX:
+    ttft_clear = first is None or first.share_interval.high < WORK_SHARE_MAX
+    if size.explains and share.high < WORK_SHARE_MAX and ttft_clear:
         return "work", (
-            f"work: {explained}, and at most {_percent(share.high)} of calls are slower than "
-            "their size predicts: a fresh attempt would be just as slow"
+            f"work: {explained}, and at most {_percent(share.high)} of calls are materially "
+            "slower than their size predicts: a fresh attempt would be just as slow"
         )
     if size.explains:
         needed = math.ceil(-math.log((1.0 - share.level) / 2.0) / WORK_SHARE_MAX)
@@ -275,6 +347,17 @@ def _decide(
             f"can't tell: {explained}, but {n} calls cannot rule out a transient tail of "
             f"up to {_percent(share.high)} of calls (about {needed:,} calls with no slow "
             "outlier would)"
+        )
+    skewed = [
+        f"{_percent(t.share)} of {what} lie beyond 3 body spreads"
+        for t, what in ((tail, "calls"), (first, "first tokens"))
+        if t is not None and t.skewed
+    ]
+    if skewed:
+        return "unknown", (
+            f"can't tell: the body's slow side is heavier than a lognormal's ({'; '.join(skewed)}"
+            f"), too many for a separate tail, and {explained}: whether a fresh attempt "
+            "escapes it needs repeat attempts (hedged or retried calls of this route)"
         )
     return "unknown", (
         "can't tell: no tail beyond the body's spread, and the spread is not explained by "
@@ -308,7 +391,4 @@ def _with_hedges(verdict: TailKind) -> TailKind:
     else:
         kind = "mixed"
         sentence = f"mixed: {seen}, while the latencies alone say {verdict.sentence}"
-    return TailKind(
-        kind, verdict.n, verdict.n_cut, verdict.size, verdict.tail, verdict.top_transient,
-        verdict.clustering, hedges, sentence,
-    )  # fmt: skip
+    return dataclasses.replace(verdict, kind=kind, sentence=sentence)

@@ -41,7 +41,8 @@ def route_tail_kinds(store: Store, plan: Plan, routes: Iterable[str]) -> dict[st
         where = f"provider = {_lit(route.provider)} AND model = {_lit(route.model)}"
         table = store.arrow(
             "SELECT CASE WHEN status = 'ok' THEN total_s END AS total_s, censored_at_s, "
-            "output_tokens, input_tokens, epoch(started_at) AS started_s FROM calls "
+            "output_tokens, input_tokens, epoch(started_at) AS started_s, "
+            "CASE WHEN status = 'ok' THEN ttft_s END AS ttft_s FROM calls "
             f"WHERE {where} AND ((status = 'ok' AND total_s > 0) OR censored_at_s > 0)"
         )
         column = {
@@ -53,6 +54,6 @@ def route_tail_kinds(store: Store, plan: Plan, routes: Iterable[str]) -> dict[st
         out[name] = tail_kind(
             column["total_s"], censored_at_s=column["censored_at_s"],
             output_tokens=column["output_tokens"], input_tokens=column["input_tokens"],
-            started_at_s=column["started_s"], hedges=evidence,
+            started_at_s=column["started_s"], ttft_s=column["ttft_s"], hedges=evidence,
         )  # fmt: skip
     return out
