@@ -241,3 +241,24 @@ def test_calibrate_plans_no_fresh_attempt_on_a_work_driven_route(tmp_path: Path)
     assert {"answer": "work"} == found.tail_kinds
     assert found.plan.steps["answer"].on_cutoff not in ("hedge", "retry")
     assert any("work-driven" in w for w in found.warnings)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_first_token_stalls_are_seen_in_the_ttft(seed: int) -> None:
+    """
+    Stalls of 2-5 s before the first token of ~10 s calls show in the TTFT.
+
+    They are modest against the whole call, plain against a 0.5 s TTFT.
+    """
+    rng = np.random.default_rng(seed)
+    tokens = np.maximum(1, rng.lognormal(np.log(500), 0.8, 2000)).round()
+    ttft = 0.5 * rng.lognormal(0, 0.3, 2000) + np.where(
+        rng.random(2000) < 0.03, rng.uniform(2, 5, 2000), 0.0
+    )
+    latency = ttft + tokens / 50 * rng.lognormal(0, 0.1, 2000)
+    verdict = tail_kind(latency, output_tokens=tokens, ttft_s=ttft)
+
+    assert verdict.kind in {"transient", "mixed"}, verdict.sentence
+    assert verdict.first_token is not None
+    assert verdict.first_token.present
+    assert "first token" in verdict.sentence
