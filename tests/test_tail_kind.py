@@ -262,3 +262,21 @@ def test_first_token_stalls_are_seen_in_the_ttft(seed: int) -> None:
     assert verdict.first_token is not None
     assert verdict.first_token.present
     assert "first token" in verdict.sentence
+
+
+def test_big_calls_cut_at_a_cap_are_not_a_transient_tail() -> None:
+    """
+    A 30 s cap cuts the biggest calls of work-driven latency, leaving no output count.
+    """
+    rng = np.random.default_rng(0)
+    work = _work(rng, n=3000)
+    cut = work["latency_s"] > 30
+    verdict = tail_kind(
+        np.where(cut, np.nan, work["latency_s"]),
+        censored_at_s=np.where(cut, 30.0, np.nan),
+        output_tokens=np.where(cut, np.nan, work["output_tokens"]),
+    )
+
+    assert "unknown" == verdict.kind, verdict.sentence
+    assert verdict.n_unsized == cut.sum()
+    assert "cut with no size to compare" in verdict.sentence

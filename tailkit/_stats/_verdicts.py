@@ -103,6 +103,7 @@ def _record(v: TailKind) -> dict[str, Any]:
     return {
         "n": v.n,
         "n_cut": v.n_cut,
+        "n_unsized_cut": v.n_unsized,
         "tail_kind": v.kind,
         "transient": v.transient,
         "size_features": ",".join(size.features) if size else "",

@@ -111,6 +111,8 @@ class TailKind:
             ``"unknown"`` (the evidence cannot tell; ``sentence`` says what is missing).
         n: Calls used, finished and cut.
         n_cut: Of those, cut calls.
+        n_unsized: Of those, cut calls left out of the residual tail: the size model uses a
+            token count they lack (a call cut at a cap has no output count).
         size: The size model (``size.features`` empty without token counts).
         tail: The residual tail (``None`` with too few calls).
         top_transient: Share of the route's slowest 2 % of calls that are residual tail calls
@@ -127,6 +129,7 @@ class TailKind:
     kind: str
     n: int
     n_cut: int
+    n_unsized: int
     size: SizeModel | None
     tail: ResidualTail | None
     top_transient: float
@@ -204,29 +207,41 @@ def tail_kind(
             f"can't tell: too few calls ({n}, {n - n_cut} finished; "
             f"need {MIN_CALLS} with {MIN_FINISHED} finished)"
         )
-        return _with_hedges(TailKind("unknown", n, n_cut, None, None, math.nan, None, None,
+        return _with_hedges(TailKind("unknown", n, n_cut, 0, None, None, math.nan, None, None,
                                      hedges, sentence))  # fmt: skip
     log_age = np.log(np.where(is_cut, cut_age, x)[used])
     tokens = {"output": aligned["output_tokens"][used], "input": aligned["input_tokens"][used]}
     size = size_model(log_age, finished[used], tokens)
+    # A cut call whose size is unknown (a cap leaves no output count) cannot be compared
+    # with calls of its size: big, or stalled? It is left out, and counted.
+    placed = finished[used].copy()
+    sized = np.ones(placed.size, dtype=bool)
+    for name in size.features:
+        sized &= np.isfinite(tokens[name]) & (tokens[name] >= 0)
+    placed |= is_cut[used] & sized
+    unsized = int(placed.size - placed.sum())
+    residual = (log_age - size.predicted)[placed]
     # Two residual tails are tested (whole latency, first token): Bonferroni, each at half.
     alpha = (1.0 - level) / 4.0
-    tail = residual_tail(log_age - size.predicted, is_cut[used], level=level, alpha=alpha)
-    top = _top_transient(log_age, tail.in_tail)
-    flags = tail.in_tail if tail.present else _residual_top(log_age - size.predicted)
+    tail = residual_tail(residual, is_cut[used][placed], level=level, alpha=alpha)
+    top = _top_transient(log_age[placed], tail.in_tail)
+    flags = tail.in_tail if tail.present else _residual_top(residual)
     first = _first_token_tail(
         x, aligned["ttft_s"], finished, aligned["input_tokens"], level=level, alpha=alpha
     )
     if first is not None and first.present:
-        ttft_slow = np.zeros(used.size, dtype=bool)
+        ttft_slow = np.zeros(x.size, dtype=bool)
         ttft_slow[finished & np.isfinite(aligned["ttft_s"]) & (aligned["ttft_s"] > 0)] = (
             first.in_tail
         )
-        flags = flags | ttft_slow[used] if tail.present else ttft_slow[used]
-    clustering = time_clustering(aligned["started_at_s"][used], flags, window_s=window_s)
-    kind, sentence = _decide(size, tail, top=top, first=first, clustering=clustering, n=n)
+        flags = flags | ttft_slow[used][placed] if tail.present else ttft_slow[used][placed]
+    started = aligned["started_at_s"][used][placed]
+    clustering = time_clustering(started, flags, window_s=window_s)
+    kind, sentence = _decide(
+        size, tail, top=top, first=first, clustering=clustering, n=n, unsized=unsized
+    )
     return _with_hedges(
-        TailKind(kind, n, n_cut, size, tail, top, first, clustering, hedges, sentence)
+        TailKind(kind, n, n_cut, unsized, size, tail, top, first, clustering, hedges, sentence)
     )
 
 
@@ -300,6 +315,7 @@ def _decide(
     first: ResidualTail | None,
     clustering: TimeClustering,
     n: int,
+    unsized: int,
 ) -> tuple[str, str]:
     """
     The kind and its sentence (the rules of `tail_kind`, before repeat attempts).
@@ -336,6 +352,12 @@ def _decide(
             f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
         )
     ttft_clear = first is None or first.share_interval.high < WORK_SHARE_MAX
+    if size.explains and share.high < WORK_SHARE_MAX and ttft_clear and unsized > 0.01 * n:
+        return "unknown", (
+            f"can't tell: {explained} and the finished calls are no slower than their size "
+            f"predicts, but {unsized:,} of {n:,} calls were cut with no size to compare "
+            "(big calls, or stalled ones?): log their token counts, or cut later"
+        )
     if size.explains and share.high < WORK_SHARE_MAX and ttft_clear:
         return "work", (
             f"work: {explained}, and at most {_percent(share.high)} of calls are materially "
