@@ -15,7 +15,9 @@ import numpy.typing as npt
 from tailkit.fit._mixture_em import (
     BINS,
     MAX_ITERATIONS,
+    SCOUT_ITERATIONS,
     STARTS,
+    Data,
     Params,
     em,
     split_start,
@@ -213,8 +215,9 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     # several local maxima, and the best of them need not be a body plus a slower minority
     # (it may split the body in two, or give a fast minority, or a wide part around the
     # body). The verdict is about the model "body plus transient tail", so it is judged
-    # within that model: EM runs to convergence from every start of `STARTS` (the slowest
-    # 1%, 5%, 15% of calls as a tail; the fastest 2%, 10% as a fast part), and the fit
+    # within that model: EM runs from every start of `STARTS` (the slowest 1%, 5%, 15% of
+    # calls as a tail; the fastest 2%, 10% as a fast part) for a short scout, the likeliest
+    # scout of each shape runs on to convergence (`_solutions`), and the fit
     # reported is the most likely solution that is tail-shaped (`_shapes`) and beats the
     # single lognormal's BIC by `BIC_GAIN_MIN`. Failing one, there is no transient tail, and
     # the fit reported is the most likely with a slower minority (its share interval is then
@@ -233,14 +236,12 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     each = [split_start(data, np.full(rows, share), top=top, floor=floor) for share, top in STARTS]
     starts = Params(*(np.concatenate([getattr(p, f) for p in each]) for f in Params.__slots__))
     tiled = np.tile(np.arange(rows), k)  # solution j * rows + i is start j of row i
-    two, ll_two = em(
-        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=MAX_ITERATIONS
-    )
-    two = _by_mean(two)
+    two, ll_two = _solutions(starts, tiled, data, floor=floor, cap=cap)
     n = np.array([y_obs.size + y_cens.size for y_obs, y_cens in todo], dtype=np.float64)
     gain = (2.0 * (ll_two - ll_one[tiled]) - 3.0 * np.log(n[tiled])).reshape(k, rows)
     ll = ll_two.reshape(k, rows)
-    tail_like, slow_minority, fast_like = (x.reshape(k, rows) for x in _shapes(two))
+    done = np.isfinite(ll)
+    tail_like, slow_minority, fast_like = (x.reshape(k, rows) & done for x in _shapes(two))
     tail_real = tail_like & (gain > BIC_GAIN_MIN)
     pick = np.where(
         tail_real.any(axis=0),
@@ -251,8 +252,9 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     fit = Params(two.mu[chosen], two.sigma[chosen], two.weight[chosen])
     local = ll_two[chosen] < ll.max(axis=0) - JUMP
     intervals = profile_share_intervals(
-        fit, ll_two[chosen], data, floor=floor, cap=cap, level=level, local=local
-    )
+        fit, ll_two[chosen], data, floor=floor, cap=cap, level=level, local=local,
+        loose=~np.any(tail_real, axis=0),
+    )  # fmt: skip
     fast = _best(np.where(gain > BIC_GAIN_MIN, ll, -np.inf), fast_like) * rows + np.arange(rows)
     has_fast: _BoolArray = np.any(fast_like & (gain > BIC_GAIN_MIN), axis=0)
     fits = []
@@ -284,6 +286,38 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
             fast_scale=shape.fast_scale,
         ))  # fmt: skip
     return fits
+
+
+def _solutions(
+    starts: Params, tiled: npt.NDArray[np.intp], data: Data, *, floor: _Array, cap: _Array
+) -> tuple[Params, _Array]:
+    """
+    EM from every start (start j of row i at ``j * rows + i``), parts in order of their means.
+
+    Every start runs a short scout; per row, only the likeliest scout and the likeliest of
+    each shape (tail, slower minority, fast minority) run on to convergence. The others keep
+    their scout state and a log-likelihood of ``-inf``.
+    """
+    rows = floor.size
+    k = tiled.size // rows
+    scout, ll_scout = em(
+        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=SCOUT_ITERATIONS
+    )
+    scout = _by_mean(scout)
+    ll_scout = ll_scout.reshape(k, rows)
+    kinds = [np.argmax(ll_scout, axis=0)]
+    kinds += [_best(ll_scout, x.reshape(k, rows)) for x in _shapes(scout)]
+    go = np.unique(np.concatenate([j * rows + np.arange(rows) for j in kinds]))
+    start = Params(scout.mu[go], scout.sigma[go], scout.weight[go])
+    two, ll_two = em(
+        start, data.take(tiled[go]), floor=floor[tiled[go]], cap=cap[tiled[go]],
+        max_iter=MAX_ITERATIONS,
+    )  # fmt: skip
+    two = _by_mean(two)
+    scout.mu[go], scout.sigma[go], scout.weight[go] = two.mu, two.sigma, two.weight
+    ll = np.full(tiled.size, -math.inf)
+    ll[go] = ll_two
+    return scout, ll
 
 
 def _by_mean(p: Params) -> Params:
