@@ -408,8 +408,8 @@ def _verdict(shape: Shape, *, real: bool, minority: bool) -> str:
     if shape.bic_gain <= BIC_GAIN_MIN:
         return "no separate tail: slow calls are the body's own spread"
     if not minority or shape.share > TAIL_SHARE_MAX:
-        held = f"the slower holds {shape.share:.0%} of calls"
-        return f"two modes, but {held}: a second mode, not a tail"
+        held = f"the slower part holds {shape.share:.0%} of calls"
+        return f"no transient tail: {held}, too many for a tail: a second mode or the body's skew"
     if shape.separation < Z_SEPARATION:
         within = f"the slower part ({shape.scale:.1f}{_TIMES} the body) lies within the body's p99"
         return f"no separate tail: {within}, slow calls are the body's own spread"
