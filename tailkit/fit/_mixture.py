@@ -15,11 +15,14 @@ import numpy.typing as npt
 from tailkit.fit._mixture_em import (
     BINS,
     MAX_ITERATIONS,
-    SCOUT_ITERATIONS,
     STARTS,
-    Data,
+    TAIL_SHARE_MAX,
+    Z_SEPARATION,
     Params,
+    best,
     em,
+    shapes,
+    solutions,
     split_start,
     stack,
 )
@@ -34,12 +37,6 @@ _BoolArray = npt.NDArray[np.bool_]
 
 MIN_CALLS = 50  # below this many usable calls (or a fifth of it finished) nothing is fitted
 BIC_GAIN_MIN = 10.0  # a BIC difference above 10 is "very strong" evidence (Kass & Raftery)
-# A transient tail is a minority: at most a quarter of calls. Beyond that the slower part
-# holds the upper quartile, p75 itself: it is how the service usually runs (a second mode:
-# another route, model or size class), not an excursion that a fresh attempt escapes.
-TAIL_SHARE_MAX = 0.25
-Z_SEPARATION = 2.326  # the tail's median beyond the body's p99 (the normal's 0.99 quantile)
-Z_REACH = 1.645  # at most 5% of the tail below the body's median (the normal's 0.95 quantile)
 
 _TIMES = "\u00d7"  # the multiplication sign, as in "6.2x slower"
 
@@ -73,10 +70,13 @@ class TransientTailFit:
         body_sigma: Log-scale standard deviation of the body.
         tail_share: Share of calls in the tail part, 0..1. NaN when no two-part fit has a
             slower minority (the tail fields then say nothing).
-        tail_share_interval: Profile-likelihood interval of ``tail_share``: the shares whose
-            two-part fit is within ``chi2_1(level) / 2`` of the best log-likelihood. ``0``
-            or ``1`` at an end the data cannot bound; ``Interval(0, 1)`` with no slower
-            minority.
+        tail_share_interval: Profile-likelihood interval of ``tail_share``: the shares at
+            which the best two-part fit (share held fixed) is within ``chi2_1(level) / 2`` of
+            the reported fit's log-likelihood. Where no transient tail is found the share is
+            barely identified, and the interval widens to ``chi2_2(level) / 2`` and to the
+            hull of every share within it (calibrated by simulation, see
+            `fit_transient_tail`). ``0`` or ``1`` at an end the data cannot bound;
+            ``Interval(0, 1)`` with no slower minority.
         tail_mu: Log-scale mean of the tail part (always ``>= body_mu``).
         tail_sigma: Log-scale standard deviation of the tail part.
         tail_scale: Median of the tail part / median of the body. When (nearly) every tail
@@ -143,6 +143,15 @@ def fit_transient_tail(
     Returns:
         The fit. With fewer than 50 usable calls, or fewer than 10 uncensored, every estimate
         is NaN and ``has_transient_tail`` is False.
+
+    Method: a two-part normal mixture on log latency fitted by censored-data EM from several
+    starts (McLachlan & Peel 2000); the verdict is judged within the model it speaks of --
+    a body plus a slower minority clear of it -- by the BIC of the likeliest such fit against
+    the single lognormal (Schwarz 1978; Kass & Raftery 1995). The share interval is a
+    profile-likelihood interval (Venzon & Moolgavkar 1988). Its coverage at 95%, n = 2,000,
+    200 seeded replicates per case (a tail ``share`` at ``scale`` x the body's median, body
+    log spread 0.3 / 0.5): 1% at 3x 0.965 / 0.970, 3% at 3x 0.945 / 0.965, 5% at 5x
+    0.960 / 0.955, 10% at 3x 0.950 / 0.950 (a Wald interval held 0.77 and 0.79 at 1% and 3%).
 
     Raises:
         ValueError: The arrays differ in length, a finished call has a latency of 0 s or
@@ -217,8 +226,8 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     # body). The verdict is about the model "body plus transient tail", so it is judged
     # within that model: EM runs from every start of `STARTS` (the slowest 1%, 5%, 15% of
     # calls as a tail; the fastest 2%, 10% as a fast part) for a short scout, the likeliest
-    # scout of each shape runs on to convergence (`_solutions`), and the fit
-    # reported is the most likely solution that is tail-shaped (`_shapes`) and beats the
+    # scout of each shape runs on to convergence (`solutions`), and the fit
+    # reported is the most likely solution that is tail-shaped (`shapes`) and beats the
     # single lognormal's BIC by `BIC_GAIN_MIN`. Failing one, there is no transient tail, and
     # the fit reported is the most likely with a slower minority (its share interval is then
     # about the best two-part fit, not a spurious tail made of the top few calls), with the
@@ -236,17 +245,17 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     each = [split_start(data, np.full(rows, share), top=top, floor=floor) for share, top in STARTS]
     starts = Params(*(np.concatenate([getattr(p, f) for p in each]) for f in Params.__slots__))
     tiled = np.tile(np.arange(rows), k)  # solution j * rows + i is start j of row i
-    two, ll_two = _solutions(starts, tiled, data, floor=floor, cap=cap)
+    two, ll_two = solutions(starts, tiled, data, floor=floor, cap=cap)
     n = np.array([y_obs.size + y_cens.size for y_obs, y_cens in todo], dtype=np.float64)
     gain = (2.0 * (ll_two - ll_one[tiled]) - 3.0 * np.log(n[tiled])).reshape(k, rows)
     ll = ll_two.reshape(k, rows)
     done = np.isfinite(ll)
-    tail_like, slow_minority, fast_like = (x.reshape(k, rows) & done for x in _shapes(two))
+    tail_like, slow_minority, fast_like = (x.reshape(k, rows) & done for x in shapes(two))
     tail_real = tail_like & (gain > BIC_GAIN_MIN)
     pick = np.where(
         tail_real.any(axis=0),
-        _best(ll, tail_real),
-        np.where(slow_minority.any(axis=0), _best(ll, slow_minority), np.argmax(ll, axis=0)),
+        best(ll, tail_real),
+        np.where(slow_minority.any(axis=0), best(ll, slow_minority), np.argmax(ll, axis=0)),
     )
     chosen = pick * rows + np.arange(rows)
     fit = Params(two.mu[chosen], two.sigma[chosen], two.weight[chosen])
@@ -255,7 +264,7 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
         fit, ll_two[chosen], data, floor=floor, cap=cap, level=level, local=local,
         loose=~np.any(tail_real, axis=0),
     )  # fmt: skip
-    fast = _best(np.where(gain > BIC_GAIN_MIN, ll, -np.inf), fast_like) * rows + np.arange(rows)
+    fast = best(np.where(gain > BIC_GAIN_MIN, ll, -np.inf), fast_like) * rows + np.arange(rows)
     has_fast: _BoolArray = np.any(fast_like & (gain > BIC_GAIN_MIN), axis=0)
     fits = []
     for i, (y_obs, y_cens) in enumerate(todo):
@@ -286,70 +295,6 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
             fast_scale=shape.fast_scale,
         ))  # fmt: skip
     return fits
-
-
-def _solutions(
-    starts: Params, tiled: npt.NDArray[np.intp], data: Data, *, floor: _Array, cap: _Array
-) -> tuple[Params, _Array]:
-    """
-    EM from every start (start j of row i at ``j * rows + i``), parts in order of their means.
-
-    Every start runs a short scout; per row, only the likeliest scout and the likeliest of
-    each shape (tail, slower minority, fast minority) run on to convergence. The others keep
-    their scout state and a log-likelihood of ``-inf``.
-    """
-    rows = floor.size
-    k = tiled.size // rows
-    scout, ll_scout = em(
-        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=SCOUT_ITERATIONS
-    )
-    scout = _by_mean(scout)
-    ll_scout = ll_scout.reshape(k, rows)
-    kinds = [np.argmax(ll_scout, axis=0)]
-    kinds += [_best(ll_scout, x.reshape(k, rows)) for x in _shapes(scout)]
-    go = np.unique(np.concatenate([j * rows + np.arange(rows) for j in kinds]))
-    start = Params(scout.mu[go], scout.sigma[go], scout.weight[go])
-    two, ll_two = em(
-        start, data.take(tiled[go]), floor=floor[tiled[go]], cap=cap[tiled[go]],
-        max_iter=MAX_ITERATIONS,
-    )  # fmt: skip
-    two = _by_mean(two)
-    scout.mu[go], scout.sigma[go], scout.weight[go] = two.mu, two.sigma, two.weight
-    ll = np.full(tiled.size, -math.inf)
-    ll[go] = ll_two
-    return scout, ll
-
-
-def _by_mean(p: Params) -> Params:
-    """
-    The same two-part states with the parts in order of their means (column 1 the slower).
-    """
-    order = np.argsort(p.mu, axis=1, kind="stable")
-    return Params(*(np.take_along_axis(x, order, axis=1) for x in (p.mu, p.sigma, p.weight)))
-
-
-def _shapes(p: Params) -> tuple[_BoolArray, _BoolArray, _BoolArray]:
-    """
-    Per solution (parts in order of their means): tail-shaped, slower-minority, fast-shaped.
-
-    Tail-shaped: the slower part holds at most `TAIL_SHARE_MAX` of calls, its median lies
-    beyond the body's p99 (``gap >= Z_SEPARATION * body_sigma``), and at most 5% of it lies
-    below the body's median (``gap >= Z_REACH * tail_sigma``: it is slower, not merely wider).
-    Fast-shaped is the mirror image: a fast minority clear of the rest.
-    """
-    gap = p.mu[:, 1] - p.mu[:, 0]
-    tail = (p.weight[:, 1] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 0])
-    tail &= gap >= Z_REACH * p.sigma[:, 1]
-    fast = (p.weight[:, 0] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 1])
-    fast &= gap >= Z_REACH * p.sigma[:, 0]
-    return tail, p.weight[:, 1] <= 0.5, fast
-
-
-def _best(ll: _Array, allowed: _BoolArray) -> npt.NDArray[np.intp]:
-    """
-    Per row (column), the solution (row of ``ll``) of highest likelihood among those allowed.
-    """
-    return np.asarray(np.argmax(np.where(allowed, ll, -np.inf), axis=0), dtype=np.intp)
 
 
 def _ages(latency_s: npt.ArrayLike, censored_at_s: npt.ArrayLike | None) -> tuple[_Array, _Array]:

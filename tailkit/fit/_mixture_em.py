@@ -18,6 +18,7 @@ from scipy import special
 
 
 _Array = npt.NDArray[np.float64]
+_BoolArray = npt.NDArray[np.bool_]
 
 # Starting splits: (share of calls, from the top?) -- the slowest 1%, 5%, 15% of calls
 # as a tail, and the fastest 2%, 10% as a fast part, so that both a slow minority and a fast
@@ -28,6 +29,12 @@ BINS = 256
 MAX_ITERATIONS = 400
 TOLERANCE = 1e-6  # log-likelihood gain per iteration, in nats, below which EM has converged
 MIN_WEIGHT = 1e-9
+# A transient tail is a minority: at most a quarter of calls. Beyond that the slower part
+# holds the upper quartile, p75 itself: it is how the service usually runs (a second mode:
+# another route, model or size class), not an excursion that a fresh attempt escapes.
+TAIL_SHARE_MAX = 0.25
+Z_SEPARATION = 2.326  # the tail's median beyond the body's p99 (the normal's 0.99 quantile)
+Z_REACH = 1.645  # at most 5% of the tail below the body's median (the normal's 0.95 quantile)
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -198,3 +205,67 @@ def _posterior(parts: _Array) -> tuple[_Array, _Array]:
     each = np.exp(parts - top[:, None, :])
     total = each[:, 0] + each[:, 1]
     return top + np.log(total), each / total[:, None, :]
+
+
+def solutions(
+    starts: Params, tiled: npt.NDArray[np.intp], data: Data, *, floor: _Array, cap: _Array
+) -> tuple[Params, _Array]:
+    """
+    EM from every start (start j of row i at ``j * rows + i``), parts in order of their means.
+
+    Every start runs a short scout; per row, only the likeliest scout and the likeliest of
+    each shape (tail, slower minority, fast minority) run on to convergence. The others keep
+    their scout state and a log-likelihood of ``-inf``.
+    """
+    rows = floor.size
+    k = tiled.size // rows
+    scout, ll_scout = em(
+        starts, data.take(tiled), floor=floor[tiled], cap=cap[tiled], max_iter=SCOUT_ITERATIONS
+    )
+    scout = by_mean(scout)
+    ll_scout = ll_scout.reshape(k, rows)
+    kinds = [np.argmax(ll_scout, axis=0)]
+    kinds += [best(ll_scout, x.reshape(k, rows)) for x in shapes(scout)]
+    go = np.unique(np.concatenate([j * rows + np.arange(rows) for j in kinds]))
+    start = Params(scout.mu[go], scout.sigma[go], scout.weight[go])
+    two, ll_two = em(
+        start, data.take(tiled[go]), floor=floor[tiled[go]], cap=cap[tiled[go]],
+        max_iter=MAX_ITERATIONS,
+    )  # fmt: skip
+    two = by_mean(two)
+    scout.mu[go], scout.sigma[go], scout.weight[go] = two.mu, two.sigma, two.weight
+    ll = np.full(tiled.size, -math.inf)
+    ll[go] = ll_two
+    return scout, ll
+
+
+def by_mean(p: Params) -> Params:
+    """
+    The same two-part states with the parts in order of their means (column 1 the slower).
+    """
+    order = np.argsort(p.mu, axis=1, kind="stable")
+    return Params(*(np.take_along_axis(x, order, axis=1) for x in (p.mu, p.sigma, p.weight)))
+
+
+def shapes(p: Params) -> tuple[_BoolArray, _BoolArray, _BoolArray]:
+    """
+    Per solution (parts in order of their means): tail-shaped, slower-minority, fast-shaped.
+
+    Tail-shaped: the slower part holds at most `TAIL_SHARE_MAX` of calls, its median lies
+    beyond the body's p99 (``gap >= Z_SEPARATION * body_sigma``), and at most 5% of it lies
+    below the body's median (``gap >= Z_REACH * tail_sigma``: it is slower, not merely wider).
+    Fast-shaped is the mirror image: a fast minority clear of the rest.
+    """
+    gap = p.mu[:, 1] - p.mu[:, 0]
+    tail = (p.weight[:, 1] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 0])
+    tail &= gap >= Z_REACH * p.sigma[:, 1]
+    fast = (p.weight[:, 0] <= TAIL_SHARE_MAX) & (gap >= Z_SEPARATION * p.sigma[:, 1])
+    fast &= gap >= Z_REACH * p.sigma[:, 0]
+    return tail, p.weight[:, 1] <= 0.5, fast
+
+
+def best(ll: _Array, allowed: _BoolArray) -> npt.NDArray[np.intp]:
+    """
+    Per row (column), the solution (row of ``ll``) of highest likelihood among those allowed.
+    """
+    return np.asarray(np.argmax(np.where(allowed, ll, -np.inf), axis=0), dtype=np.intp)
