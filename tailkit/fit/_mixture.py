@@ -88,7 +88,7 @@ class TransientTailFit:
             the mixture.
         has_transient_tail: The reported fit is tail-shaped -- the slower part holds at
             most 25% of calls, its median lies beyond the body's p99 (``separation >=
-            2.326``) and at most 5% of it lies below the body's median -- and
+            2.326``) and at most 20% of it lies below the body's median -- and
             ``bic_gain > 10``.
         verdict: One plain sentence for a report.
         separation: ``(tail_mu - body_mu) / body_sigma``: how many body spreads the tail's
