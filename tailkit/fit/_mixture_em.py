@@ -2,7 +2,8 @@
 EM for a two-part normal mixture on log latency, many samples at once, cut calls included.
 
 Strictly private to `tailkit.fit._mixture`. Each sample is a row of a padded matrix of grouped
-log ages; every row iterates until its own log-likelihood stops improving, then leaves.
+log ages; every row iterates until its own log-likelihood stops improving, then leaves. Also
+the starts EM runs from and the shape rules (tail, fast minority) its solutions are read by.
 """
 
 from __future__ import annotations
