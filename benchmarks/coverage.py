@@ -7,7 +7,7 @@ about 10 % of calls cut. A call is cut by a cancellation that strikes at a const
 independent of its latency (an exponential cancellation age, its rate solved per case so that
 10 % of calls are cut): the Kaplan-Meier and censored-likelihood methods are on their own
 assumptions. A cell is ``--reps`` replicates (500; ``--quick`` 60), fewer for the mixture fits,
-which cost 10-1,300 ms each; its coverage comes with a Clopper-Pearson 95 % interval for the
+which cost 10-250 ms each; its coverage comes with a Clopper-Pearson 95 % interval for the
 Monte Carlo error.
 
 Intervals (table column: function studied -> its target):
@@ -451,6 +451,7 @@ SCENARIOS = [
      ("unknown", "work"), 1.0),
     ("lognormal, no tokens", "lognormal", 2000, False, ("unknown", "work"), 1.0),
     ("lognormal, no tokens", "lognormal", 300, False, ("unknown", "work"), 1.0),
+    ("lognormal, no tokens, 10 % cut", "lognormal", 200, True, ("unknown", "work"), 1.0),
     ("fast group 2 % at 1/10", "fast group 2 % at 1/10", 2000, False, ("unknown", "work"), 1.0),
     ("slow spells (lognormal body)", "slow spells", 2000, False, ("transient",), 1.0),
     ("slow spells on work-driven", "slow spells on work", 2000, False, ("transient", "mixed"), 1.0),
@@ -515,8 +516,8 @@ def hedge_verdicts() -> list[Verdicts]:
 
 
 # Replicates of a cell, as a share of --reps: the mixture fits (their profile-likelihood
-# intervals above all) cost 10-1,300 ms each, against 1-10 ms for everything else.
-MIXTURE_REPS, MIXTURE_NO_TAIL_REPS, FLAG_REPS = 0.3, 0.12, 0.2
+# intervals above all) cost 10-250 ms each, against 1-10 ms for everything else.
+MIXTURE_REPS, MIXTURE_NO_TAIL_REPS, FLAG_REPS = 0.5, 0.4, 0.3
 CHUNK = 10  # replicates per task: small, so that two processes finish together
 
 
@@ -546,12 +547,12 @@ def tasks(reps: int) -> list[Task]:
             share, cost = 1.0, 0.002
             if kind == "mixture":
                 share = MIXTURE_NO_TAIL_REPS if case == "lognormal" else MIXTURE_REPS
-                cost = 0.5 if case == "lognormal" else 0.05
+                cost = 0.1 if case == "lognormal" else 0.02
             cells.append((Task(kind, 0, 0, cost, case, n, cut), max(5, round(reps * share))))
     for i, s in enumerate(SCENARIOS):
         cells.append((Task("verdict", 0, 0, s[2] / 2e5, index=i), max(5, round(reps * s[5]))))
     for i in range(len(FLAGS)):
-        cells.append((Task("flag", 0, 0, 0.2, index=i), max(5, round(reps * FLAG_REPS))))
+        cells.append((Task("flag", 0, 0, 0.05, index=i), max(5, round(reps * FLAG_REPS))))
     out = []
     for cell, total in cells:
         for j in range(math.ceil(total / CHUNK)):
