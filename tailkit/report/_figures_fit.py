@@ -55,6 +55,8 @@ def qq_figure(routes: tuple[Route, ...]) -> Figure | None:
             f"transient share {percent(float(row['transient_share']))} "
             f"[{percent(float(row['transient_share_lo']))}–"
             f"{percent(float(row['transient_share_hi']))}]"
+            if row.get("transient_mixture")
+            else "no separate slow tail in the mixture fit"
         )
         ax.set_title(f"{route.label}\n{verdict}\n{share}", fontsize=7.5)
         seconds_axis(ax.xaxis)
@@ -65,7 +67,7 @@ def qq_figure(routes: tuple[Route, ...]) -> Figure | None:
     for ax in axes.flat[len(shown) :]:
         ax.set_visible(False)
     rejected = [r.label for r in shown if r.row.get("fit") != "fits"]
-    transient = [r.label for r in shown if r.row.get("transient")]
+    transient = [r.label for r in shown if r.row.get("transient_mixture")]
     fits = (
         f"the lognormal is rejected for all {len(shown)} routes"
         if len(rejected) == len(shown)

@@ -49,8 +49,10 @@ def survival(total_s: np.ndarray[Any, Any], cut_s: np.ndarray[Any, Any]) -> tupl
 
 
 def _tail_words(row: dict[str, Any]) -> str:
-    if row.get("transient"):
+    if row.get("transient") and row.get("transient_mixture"):
         return f"a transient tail holds {percent(float(row['transient_share']))} of its calls"
+    if row.get("transient"):
+        return "a fresh attempt escapes its slowest calls"
     if row.get("fit") == "fits":
         return "the lognormal fits its tail"
     return f"its tail is {row.get('best_family') or 'not lognormal'}-shaped, not lognormal"
