@@ -19,6 +19,8 @@ from tailkit.store import Store, repeat_attempts_sql
 
 __all__ = ["route_tail_kinds"]
 
+MAX_CALLS = 200_000  # a route's verdict runs on a seeded sample of at most this many calls
+
 
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
@@ -28,8 +30,9 @@ def route_tail_kinds(store: Store, plan: Plan, routes: Iterable[str]) -> dict[st
     """
     The tail kind of each named route of ``plan`` (see `tailkit.fit.tail_kind`).
 
-    Uses every finished and cut call of the route (all token sizes: the verdict conditions
-    on size itself) and the repeat attempts of its slow calls.
+    Uses the finished and cut calls of the route, all token sizes (the verdict conditions on
+    size itself; a seeded sample of 200,000 beyond that), and the repeat attempts of its slow
+    calls.
     """
     out: dict[str, TailKind] = {}
     repeats = {
@@ -40,10 +43,11 @@ def route_tail_kinds(store: Store, plan: Plan, routes: Iterable[str]) -> dict[st
         route = plan.routes[name]
         where = f"provider = {_lit(route.provider)} AND model = {_lit(route.model)}"
         table = store.arrow(
-            "SELECT CASE WHEN status = 'ok' THEN total_s END AS total_s, censored_at_s, "
-            "output_tokens, input_tokens, epoch(started_at) AS started_s, "
+            "SELECT * FROM (SELECT CASE WHEN status = 'ok' THEN total_s END AS total_s, "
+            "censored_at_s, output_tokens, input_tokens, epoch(started_at) AS started_s, "
             "CASE WHEN status = 'ok' THEN ttft_s END AS ttft_s FROM calls "
-            f"WHERE {where} AND ((status = 'ok' AND total_s > 0) OR censored_at_s > 0)"
+            f"WHERE {where} AND ((status = 'ok' AND total_s > 0) OR censored_at_s > 0)) "
+            f"USING SAMPLE reservoir({MAX_CALLS} ROWS) REPEATABLE (0)"
         )
         column = {
             c: np.asarray(table.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
