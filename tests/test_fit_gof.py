@@ -15,11 +15,15 @@ from scipy import stats
 from tailkit.fit._gof import (
     AD_IMPUTED_METHOD,
     AD_METHOD,
-    AIC_ONLY_METHOD,
+    NO_FIT_METHOD,
+    SCORE_BOOTSTRAP_METHOD,
+    SCORE_METHOD,
     _ad_p_value,
+    _score_test,
     goodness_of_fit,
     goodness_of_fit_many,
 )
+from tailkit.fit._lognormal import fit_lognormal
 
 
 MU, SIGMA = math.log(8.0), 0.8
@@ -162,32 +166,107 @@ def test_families_are_ranked_by_aic() -> None:
     assert {500} == {f.n for f in result.families} | {result.n}
 
 
-def test_heavy_censoring_compares_by_aic_only() -> None:
+def test_heavy_censoring_is_score_tested() -> None:
     """
-    30 % cut calls: no p-value, and lognormal data still "fits" and ranks first.
+    30 % cut calls: the score test, with a p-value; lognormal data fits and ranks first.
     """
     x = lognormal(6)
 
     result = goodness_of_fit(x, censored_at_s=cap(x, 0.3))
 
-    assert (AIC_ONLY_METHOD, "fits", "lognormal") == (
+    assert (SCORE_METHOD, "fits", "lognormal") == (
         result.method,
         result.verdict,
         result.best_family,
     )
-    assert math.isnan(result.p_value)
-    assert math.isnan(result.statistic)
+    assert 0.05 < result.p_value <= 1.0
+    assert stats.chi2.sf(result.statistic, 1) == pytest.approx(result.p_value)
 
 
-def test_heavy_censoring_rejects_by_aic() -> None:
+@pytest.mark.parametrize(("family", "shape"), [("weibull", 1.5), ("gamma", 3.0)])
+def test_heavy_censoring_rejects_skewed_families(family: str, shape: float) -> None:
     """
-    30 % of Weibull calls cut: lognormal is far behind on AIC, so "rejected".
+    30 % of Weibull or gamma calls cut: the score test rejects the lognormal, AIC ranks right.
     """
-    x = stats.weibull_min.rvs(1.5, scale=10.0, size=3000, random_state=np.random.default_rng(7))
+    x = SCIPY[family].rvs(shape, scale=10.0, size=3000, random_state=np.random.default_rng(7))
 
     result = goodness_of_fit(x, censored_at_s=cap(x, 0.3))
 
-    assert ("rejected", "weibull") == (result.verdict, result.best_family)
+    assert ("rejected", family) == (result.verdict, result.best_family)
+    assert result.p_value < 1e-4
+
+
+def transient_tail(seed: int, n: int) -> NDArray[np.float64]:
+    """
+    A lognormal whose 5 % transient calls take 4 times as long.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(MU, 0.5, n)
+    slow = rng.random(n) < 0.05
+    x[slow] *= rng.lognormal(math.log(4.0), 0.3, int(slow.sum()))
+    return x
+
+
+def hedge(x: NDArray[np.float64], seed: int) -> NDArray[np.float64]:
+    """
+    A hedge sent at 13.5 s cuts the call when it finishes first: about 10 % of calls cut.
+    """
+    done = 13.5 + np.random.default_rng(seed + 10_000).lognormal(MU, SIGMA, x.size)
+    return np.where(done < x, done, np.nan)
+
+
+def score_p_value(x: NDArray[np.float64], cut: NDArray[np.float64], seed: int) -> float:
+    """
+    The p-value goodness_of_fit gives a sample with more than 5 % cut (without other families).
+    """
+    fit = fit_lognormal(x, censored_at_s=cut)
+    done, cut_at = x[np.isnan(cut)], cut[~np.isnan(cut)]
+    return _score_test((done, cut_at, np.random.default_rng(seed)), fit.mu, fit.sigma)[1]
+
+
+@pytest.mark.parametrize(("n", "samples"), [(400, 300), (60, 100)])
+def test_heavy_censoring_honours_alpha(n: int, samples: int) -> None:
+    """
+    Lognormal, about 10 % hedge-cut: false rejections near alpha 0.01 and 0.05, both p-values.
+    """
+    p = np.array([
+        score_p_value(x, hedge(x, seed), seed)
+        for seed in range(samples)
+        for x in [lognormal(seed, n)]
+    ])  # fmt: skip
+
+    for alpha, measured in ((0.01, "0.7 % and 1 %"), (0.05, "5.3 % and 5 %")):
+        # 3.5 binomial standard errors above alpha: a test that holds its size cannot fail
+        limit = alpha + 3.5 * math.sqrt(alpha * (1.0 - alpha) / samples)
+        assert np.mean(p < alpha) <= limit, measured
+    assert np.mean(p < 0.5) >= 0.35  # and not a test that never rejects
+
+
+def test_heavy_censoring_bootstraps_small_samples() -> None:
+    """
+    Under 300 finished calls the p-value is bootstrapped; it repeats with the seed.
+    """
+    x = lognormal(16, 100)
+    cut = hedge(x, 16)
+
+    first = goodness_of_fit(x, censored_at_s=cut, seed=4)
+    again = goodness_of_fit(x, censored_at_s=cut, seed=4)
+
+    assert SCORE_BOOTSTRAP_METHOD == first.method
+    assert first == again
+    assert 0.005 <= first.p_value <= 1.0  # (1 + count) / 200
+
+
+def test_heavy_censoring_finds_a_transient_tail() -> None:
+    """
+    A lognormal with a 5 % transient tail, 10 % hedge-cut: rejected at alpha 0.01 (p < 1e-4).
+    """
+    rejected = 0
+    for seed in range(10):
+        x = transient_tail(seed, 2000)
+        rejected += score_p_value(x, hedge(x, seed), seed) < 0.01
+
+    assert rejected >= 9
 
 
 def test_light_censoring_is_imputed_and_keeps_the_test_valid() -> None:
@@ -283,3 +362,37 @@ def test_many_samples_at_once_give_each_samples_own_result() -> None:
         for one, many in zip(alone.families, result.families, strict=True):
             assert one.loglik == pytest.approx(many.loglik, rel=1e-9)
             assert one.params == pytest.approx(many.params, rel=1e-6)
+
+
+def test_hopeless_censoring_gives_no_verdict() -> None:
+    """
+    25 finished calls under a timeout and 2,000 cut: "too few calls", saying why; no error.
+    """
+    x = np.concatenate([lognormal(17, 25) / 10.0, np.full(2000, np.nan)])
+    cut = np.concatenate([np.full(25, np.nan), np.full(2000, 5.0)])
+
+    result = goodness_of_fit(x, censored_at_s=cut)
+
+    assert "too few calls" == result.verdict
+    assert result.method.startswith(NO_FIT_METHOD + "cut calls hide the median")
+    assert math.isnan(result.p_value)
+    assert "lognormal" not in {f.family for f in result.families}
+
+
+def test_degenerate_samples_never_fail_the_batch() -> None:
+    """
+    All equal, one finished, all cut, hopeless: each "too few calls", the good one still tested.
+    """
+    x = lognormal(18, 500)
+    samples: list[tuple[object, object]] = [
+        ([1.2] * 30 + [np.nan], [np.nan] * 30 + [3.0]),
+        ([1.2, np.nan], [np.nan, 3.0]),
+        ([np.nan] * 40, [5.0] * 40),
+        (np.concatenate([x[:3], np.full(2000, np.nan)]), [np.nan] * 3 + [30.0] * 2000),
+        (x, hedge(x, 18)),
+    ]
+
+    results = goodness_of_fit_many(samples)  # type: ignore[arg-type]
+
+    assert ["too few calls"] * 4 == [r.verdict for r in results[:4]]
+    assert results[4].verdict in {"fits", "rejected"}

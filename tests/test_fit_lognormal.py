@@ -279,38 +279,132 @@ def test_zero_censoring_times_carry_no_information() -> None:
 @pytest.mark.parametrize(
     ("latency", "cut", "message"),
     [
-        ([1.0], None, "at least 2 uncensored calls, got 1"),
-        ([1.0, np.nan, 2.0], [np.nan, np.nan, 3.0], "at least 2 uncensored calls, got 1"),
         ([1.0, 0.0, 2.0], None, r"positive for a lognormal fit, got 0.0 \(1 calls\)"),
-        ([2.0, 2.0, 2.0], None, "all 3 uncensored latencies are equal"),
+        ([1.0, -2.0, 2.0], None, "non-negative, got -2.0"),
+        ([1.0, 2.0, 3.0], [np.nan, 4.0], "got 2 entries for 3 calls"),
+        ([1.0, 2.0, 3.0], [np.nan, np.nan, -4.0], "censored_at_s must be non-negative"),
     ],
 )
-def test_unusable_data_is_refused(
+def test_invalid_data_is_refused(
     latency: list[float], cut: list[float] | None, message: str
 ) -> None:
     """
-    Too few completed calls, non-positive latency or no spread raise ValueError saying so.
+    Non-positive latency, a negative cut age or misaligned arrays raise ValueError saying so.
     """
     with pytest.raises(ValueError, match=message):
         fit_lognormal(latency, censored_at_s=cut)
 
 
 @pytest.mark.parametrize(
+    ("latency", "cut", "note"),
+    [
+        ([1.2, 1.2, np.nan], [np.nan, np.nan, 3.0], "all 2 finished calls took 1.2 s: no spread"),
+        ([2.0, 2.0, 2.0], None, "all 3 finished calls took 2 s: no spread to fit"),
+        ([1.0], None, "1 call finished: a lognormal fit needs at least 2"),
+        ([1.0, np.nan, 2.0], [np.nan, np.nan, 3.0], "1 call finished: a lognormal fit needs"),
+        ([np.nan] * 3, [1.0, 2.0, 3.0], "0 calls finished: a lognormal fit needs at least 2"),
+        ([1.0, 2.0, 3.0, 4.0, np.nan], [np.nan] * 4 + [0.5], "too few calls: 4 of 5 calls"),
+    ],
+)
+def test_degenerate_data_gives_no_estimate_and_says_why(
+    latency: list[float], cut: list[float] | None, note: str
+) -> None:
+    """
+    All equal, fewer than 2 finished, or too few calls to bound the median: NaN, a note.
+    """
+    fit = fit_lognormal(latency, censored_at_s=cut)
+
+    assert fit.note is not None
+    assert fit.note.startswith(note)
+    assert math.isnan(fit.mu)
+    assert math.isnan(fit.sigma)
+    assert math.isnan(fit.quantile(0.99))
+    assert (Interval(-math.inf, math.inf), Interval(0.0, math.inf)) == (
+        fit.mu_interval,
+        fit.sigma_interval,
+    )
+    assert Interval(0.0, math.inf) == fit.quantile_interval(0.99)
+    assert not fit.ratio_interval().bounded
+    ages = cut or [math.nan] * len(latency)
+    cuts = sum(c > 0 for c in ages)
+    finished = sum(not (math.isnan(v) or c > 0) for v, c in zip(latency, ages, strict=True))
+    assert (finished + cuts, cuts) == (fit.n, fit.n_censored)
+
+
+def test_hopeless_censoring_gives_no_median() -> None:
+    """
+    3 finished calls under a 30 s timeout and 2,000 cut: no estimate, "cut calls hide the median".
+    """
+    latency = [1.0, 2.0, 3.0] + [np.nan] * 2000
+    cut = [np.nan] * 3 + [30.0] * 2000
+
+    fit = fit_lognormal(latency, censored_at_s=cut)
+
+    assert math.isnan(fit.mu)
+    assert (
+        "cut calls hide the median: 3 of 2,003 calls finished, and the median's "
+        "distribution-free 95% interval is unbounded, so a censored lognormal fit would only "
+        "extrapolate"
+    ) == fit.note
+
+
+def test_the_fit_is_given_while_the_data_bound_the_median() -> None:
+    """
+    A timeout at the true p60 (40 % cut) still fits; at the p40 (60 % cut) the median is hidden.
+    """
+    x = sample(11)
+
+    kept = fit_lognormal(x, censored_at_s=cap_censor(x, 0.4))
+    hidden = fit_lognormal(x, censored_at_s=cap_censor(x, 0.6))
+
+    assert kept.note is None
+    assert MU in kept.mu_interval
+    assert hidden.note is not None
+    assert hidden.note.startswith("cut calls hide the median")
+
+
+@pytest.mark.parametrize(
     ("n", "mean_log", "var_log", "message"),
     [
-        (1, 0.0, 1.0, "got n=1"),
-        (10, 0.0, 0.0, "var_log must be positive, got 0.0"),
+        (-1, 0.0, 1.0, "got n=-1"),
+        (10, 0.0, -1.0, "var_log=-1.0"),
         (10, math.nan, 1.0, "must be finite"),
     ],
 )
-def test_unusable_moments_are_refused(
-    n: int, mean_log: float, var_log: float, message: str
-) -> None:
+def test_invalid_moments_are_refused(n: int, mean_log: float, var_log: float, message: str) -> None:
     """
-    fit_lognormal_moments refuses what fit_lognormal would refuse.
+    fit_lognormal_moments refuses a negative count or variance and non-finite moments.
     """
     with pytest.raises(ValueError, match=message):
         fit_lognormal_moments(n, mean_log, var_log)
+
+
+def test_degenerate_moments_give_no_estimate() -> None:
+    """
+    One call, or a variance of 0, give the no-estimate fit fit_lognormal gives on such data.
+    """
+    assert fit_lognormal([3.0]) == fit_lognormal_moments(1, math.log(3.0), 0.0)
+    assert fit_lognormal([2.0, 2.0]) == fit_lognormal_moments(2, math.log(2.0), 0.0)
+
+
+def test_intervals_hold_only_for_lognormal_latency() -> None:
+    """
+    As documented: on a lognormal with a 5 % transient tail the p99 interval almost never covers.
+    """
+
+    def mixture(rng: np.random.Generator, n: int) -> NDArray[np.float64]:
+        x = rng.lognormal(MU, 0.5, n)
+        slow = rng.random(n) < 0.05
+        x[slow] *= rng.lognormal(math.log(4.0), 0.3, int(slow.sum()))
+        return x
+
+    truth = float(np.quantile(mixture(np.random.default_rng(0), 2_000_000), 0.99))
+    hits = sum(
+        truth in fit_lognormal(mixture(np.random.default_rng(seed), 500)).quantile_interval(0.99)
+        for seed in range(1, 41)
+    )
+
+    assert hits <= 8  # 0 measured; a lognormal sample covers in about 38 of 40
 
 
 def test_bad_quantile_and_level_are_named() -> None:
