@@ -493,20 +493,38 @@ def test_tail_warning_calls_needed_is_at_least_that() -> None:
 
 def test_tail_warning_when_cuts_hide_the_p99() -> None:
     """
-    Every call cut at the p95 (a timeout): the p99 is hidden, more than the timeout.
+    Every call cut at the p95 (a timeout): the p99 is hidden, and the warning says where.
     """
     x = np.random.default_rng(22).lognormal(MU, SIGMA, 2000)
     cap = true_quantile(0.95)
     cut = np.where(x > cap, cap, np.nan)
     n_cut = int(np.count_nonzero(x > cap))
+    last = float(x[x <= cap].max())
 
     warning = tail_warning(x, censored_at_s=cut)
 
     assert (
-        f"p99 is hidden by cut calls: it is more than {cap:.3g} s, and {n_cut} of 2,000 calls "
-        f"were cut by then ({n_cut} cut in all); only calls followed past the p99, cut "
-        f"later than {cap:.3g} s, can bound it"
+        f"p99 is hidden by cut calls ({n_cut} cut in all): {n_cut} of 2,000 calls were cut after "
+        f"the last finished "
+        f"one ({last:.3g} s), so the survival curve stops at {n_cut / 2000:.1%}, above the "
+        f"p99's 1%; only calls followed past the p99 (more than {cap:.3g} s) can bound it"
     ) == warning
+
+
+def test_tail_warning_when_too_few_calls_finished() -> None:
+    """
+    Two equal finished calls and one cut, or none finished: hidden, and 538 calls at the least.
+    """
+    tie = tail_warning([1.2, 1.2, np.nan], censored_at_s=[np.nan, np.nan, 5.0])
+    none = tail_warning([np.nan] * 4, censored_at_s=[1.0, 2.0, 3.0, 4.0])
+
+    assert (
+        "p99 is hidden by cut calls (1 cut in all): 1 of 3 calls were cut after the last finished "
+        "one (1.2 s), "
+        "so the survival curve stops at 33.3%, above the p99's 1%; only calls followed past the "
+        "p99 (more than 1.2 s) can bound it (and at least 538 calls)"
+    ) == tie
+    assert "p99 is hidden by cut calls: none of 4 calls finished (and at least 538 calls)" == none
 
 
 def test_a_single_early_cut_needs_the_kaplan_meier_538() -> None:

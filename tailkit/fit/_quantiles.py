@@ -509,9 +509,10 @@ def tail_warning(
         has 400 (each end at 97.5%)"`` or ``"p99's upper end is unbounded: 100 of 1,000
         calls were cut before 61.6 s, the p99 (100 cut in all); bounding it takes at least
         ~5,800 calls cut like these, or no cut before the p99.6 (at least 61.6 s)"``; when cut
-        calls hide the p99 itself, ``"p99 is hidden by cut calls: it is more than 30.9 s, and
-        122 of 1,000 calls were cut by then (125 cut in all); only calls followed past the
-        p99, cut later than 30.9 s, can bound it"``.
+        calls hide the p99 itself, ``"p99 is hidden by cut calls (125 cut in all): 3 of 1,000
+        calls were cut after the last finished one (30.9 s), so the survival curve stops at
+        2.4%, above the p99's 1%; only calls followed past the p99 (more than 30.9 s) can bound
+        it"``.
 
     Raises:
         ValueError: ``level`` outside (0, 1), or invalid latencies (see ``split_censored``).
@@ -543,16 +544,22 @@ def tail_warning(
         return None
     subject, at = ("p99", level) if math.isinf(p99_high) else ("p99/p50", wide)
     cut_in_all = f"{censored.size:,} cut in all"
+    floor = _uncut_calls(0.99, float(special.ndtri(0.5 + at / 2.0)))
     if math.isinf(value):
-        before = int(np.count_nonzero(censored <= p99_low))
+        also = f" (and at least {floor:,} calls)" if n < floor else ""
+        if observed.size == 0:
+            return f"p99 is hidden by cut calls: none of {n:,} calls finished{also}"
+        last = float(observed.max())
+        after = int(np.count_nonzero(censored >= last))
         return (
-            f"p99 is hidden by cut calls: it is more than {_seconds(p99_low)}, and {before:,} of "
-            f"{n:,} calls were cut by then ({cut_in_all}); only calls followed past the "
-            f"p99, cut later than {_seconds(p99_low)}, can bound it"
+            f"p99 is hidden by cut calls ({cut_in_all}): {after:,} of {n:,} calls were cut "
+            "after the last "
+            f"finished one ({_seconds(last)}), so the survival curve stops at "
+            f"{float(km.survival[-1]):.1%}, above the p99's 1%; only calls followed past the "
+            f"p99 (more than {_seconds(p99_low)}) can bound it{also}"
         )
     before = int(np.count_nonzero(censored < value))
     calls, rank = _what_bounds(km, n, 0.99, at)
-    floor = _uncut_calls(0.99, float(special.ndtri(0.5 + at / 2.0)))
     if calls == floor:
         shown = f"{calls:,}"
     else:  # two significant digits, rounded up: it is a floor
