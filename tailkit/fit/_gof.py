@@ -203,6 +203,8 @@ def _score_test(sample: _Sample, mu: float, sigma: float) -> tuple[float, float,
         for b in range(BOOTSTRAP_SAMPLES)
         if np.count_nonzero(done[b]) >= 3 and float(np.ptp(latency[b][done[b]])) > 0.0
     ]
+    if not rows:
+        return statistic, math.nan, SCORE_BOOTSTRAP_METHOD
     ys, cut_ats = [r[0] for r in rows], [r[1] for r in rows]
     refits = fit_location_scale("normal", ys, cut_ats)
     drawn = gengamma_scores(ys, cut_ats, refits[:, 0], refits[:, 1])
