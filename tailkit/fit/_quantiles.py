@@ -553,8 +553,7 @@ def tail_warning(
         after = int(np.count_nonzero(censored >= last))
         return (
             f"p99 is hidden by cut calls ({cut_in_all}): {after:,} of {n:,} calls were cut "
-            "after the last "
-            f"finished one ({_seconds(last)}), so the survival curve stops at "
+            f"after the last finished one ({_seconds(last)}), so the survival curve stops at "
             f"{float(km.survival[-1]):.1%}, above the p99's 1%; only calls followed past the "
             f"p99 (more than {_seconds(p99_low)}) can bound it{also}"
         )
@@ -562,7 +561,7 @@ def tail_warning(
     calls, rank = _what_bounds(km, n, 0.99, at)
     if calls == floor:
         shown = f"{calls:,}"
-    else:  # two significant digits, rounded up: it is a floor
+    else:  # two significant digits, rounded up, as "at least" promises
         unit = 10 ** max(len(str(calls)) - 2, 0)
         shown = f"~{-(-calls // unit) * unit:,}"
     remedy = f"bounding it takes at least {shown} calls cut like these"
