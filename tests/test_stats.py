@@ -175,3 +175,51 @@ def test_cli_empty_and_bad_filters(llmperf_db: Path) -> None:
     assert bad.stderr.startswith(
         "Error: --where 'nonsense ===' is not a valid filter: Parser Error"
     )
+
+
+def _parquet(
+    path: Path, provider: str, total_s: list[float | None], cut_s: list[float | None]
+) -> Path:
+    n = len(total_s)
+    pl.DataFrame(
+        {
+            "call_id": [f"{provider}-{i}" for i in range(n)],
+            "provider": [provider] * n,
+            "model": ["m"] * n,
+            "total_s": total_s,
+            "censored_at_s": cut_s,
+            "status": ["ok" if c is None else "cancelled" for c in cut_s],
+            "output_tokens": [100 if c is None else None for c in cut_s],
+        }
+    ).write_parquet(path)
+    return path
+
+
+def test_a_degenerate_group_gets_a_row_and_a_warning_not_a_failure(tmp_path: Path) -> None:
+    """
+    Equal latencies plus a cut call, and hopeless censoring, next to a healthy group.
+    """
+    rng = np.random.default_rng(0)
+    files = [
+        _parquet(tmp_path / "tie.parquet", "tie", [1.2, 1.2, None], [None, None, 5.0]),
+        _parquet(tmp_path / "hopeless.parquet", "hopeless", [1.0, 2.0, 3.0] + [None] * 2000,
+                 [None] * 3 + [30.0] * 2000),
+        _parquet(tmp_path / "fine.parquet", "fine", list(rng.lognormal(0, 0.5, 500)),
+                 [None] * 500),
+    ]  # fmt: skip
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        ingest_paths(store, files)
+
+    result = CliRunner().invoke(app, ["stats", "--db", str(db), "--bucket", "none", "--json"])
+
+    assert 0 == result.exit_code, result.output
+    rows = {r["provider"]: r for r in json.loads(result.stdout)["table"]}
+    assert {"tie", "hopeless", "fine"} == set(rows)
+    tie, hopeless = rows["tie"], rows["hopeless"]
+    assert (3, 2) == (tie["n"], tie["n_ok"])
+    assert tie["p50_s"] == pytest.approx(1.2)
+    assert tie["warning"]
+    assert hopeless["mu"] is None
+    assert hopeless["warning"]
+    assert rows["fine"]["mu"] is not None

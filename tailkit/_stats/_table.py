@@ -30,8 +30,8 @@ from tailkit.fit import (
     fit_transient_tails,
     goodness_of_fit_many,
     phase_split,
-    quantile_warning,
     sorted_quantiles,
+    tail_warning,
 )
 from tailkit.store import Store
 
@@ -215,9 +215,10 @@ def _describe(
     with ThreadPoolExecutor(max_workers=1) as pool:
         phases = pool.submit(_phase_columns, described, calls, routes)
         _fit_columns(described, samples, level=level, max_n=max_n)
-        for g, columns in zip(described, phases.result(), strict=True):
+        for g, (latency, cut), columns in zip(described, samples, phases.result(), strict=True):
             g.row |= columns
-            g.row["warning"] = quantile_warning(g.used, 0.99, level=level)
+            said = tail_warning(latency, censored_at_s=cut, level=level), g.row.pop("_note")
+            g.row["warning"] = "; ".join(w for w in said if w) or None
 
 
 def _phase_columns(
@@ -321,14 +322,17 @@ def _fit_columns(
     gofs = goodness_of_fit_many(samples, max_n=max_n)
     mixes = fit_transient_tails(samples, max_n=max_n, level=level)
     for g, (latency, cut), gof, mix in zip(described, samples, gofs, mixes, strict=True):
-        if cut is None:
+        note = None
+        if cut is None and np.ptp(latency) > 0.0:
             # uncensored: closed form, the mean and population sd of log latency
             y = np.log(latency)
             mu, sigma = float(np.mean(y)), float(np.std(y))
         else:
+            # censored, or no spread to fit: no estimate, and the fit says why
             fit = fit_lognormal(latency, censored_at_s=cut, level=level)
-            mu, sigma = fit.mu, fit.sigma
+            mu, sigma, note = fit.mu, fit.sigma, fit.note
         g.row |= {
+            "_note": note,
             "mu": mu,
             "sigma": sigma,
             "fit": gof.verdict,

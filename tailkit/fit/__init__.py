@@ -25,6 +25,7 @@ from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
 from tailkit.fit._quantiles import quantile_warning as quantile_warning
 from tailkit.fit._quantiles import sorted_quantiles as sorted_quantiles
+from tailkit.fit._quantiles import tail_warning as tail_warning
 from tailkit.fit._size import ResidualTail as ResidualTail
 from tailkit.fit._size import SizeModel as SizeModel
 from tailkit.fit._size import residual_tail as residual_tail
@@ -74,6 +75,7 @@ __all__ = [
     "sorted_quantiles",
     "tail_growth",
     "tail_kind",
+    "tail_warning",
     "time_clustering",
     "token_rate",
 ]

@@ -232,6 +232,7 @@ class RouteSample:
         if self.measured is not None:
             latency, cut = self.measured
             fit = fit_lognormal(latency, censored_at_s=cut)
+        _check_fit(fit.note)
         share = None
         if self.streamed >= 0.5:
             share = float(np.median(self.ttft_s / self.total_s))
@@ -270,6 +271,7 @@ def _beyond_cut(finished: Array, cuts: Array, *, seed: int) -> Array:
     latency = np.concatenate([finished, np.full(cuts.size, np.nan)])
     censored = np.concatenate([np.full(finished.size, np.nan), cuts])
     fit = fit_lognormal(latency, censored_at_s=censored)
+    _check_fit(fit.note)
     rng = np.random.default_rng(seed)
     # Inverse CDF above the cut: u' = F(cut) + u (1 - F(cut)).
     z_cut = (np.log(cuts) - fit.mu) / fit.sigma
@@ -279,3 +281,15 @@ def _beyond_cut(finished: Array, cuts: Array, *, seed: int) -> Array:
     z = math.sqrt(2.0) * special.erfinv(2.0 * u - 1.0)
     filled: Array = np.maximum(np.exp(fit.mu + fit.sigma * z), cuts)
     return filled
+
+
+def _check_fit(note: str | None) -> None:
+    """
+    Refuse a route whose lognormal fit has no estimate (the fit says why).
+    """
+    if note is not None:
+        msg = (
+            f"this route's latency has no lognormal fit ({note}): ingest more finished calls "
+            "of the route, or use --latency empirical with calls cut later"
+        )
+        raise ConfigError(msg)
