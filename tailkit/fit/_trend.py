@@ -88,7 +88,9 @@ def tail_growth(
     Test whether the tail ratio p99/p50 grows from smaller to larger calls.
 
     A tail that comes from the work itself (long prompts, long answers) grows with the call:
-    a hedge would be just as slow. A transient tail (queueing, incidents) does not.
+    a hedge would be just as slow. Failing to find growth is not evidence of the opposite:
+    with six buckets a rank test needs rho >= 0.886, and a bucket's ratio reflects its width.
+    `tail_kind` answers the question by conditioning on each call's size instead.
 
     Args:
         bucket_order: Position of each bucket on the size axis (0, 1, 2, ...; any increasing
@@ -138,8 +140,8 @@ def tail_growth(
     else:
         rho_text = f"{_RHO}={rho:.2f}" if math.isfinite(rho) else "a flat ratio"
         verdict = (
-            f"the tail ratio does not grow with call size ({rho_text}): "
-            "slow calls are transient, a fresh attempt escapes them"
+            f"no significant growth of the tail ratio with call size ({rho_text}): that alone "
+            "says nothing about whether a fresh attempt escapes the tail (see tail_kind)"
         )
     return TailGrowth(
         n_buckets=k,
