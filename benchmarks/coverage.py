@@ -251,7 +251,9 @@ def targets(case: str) -> Targets:
         fit = fit_lognormal(cut.latency_s, censored_at_s=cut.cut_s)
         out.log_moments.update({False: (float(np.mean(np.log(x))), float(np.std(np.log(x)))),
                                 True: (fit.mu, fit.sigma)})  # fmt: skip
-    if case in RESIDUALS:
+    if case == "lognormal":  # a normal body on the log scale: nothing beyond it but its own
+        out.residual.update({(w, c): 0.0 for w in ("whole", "first") for c in (False, True)})
+    elif case in RESIDUALS:
         for censored, calls in ((False, ref), (True, cut)):
             v = verdict(_head(calls, REF_TAIL_N))
             assert v.tail is not None
