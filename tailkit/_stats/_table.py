@@ -156,10 +156,12 @@ def tail_report(
             routes.add(key, row, _route_columns(calls, calls.rows(int(agg["group"]))))
             continue
         described.append(_Group(row, key, int(agg["group"]), n_ok + n_censored, n_censored > 0))
-    if described:
-        _describe(described, calls, routes, level=level, max_n=fit_max_n)
     hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
-    verdicts = routes.verdicts(list(query.by), hedges)
+    if described:
+        _describe(described, calls, routes, level=level, max_n=fit_max_n, hedges=hedges)
+    else:
+        routes.judge(hedges)
+    verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:
         table = table.with_columns(pl.col("transient").cast(pl.Boolean))
@@ -194,10 +196,16 @@ class _Group:
 
 
 def _describe(
-    described: list[_Group], calls: Calls, routes: RouteAccumulator, *, level: float, max_n: int
+    described: list[_Group],
+    calls: Calls,
+    routes: RouteAccumulator,
+    *,
+    level: float,
+    max_n: int,
+    hedges: dict[tuple[Any, ...], tuple[int, int]],
 ) -> None:
     """
-    Add the latency columns to each group's row, and hand its calls to the routes.
+    Add the latency columns to each group's row; the routes get the calls and judge them.
     """
     # Each group's latencies sorted, the finished first (NaN sorts last): quantiles are indexes.
     ordered = np.full(calls.total_s.shape, np.nan)
@@ -213,7 +221,7 @@ def _describe(
     # The phase split and the routes need every call but no fit: numpy works through them in a
     # second thread (it lets go of the GIL while it partitions and sorts) while this one fits.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        phases = pool.submit(_phase_columns, described, calls, routes)
+        phases = pool.submit(_phase_columns, described, calls, routes, hedges)
         _fit_columns(described, samples, level=level, max_n=max_n)
         for g, (latency, cut), columns in zip(described, samples, phases.result(), strict=True):
             g.row |= columns
@@ -222,10 +230,13 @@ def _describe(
 
 
 def _phase_columns(
-    described: list[_Group], calls: Calls, routes: RouteAccumulator
+    described: list[_Group],
+    calls: Calls,
+    routes: RouteAccumulator,
+    hedges: dict[tuple[Any, ...], tuple[int, int]],
 ) -> list[dict[str, Any]]:
     """
-    Each group's phase split; its calls go to the routes.
+    Each group's phase split; its calls go to the routes, which then judge their tails.
     """
     out = []
     for g in described:
@@ -242,6 +253,7 @@ def _phase_columns(
             "signal": split.signal,
         })  # fmt: skip
         routes.add(g.key, g.row, _route_columns(calls, part))
+    routes.judge(hedges)
     return out
 
 

@@ -2,9 +2,9 @@
 Would a fresh attempt escape a route's tail? Per route: transient, work, mixed or unknown.
 
 The table's groups (a route's token buckets) hand their calls to a `RouteAccumulator`; once
-every group is in, each route gets one `tail_kind` verdict over all its calls, with the
-evidence from repeat attempts the store holds (`hedges_sql`), and each of its rows gets its
-``transient`` flag from that verdict.
+every group is in, `judge` gives each route one `tail_kind` verdict over all its calls, with
+the evidence from repeat attempts the store holds (`hedges_sql`), and `verdicts` gives each of
+its rows its ``transient`` flag from that verdict.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class RouteAccumulator:
         self._level = level
         self._rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._calls: dict[tuple[Any, ...], list[tuple[_Array, ...]]] = {}
+        self._kinds: dict[tuple[Any, ...], TailKind] = {}
 
     def add(self, key: tuple[Any, ...], row: dict[str, Any], calls: tuple[_Array, ...]) -> None:
         """
@@ -45,31 +46,33 @@ class RouteAccumulator:
         self._rows.setdefault(route, []).append(row)
         self._calls.setdefault(route, []).append(calls)
 
-    def verdicts(
-        self, by: list[str], hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None
-    ) -> pl.DataFrame:
+    def judge(self, hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None) -> None:
         """
-        One row per route with its tail kind and the evidence.
-
-        Sets each table row's ``transient``: True for transient or mixed, False for work,
-        else (unknown) True when the row's own mixture fit found a tail, else None.
+        Decide every route's tail kind, once all its calls are in.
 
         Args:
-            by: The route columns.
             hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
         """
-        out = []
         for route, parts in self._calls.items():
             columns = [np.concatenate([p[i] for p in parts]) for i in range(len(_FIELDS))]
             columns = _subsample(columns)
             pair = (hedges or {}).get(route)
             evidence = hedge_evidence(*pair, level=self._level) if pair else None
-            verdict = tail_kind(
+            self._kinds[route] = tail_kind(
                 columns[0], censored_at_s=columns[1], output_tokens=columns[2],
                 input_tokens=columns[3], started_at_s=columns[4], ttft_s=columns[5],
-                hedges=evidence,
-                window_s=self._window_s, level=self._level,
+                hedges=evidence, window_s=self._window_s, level=self._level,
             )  # fmt: skip
+
+    def verdicts(self, by: list[str]) -> pl.DataFrame:
+        """
+        One row per route with its tail kind and the evidence (`judge` first).
+
+        Sets each table row's ``transient``: True for transient or mixed, False for work,
+        else (unknown) True when the row's own mixture fit found a tail, else None.
+        """
+        out = []
+        for route, verdict in self._kinds.items():
             for row in self._rows[route]:
                 row["transient"] = _row_transient(verdict, row)
             out.append(dict(zip(by, route, strict=True)) | _record(verdict))

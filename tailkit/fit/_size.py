@@ -27,6 +27,7 @@ _Array = npt.NDArray[np.float64]
 
 HUBER_K = 1.345  # 95 % efficiency at the normal, bounded influence of slow outliers (Huber 1981)
 IRLS_STEPS = 30
+FIT_MAX_N = 20_000  # the regression fits on a seeded subsample of at most this many calls
 KNOWN_SHARE = 0.8  # a token count is used when at least 80 % of finished calls have one
 MIN_LOG_SPREAD = 0.05  # and its log varies by more than this (5 %): else size cannot matter
 TAIL_Z = 3.0  # a residual tail call lies 3 body spreads beyond a same-size call's median ...
@@ -46,7 +47,8 @@ class SizeModel:
     Args:
         features: The token counts used, of ``("output", "input")``; empty when neither is
             known for most calls or neither varies.
-        n: Finished calls the regression used.
+        n: Finished calls the regression describes (it is fitted on a seeded subsample of
+            at most 20,000 of them).
         r2: Share of the spread of log latency that size explains: ``1 - (s_res / s_raw)^2``
             with robust (MAD) scales, so a transient tail does not count as spread; NaN
             without features.
@@ -104,11 +106,16 @@ def size_model(
         nan = math.nan
         return SizeModel((), int(y.size), nan, nan, nan, np.full(log_latency.shape, centre))
     design = np.column_stack([np.ones(log_latency.size), *columns])
-    beta, weights = _huber(design[finished], y)
+    # A handful of coefficients is pinned down by 20,000 calls: fit on a seeded subsample.
+    fit_x, fit_y = design[finished], y
+    if y.size > FIT_MAX_N:
+        keep = np.sort(np.random.default_rng(0).choice(y.size, size=FIT_MAX_N, replace=False))
+        fit_x, fit_y = fit_x[keep], fit_y[keep]
+    beta, weights = _huber(fit_x, fit_y)
     predicted = design @ beta
     residual = y - predicted[finished]
     r2 = 1.0 - (_mad(residual) / max(_mad(y), 1e-12)) ** 2
-    p = _f_test(design[finished], y, weights, beta)
+    p = _f_test(fit_x, fit_y, weights, beta)
     elasticity = float(beta[1]) if names[0] == "output" else math.nan
     return SizeModel(tuple(names), int(y.size), float(r2), p, elasticity, predicted)
 
@@ -223,12 +230,13 @@ def residual_tail(
             materially slower, however tight the body.
     """
     n = residual.size
+    curve = _Curve.of(residual, cut)
     share = 0.0
     for _ in range(3):
-        median = _km_quantile(residual, cut, 0.5 * (1.0 - share))
-        sigma = max(median - _km_quantile(residual, cut, 0.158655 * (1.0 - share)), 1e-6)
+        median = curve.quantile(0.5 * (1.0 - share))
+        sigma = max(median - curve.quantile(0.158655 * (1.0 - share)), 1e-6)
         threshold = median + max(TAIL_Z * sigma, floor)
-        beyond, variance = _km_survival(residual, cut, threshold)
+        beyond, variance = curve.beyond(threshold)
         z = (threshold - median) / sigma
         body_beyond = (1.0 - share) * float(stats.norm.sf(z))
         share = min(max(beyond - body_beyond, 0.0), 0.5)
@@ -257,42 +265,54 @@ def residual_tail(
     )
 
 
-def _km(residual: _Array, cut: npt.NDArray[np.bool_]) -> tuple[_Array, _Array, _Array]:
+@dataclass(frozen=True, slots=True)
+class _Curve:
     """
-    Kaplan-Meier survival after each event time, and Greenwood's running sum.
+    Strictly private: residuals sorted once, with their Kaplan-Meier curve when calls were cut.
     """
-    order = np.lexsort((cut, residual))  # at a tie, the event comes before the cut
-    t, is_cut = residual[order], cut[order]
-    at_risk = np.arange(t.size, 0, -1, dtype=np.float64)
-    event = ~is_cut
-    factor = np.where(event, 1.0 - 1.0 / at_risk, 1.0)
-    survival = np.cumprod(factor)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(event & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0)
-    return t, np.asarray(survival, dtype=np.float64), np.asarray(np.cumsum(terms), dtype=np.float64)
 
+    t: _Array
+    survival: _Array
+    greenwood: _Array
+    censored: bool
 
-def _km_survival(residual: _Array, cut: npt.NDArray[np.bool_], at: float) -> tuple[float, float]:
-    """
-    Share of calls beyond ``at`` (Kaplan-Meier) and its Greenwood variance.
-    """
-    t, survival, greenwood = _km(residual, cut)
-    i = int(np.searchsorted(t, at, side="right")) - 1
-    if i < 0:
-        return 1.0, 0.0
-    s = float(survival[i])
-    return s, s * s * float(greenwood[i])
+    @classmethod
+    def of(cls, residual: _Array, cut: npt.NDArray[np.bool_]) -> _Curve:
+        order = np.lexsort((cut, residual))  # at a tie, the event comes before the cut
+        t, is_cut = residual[order], cut[order]
+        at_risk = np.arange(t.size, 0, -1, dtype=np.float64)
+        event = ~is_cut
+        survival = np.cumprod(np.where(event, 1.0 - 1.0 / at_risk, 1.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(event & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0)
+        return cls(
+            np.asarray(t, dtype=np.float64),
+            np.asarray(survival, dtype=np.float64),
+            np.asarray(np.cumsum(terms), dtype=np.float64),
+            bool(is_cut.any()),
+        )
 
+    def quantile(self, q: float) -> float:
+        """
+        Quantile ``q`` by the CDF: numpy's linear rule without cut calls, else Kaplan-Meier.
+        """
+        if not self.censored:
+            position = q * (self.t.size - 1)
+            low = math.floor(position)
+            high = min(low + 1, self.t.size - 1)
+            return float(self.t[low] + (position - low) * (self.t[high] - self.t[low]))
+        i = int(np.searchsorted(-self.survival, -(1.0 - q), side="left"))
+        return float(self.t[min(i, self.t.size - 1)])
 
-def _km_quantile(residual: _Array, cut: npt.NDArray[np.bool_], q: float) -> float:
-    """
-    The Kaplan-Meier quantile ``q`` (by the CDF) of the residuals.
-    """
-    if not cut.any():
-        return float(np.quantile(residual, q))
-    t, survival, _ = _km(residual, cut)
-    i = int(np.searchsorted(-survival, -(1.0 - q), side="left"))
-    return float(t[min(i, t.size - 1)])
+    def beyond(self, at: float) -> tuple[float, float]:
+        """
+        Share of calls beyond ``at`` and its Greenwood variance.
+        """
+        i = int(np.searchsorted(self.t, at, side="right")) - 1
+        if i < 0:
+            return 1.0, 0.0
+        s = float(self.survival[i])
+        return s, s * s * float(self.greenwood[i])
 
 
 def _share_interval(share: float, variance: float, n: int, level: float) -> tuple[float, float]:
