@@ -29,7 +29,7 @@ Verdicts: the share of replicates in which `tail_kind` gives an expected kind, a
 or ``unknown``; how often the mixture flags a tail (``has_transient_tail``); what
 `hedge_evidence` says (exact).
 
-Full run: about 5 minutes on 2 idle cores; ``--quick``: about 40 s. Exits 0 whatever it finds.
+Full run: about 4 minutes on 2 idle cores; ``--quick``: about 40 s. Exits 0 whatever it finds.
 """
 
 from __future__ import annotations
