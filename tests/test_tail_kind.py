@@ -1,9 +1,9 @@
 """
 Would a fresh attempt escape the tail? Seeded scenarios with a known answer.
 
-Each scenario runs on several seeds; the verdict must be right on every one (the false
-positive rate of the residual-tail test is about 1 %, measured by benchmarks/coverage.py,
-so an occasional wrong seed would show up there, not here: the seeds are fixed).
+Each scenario runs on several fixed seeds; the verdict must be right on every one. The error
+rates over many seeds (a few percent at most) are measured by benchmarks/coverage.py and
+reported in reports/statistics.md, not here.
 """
 
 from __future__ import annotations
@@ -280,3 +280,18 @@ def test_big_calls_cut_at_a_cap_are_not_a_transient_tail() -> None:
     assert "unknown" == verdict.kind, verdict.sentence
     assert verdict.n_unsized == cut.sum()
     assert "cut with no size to compare" in verdict.sentence
+
+
+def test_a_negligible_excess_at_large_n_is_still_work() -> None:
+    """
+    At 200,000 calls a 0.04 % excess beyond three spreads is significant, but not material.
+    """
+    rng = np.random.default_rng(4)
+    n = 200_000
+    tokens = np.round(rng.lognormal(np.log(500), 0.8, n))
+    ttft = 0.5 * rng.lognormal(0, 0.3, n)
+    latency = ttft + tokens / 50 * rng.lognormal(0, 0.1, n)
+
+    verdict = tail_kind(latency, output_tokens=tokens, ttft_s=ttft)
+
+    assert "work" == verdict.kind, verdict.sentence

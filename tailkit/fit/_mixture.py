@@ -75,8 +75,9 @@ class TransientTailFit:
             the reported fit's log-likelihood. Where no transient tail is found the share is
             barely identified, and the interval widens to ``chi2_2(level) / 2`` and to the
             hull of every share within it (calibrated by simulation, see
-            `fit_transient_tail`). ``0`` or ``1`` at an end the data cannot bound;
-            ``Interval(0, 1)`` with no slower minority.
+            `fit_transient_tail`), and starts at 0: no tail-shaped fit beat the single
+            lognormal, so the data do not exclude a share of 0. ``0`` or ``1`` at an end the
+            data cannot bound; ``Interval(0, 1)`` with no slower minority.
         tail_mu: Log-scale mean of the tail part (always ``>= body_mu``).
         tail_sigma: Log-scale standard deviation of the tail part.
         tail_scale: Median of the tail part / median of the body. When (nearly) every tail
@@ -284,7 +285,8 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
             body_mu=float(mu[0] if minority else mu[int(np.argmax(weight))]),
             body_sigma=float(sigma[0] if minority else sigma[int(np.argmax(weight))]),
             tail_share=shape.share if minority else nan,
-            tail_share_interval=intervals[i] if minority else Interval(0.0, 1.0, level),
+            tail_share_interval=_no_floor(intervals[i], real) if minority
+            else Interval(0.0, 1.0, level),
             tail_mu=float(mu[1]) if minority else nan,
             tail_sigma=float(sigma[1]) if minority else nan,
             tail_scale=shape.scale if minority else nan, n=y_obs.size + y_cens.size,
@@ -295,6 +297,13 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
             fast_scale=shape.fast_scale,
         ))  # fmt: skip
     return fits
+
+
+def _no_floor(interval: Interval, real: bool) -> Interval:
+    """
+    Without a transient tail, the share's interval starts at 0 (the data do not exclude it).
+    """
+    return interval if real else Interval(0.0, interval.high, interval.level)
 
 
 def _ages(latency_s: npt.ArrayLike, censored_at_s: npt.ArrayLike | None) -> tuple[_Array, _Array]:

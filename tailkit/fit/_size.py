@@ -32,6 +32,7 @@ KNOWN_SHARE = 0.8  # a token count is used when at least 80 % of finished calls 
 MIN_LOG_SPREAD = 0.05  # and its log varies by more than this (5 %): else size cannot matter
 TAIL_Z = 3.0  # a residual tail call lies 3 body spreads beyond a same-size call's median ...
 TAIL_FLOOR = math.log(1.25)  # ... and at least 1.25x slower: slower than that is material
+MIN_TAIL_SHARE = 0.005  # a tail is material: its share's low end is at least 0.5 % of calls
 TAIL_SHARE_MAX = 0.2  # beyond this the body's slow side is skewed: no separate tail to tell
 NULL_SLACK = 2.5  # the threshold's standard errors the null share allows for (see residual_tail)
 _MAD = 1.4826  # MAD x 1.4826 estimates a normal sigma
@@ -174,11 +175,14 @@ class ResidualTail:
         null_beyond: What the body alone could show beyond it, allowing for the error in the
             estimated threshold: the test's null share.
         share: Excess share, ``beyond - body_beyond`` (at least 0): the residual tail.
-        share_interval: Its interval (Clopper-Pearson on the share beyond, with Greenwood's
-            variance as the effective size when calls were cut, minus ``body_beyond``).
+        share_interval: Its interval, minus ``body_beyond``: Clopper-Pearson; the upper end
+            on the share beyond (Greenwood's variance as the effective size when calls were
+            cut), the lower end on the finished calls beyond.
         present: The share beyond is significantly above ``null_beyond`` (its one-sided
-            lower bound at ``alpha`` lies above it) and the excess is a minority (at most
-            ``TAIL_SHARE_MAX``).
+            lower bound at ``alpha``, from finished calls beyond the threshold, lies above
+            it), the excess is material (that bound at least ``MIN_TAIL_SHARE`` above the
+            body's own share: at large n a negligible excess is significant too) and a
+            minority (at most ``TAIL_SHARE_MAX``).
         skewed: Significant, but more than ``TAIL_SHARE_MAX`` of calls: the body's slow side
             is heavier than a lognormal's, and no separate tail can be told from it.
         scale: Median slow-down of the tail calls against a same-size call of the body.
@@ -242,10 +246,15 @@ def residual_tail(
         share = min(max(beyond - body_beyond, 0.0), 0.5)
     se_z = math.sqrt(math.pi / 2.0 + 1.2 * z * z) / math.sqrt(max(n, 1))
     null_beyond = float(stats.norm.sf(z - NULL_SLACK * se_z))
-    low, high = _share_interval(beyond, variance, n, level)
+    # The estimate and the upper end count cut calls as Kaplan-Meier does; the lower end,
+    # and the test, only finished calls beyond the threshold (a call cut below it is no
+    # evidence of one beyond it, though the curve carries its mass there).
+    high = _share_interval(beyond, variance, n, level)[1]
+    seen = int(np.count_nonzero((residual > threshold) & ~cut))
+    low = _share_interval(seen / n, 0.0, n, level)[0] if n else 0.0
     test_low = low
     if alpha is not None:
-        test_low = _share_interval(beyond, variance, n, 1.0 - 2.0 * alpha)[0]
+        test_low = _share_interval(seen / n, 0.0, n, 1.0 - 2.0 * alpha)[0] if n else 0.0
     in_tail = residual > threshold
     slow = residual[in_tail] - median
     excess = max(beyond - body_beyond, 0.0)
@@ -258,7 +267,11 @@ def residual_tail(
         null_beyond=null_beyond,
         share=excess,
         share_interval=Interval(max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), level),
-        present=bool(test_low > null_beyond and excess <= TAIL_SHARE_MAX),
+        present=bool(
+            test_low > null_beyond
+            and test_low - body_beyond >= MIN_TAIL_SHARE
+            and excess <= TAIL_SHARE_MAX
+        ),
         skewed=bool(test_low > null_beyond and excess > TAIL_SHARE_MAX),
         scale=float(math.exp(np.median(slow))) if slow.size else math.nan,
         in_tail=in_tail,

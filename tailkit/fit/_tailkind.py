@@ -49,6 +49,7 @@ ESCAPE_LIMIT = 0.75  # a fresh attempt "escaped" when it finished below its rout
 ESCAPE_SPLIT = 0.5  # independent attempts escape 75 % of the time, fully tied ones ~0 %
 KNOWN_TTFT = 0.8  # TTFT counts when 80 % of finished calls have one ...
 STREAMED_TTFT = 0.9  # ... and it is less than 90 % of the call (a non-streamed TTFT is the call)
+SPELL_ALPHA = 0.01  # slow spells alone decide only at 1 % (the pooled chi-square runs a bit hot)
 MATERIAL_WAIT = 0.25  # a first-token stall must add a quarter of a typical call's latency
 _TIMES = "\u00d7"
 
@@ -167,8 +168,8 @@ def tail_kind(
     - a residual tail (see `residual_tail`) of the whole latency, or of the time to first
       token on input tokens: ``transient`` when size explains little of the spread or the
       tail calls make at least half of the route's slowest 2 %, else ``mixed``;
-    - no residual tail, the slowest 5 % of residuals clustered in time and size explaining
-      little: ``transient`` (slow spells);
+    - no residual tail, the slowest 5 % of residuals clustered in time (p < 0.01) and size
+      explaining little: ``transient`` (slow spells);
     - no residual tail, size explaining the spread (``SizeModel.explains``) and both
       residual tails' intervals below 1 % of calls: ``work``;
     - otherwise ``unknown``, naming what is missing.
@@ -347,7 +348,7 @@ def _decide(
             f"mixed: {what}, a fresh attempt escapes those; the rest of the tail grows with "
             f"call size ({explained}), and a fresh attempt is as slow there"
         )
-    if clustering.clustered and not size.explains:
+    if clustering.p_value < SPELL_ALPHA and not size.explains:
         return "transient", (
             f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
         )
