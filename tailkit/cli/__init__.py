@@ -228,7 +228,10 @@ def stats(
     One row per group: calls, cut and failed shares, p50/p90/p95/p99 with 95% intervals,
     p99/p50, the lognormal fit and its verdict, the transient-tail share, TTFT and generation
     quantiles, the phase that holds the tail and the cutoff signal it suggests. Then, per
-    route, whether the tail grows with call size (work) or clusters in time (transient).
+    route, whether a fresh attempt would escape the tail: transient, work (the calls' size),
+    mixed, or can't tell (saying what is missing), with the evidence: calls slower than their
+    size explains, the share of spread size explains, slow spells in time, and how often
+    hedges or retries of slow calls finished fast. --json carries it all under "verdicts".
 
     Example:
 
