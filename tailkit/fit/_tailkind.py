@@ -31,7 +31,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
-from tailkit.fit._trend import TimeClustering, time_clustering
+from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
 from tailkit.fit._types import Interval
 
 
@@ -168,10 +168,10 @@ def tail_kind(
     - a residual tail (see `residual_tail`) of the whole latency, or of the time to first
       token on input tokens: ``transient`` when size explains little of the spread or the
       tail calls make at least half of the route's slowest 2 %, else ``mixed``;
-    - no residual tail, the slowest 5 % of residuals clustered in time (p < 0.01) and size
-      explaining little: ``transient`` (slow spells);
-    - no residual tail, size explaining the spread (``SizeModel.explains``) and both
-      residual tails' intervals below 1 % of calls: ``work``;
+    - no residual tail, the slowest 5 % of residuals (size taken out) clustered in time
+      (p < 0.01): ``transient`` (slow spells), ``mixed`` where size explains the spread;
+    - no residual tail, size explaining the spread (``SizeModel.explains``), both residual
+      tails' intervals below 1 % of calls and no clustering at 5 %: ``work``;
     - otherwise ``unknown``, naming what is missing.
 
     Repeat attempts, when they say something (20+ pairs, interval clear of one half), are
@@ -348,11 +348,25 @@ def _decide(
             f"mixed: {what}, a fresh attempt escapes those; the rest of the tail grows with "
             f"call size ({explained}), and a fresh attempt is as slow there"
         )
-    if clustering.p_value < SPELL_ALPHA and not size.explains:
-        return "transient", (
-            f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
+    if clustering.p_value < SPELL_ALPHA:
+        # The slowest residuals (size taken out) bunch up in time: slow spells.
+        if not size.explains:
+            return "transient", (
+                f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
+            )
+        return "mixed", (
+            f"mixed: calls slower than their size predicts come in spells "
+            f"({clustering.verdict}), a fresh attempt may escape those; the rest of the tail "
+            f"grows with call size ({explained})"
         )
+    spells = clustering.p_value < ALPHA
     ttft_clear = first is None or first.share_interval.high < WORK_SHARE_MAX
+    if size.explains and share.high < WORK_SHARE_MAX and ttft_clear and spells:
+        return "unknown", (
+            f"can't tell: {explained} and no call is materially slower than its size predicts, "
+            f"but the slowest for their size bunch up in time ({clustering.verdict}): slow "
+            "spells or chance"
+        )
     if size.explains and share.high < WORK_SHARE_MAX and ttft_clear and unsized > 0.01 * n:
         return "unknown", (
             f"can't tell: {explained} and the finished calls are no slower than their size "
