@@ -23,8 +23,8 @@ from tailkit.fit._quantiles import (
     min_calls_for_quantile,
     quantile_warning,
     sorted_quantiles,
-    tail_warning,
 )
+from tailkit.fit._tail_warning import tail_warning
 from tailkit.fit._types import Interval
 
 

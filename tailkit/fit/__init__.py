@@ -25,11 +25,11 @@ from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
 from tailkit.fit._quantiles import quantile_warning as quantile_warning
 from tailkit.fit._quantiles import sorted_quantiles as sorted_quantiles
-from tailkit.fit._quantiles import tail_warning as tail_warning
 from tailkit.fit._size import ResidualTail as ResidualTail
 from tailkit.fit._size import SizeModel as SizeModel
 from tailkit.fit._size import residual_tail as residual_tail
 from tailkit.fit._size import size_model as size_model
+from tailkit.fit._tail_warning import tail_warning as tail_warning
 from tailkit.fit._tailkind import TAIL_KINDS as TAIL_KINDS
 from tailkit.fit._tailkind import HedgeEvidence as HedgeEvidence
 from tailkit.fit._tailkind import TailKind as TailKind
