@@ -175,11 +175,12 @@ def _calls_parquet(path: Path, rows: dict[str, Any]) -> Path:
         "started_at": pl.Series(rows.get("started_s", np.arange(n) * 7.0) * 1e6).cast(
             pl.Datetime("us", "UTC")
         ),
-        "total_s": rows["total_s"],
-        "ttft_s": np.asarray(rows["total_s"]) * 0.2,
+        "total_s": pl.Series(np.asarray(rows["total_s"], dtype=float)).fill_nan(None),
+        "ttft_s": pl.Series(np.asarray(rows["total_s"], dtype=float) * 0.2).fill_nan(None),
         "input_tokens": rows.get("input_tokens", [1000] * n),
         "output_tokens": np.asarray(rows["output_tokens"], dtype=np.int64),
         "status": rows.get("status", ["ok"] * n),
+        "censored_at_s": pl.Series(rows.get("censored_at_s", [None] * n), dtype=pl.Float64),
     })  # fmt: skip
     frame.write_parquet(path)
     return path
@@ -295,3 +296,42 @@ def test_a_negligible_excess_at_large_n_is_still_work() -> None:
     verdict = tail_kind(latency, output_tokens=tokens, ttft_s=ttft)
 
     assert "work" == verdict.kind, verdict.sentence
+
+
+@pytest.mark.parametrize(("hedge_scale", "kind"), [(1.0, "transient"), (4.0, "work")])
+def test_hedges_in_the_store_settle_the_verdict(
+    tmp_path: Path, hedge_scale: float, kind: str
+) -> None:
+    """
+    Slow calls on route p, cut and hedged on route q: fast hedges say transient, slow ones work.
+
+    Latency alone cannot tell (a lognormal with unrelated token counts); the hedges can. Each
+    hedge shares its first attempt's run and step, as the executor's attempts do.
+    """
+    rng = np.random.default_rng(11)
+    first = rng.lognormal(np.log(5), 0.5, 2000)
+    reference = rng.lognormal(np.log(5), 0.5, 500)
+    hedged = rng.lognormal(np.log(5), 0.5, 80) * hedge_scale
+    n = 2000 + 500 + 80 + 80
+    runs = [f"p{i}" for i in range(2000)] + [f"q{i}" for i in range(500)]
+    runs += [f"h{i}" for i in range(80)] * 2  # 80 cut first attempts and their hedges
+    rows = {
+        "run_id": runs,
+        "provider": ["p"] * 2000 + ["q"] * 500 + ["p"] * 80 + ["q"] * 80,
+        "attempt": [0] * 2580 + [1] * 80,
+        "role": ["primary"] * 2580 + ["hedge"] * 80,
+        "total_s": np.concatenate([first, reference, np.full(80, np.nan), hedged]),
+        "censored_at_s": [None] * 2500 + [20.0] * 80 + [None] * 80,
+        "status": ["ok"] * 2500 + ["cancelled"] * 80 + ["ok"] * 80,
+        "output_tokens": rng.integers(50, 1000, n),
+        "started_s": rng.permutation(n) * 7.0,  # slow calls spread over the day, not a spell
+    }
+    parquet = _calls_parquet(tmp_path / "calls.parquet", rows)
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_paths(store, [parquet])
+        verdicts = tail_report(store, TableQuery(by=("provider",), bucket=())).verdicts
+
+    row = verdicts.filter(pl.col("provider") == "p").row(0, named=True)
+    assert 80 == row["hedge_pairs"]
+    assert kind == row["tail_kind"], row["verdict"]
+    assert "fresh attempts of slow calls finished fast" in row["verdict"]
