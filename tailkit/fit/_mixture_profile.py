@@ -49,7 +49,8 @@ def profile_share_intervals(
     McLachlan & Peel 2000, sec. 2.16, on likelihood inference for mixtures).
 
     ``cut`` is ``chi2_1(level)``, the regular limit. Rows marked ``loose`` (the fit found no
-    separate tail) widen it to ``chi2_2(level)`` and take the hull of the whole profile:
+    separate tail) start at 0, and widen the upper end to ``chi2_2(level)`` and to the hull
+    of the whole profile above it:
     with no separate tail the share is barely identified -- the tail's mean and spread trade
     off against it, and a spike on the top few calls can out-fit the true share -- so the
     deviance at the true share is not chi2_1 (the likelihood-ratio asymptotics of mixtures
@@ -77,6 +78,7 @@ def profile_share_intervals(
     w_hat = np.clip(fit.weight[:, 1], 0.5 / n, 1.0 - 0.5 / n)
     eta_hat = special.logit(w_hat)
     search = _Search(eta_hat, special.logit(np.stack([0.1 / n, 1.0 - 0.1 / n])), target, local)
+    search.open[0, loose] = False  # a loose row's interval starts at 0: no lower search
     # a first guess: the complete-data standard error, doubled for what the mixture hides
     trial = search.clip(eta_hat + SIDES * 2.0 * target / np.sqrt(n * w_hat * (1.0 - w_hat)))
     start = Params(*(np.stack([x, x]) for x in (fit.mu, fit.sigma, fit.weight)))
@@ -96,10 +98,16 @@ def profile_share_intervals(
     todo = np.flatnonzero(loose)
     if todo.size:
         eta = np.linspace(special.logit(1.0 / n[todo]), special.logit(GRID_TOP), GRID, axis=1)
-        row = np.repeat(todo, GRID)
-        _, ll = _profile(None, special.expit(eta.ravel()), row, d, floor=floor, cap=cap)
-        g = search.signed_root(row, ll_max[row] - ll).reshape(todo.size, GRID)
+        # Only grid shares above the upper bound can widen it: the others are not fitted
+        # (and count as outside, which leaves the hull's upper end as it would be).
+        above = special.expit(eta) > high[todo, None]
+        g = np.full(eta.shape, math.inf)
+        if above.any():
+            row = np.repeat(todo, GRID).reshape(eta.shape)[above]
+            _, ll = _profile(None, special.expit(eta[above]), row, d, floor=floor, cap=cap)
+            g[above] = search.signed_root(row, ll_max[row] - ll)
         low[todo], high[todo] = _hull(low[todo], high[todo], eta, g)
+        low[todo] = 0.0  # no tail beat one lognormal: the data do not exclude a share of 0
     return [Interval(float(lo), float(hi), level) for lo, hi in zip(low, high, strict=True)]
 
 
