@@ -1,5 +1,5 @@
 """
-The plan file (DESIGN.md §2): its schema, and reading, checking and writing it.
+The plan file: its schema, and reading, checking and writing it.
 
 One schema serves both directions: the user writes the workflow (routes, steps, deadline, hedge
 budget), ``tailkit calibrate`` returns the same document with each step's cutoffs, action and

@@ -1,5 +1,5 @@
 """
-Write a plan as the commented YAML of DESIGN.md §2, byte for byte the same for the same plan.
+Write a plan as commented YAML, byte for byte the same for the same plan.
 
 The layout is written line by line rather than by ``yaml.dump`` so that it keeps the comments and
 the documented order of fields. Scalars are spelled so that PyYAML reads back exactly the value
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tailkit._config._model import Bounds, PlanPrediction, StepInterval
 
 
-HEADER = "# tailkit plan — written by tailkit; see DESIGN.md §2"
+HEADER = "# tailkit plan — written by tailkit; fields: README, `tailkit calibrate`"
 
 # Plain strings are kept to names made of these characters (route names, models, buckets without
 # spaces); anything else is double-quoted, with YAML's own escapes.
@@ -48,7 +48,7 @@ _STEP_NOTES = {
 
 def dump_plan(plan: Plan) -> str:
     """
-    Write a plan as YAML, in the layout of DESIGN.md §2, with every field present.
+    Write a plan as YAML, in the plan file's layout, with every field present.
 
     Args:
         plan: A valid plan (``parse_plan`` reads the text back to an equal plan).

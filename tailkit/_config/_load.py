@@ -1,5 +1,5 @@
 """
-Read a plan from a file or a string: YAML, then every rule of DESIGN.md §2.
+Read a plan from a file or a string: YAML, then every rule of the plan schema (`tailkit.config`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def parse_plan(text: str, *, source: str = "<plan>") -> Plan:
     Read and check a plan from YAML text.
 
     Args:
-        text: The YAML document (DESIGN.md §2).
+        text: The YAML plan document.
         source: What to call the document in messages, usually its path.
 
     Returns:

@@ -1,5 +1,5 @@
 """
-The plan model (DESIGN.md §2): frozen dataclasses with the plan's names, units and defaults.
+The plan model: frozen dataclasses with the plan's names, units and defaults.
 
 Nothing here validates: a `Plan` from `parse_plan` or `load_plan` is valid, one built by hand is
 whatever its builder made it. Only the DAG methods refuse what they cannot answer.

@@ -1,5 +1,5 @@
 """
-Check a plan document against DESIGN.md §2 and build its `Plan`; every problem gets reported.
+Check a plan document against the plan schema and build its `Plan`; every problem gets reported.
 
 Each mapping is read by `Fields`: types and ranges first, each bad value once. The rules across
 fields (a cutoff below the deadline, an action that needs its route) then look only at fields
