@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from scipy import stats
 
+from tailkit.fit._quantiles import KaplanMeier
 from tailkit.fit._types import Interval
 
 
@@ -279,51 +280,43 @@ def residual_tail(
 @dataclass(frozen=True, slots=True)
 class _Curve:
     """
-    Strictly private: residuals sorted once, with their Kaplan-Meier curve when calls were cut.
+    Strictly private: the residuals sorted once, or, with cut calls, their Kaplan-Meier curve.
     """
 
-    t: _Array
-    survival: _Array
-    greenwood: _Array
-    censored: bool
+    t: _Array  # sorted residuals, or the curve's distinct times
+    km: KaplanMeier | None
 
     @classmethod
     def of(cls, residual: _Array, cut: npt.NDArray[np.bool_]) -> _Curve:
-        order = np.lexsort((cut, residual))  # at a tie, the event comes before the cut
-        t, is_cut = residual[order], cut[order]
-        at_risk = np.arange(t.size, 0, -1, dtype=np.float64)
-        event = ~is_cut
-        survival = np.cumprod(np.where(event, 1.0 - 1.0 / at_risk, 1.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(event & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0)
-        return cls(
-            np.asarray(t, dtype=np.float64),
-            np.asarray(survival, dtype=np.float64),
-            np.asarray(np.cumsum(terms), dtype=np.float64),
-            bool(is_cut.any()),
-        )
+        if not cut.any():
+            return cls(np.sort(residual), None)
+        km = KaplanMeier.fit(residual[~cut], residual[cut])
+        return cls(km.times, km)
 
     def quantile(self, q: float) -> float:
         """
-        Quantile ``q`` by the CDF: numpy's linear rule without cut calls, else Kaplan-Meier.
+        Quantile ``q`` by the CDF: numpy's linear rule, or the curve's first time at ``1 - q``.
         """
-        if not self.censored:
+        if self.km is None:
             position = q * (self.t.size - 1)
             low = math.floor(position)
             high = min(low + 1, self.t.size - 1)
             return float(self.t[low] + (position - low) * (self.t[high] - self.t[low]))
-        i = int(np.searchsorted(-self.survival, -(1.0 - q), side="left"))
+        i = int(np.searchsorted(-self.km.survival, -(1.0 - q), side="left"))
         return float(self.t[min(i, self.t.size - 1)])
 
     def beyond(self, at: float) -> tuple[float, float]:
         """
-        Share of calls beyond ``at`` and its Greenwood variance.
+        Share of calls beyond ``at`` and its variance (binomial; Greenwood's with cuts).
         """
+        if self.km is None:
+            share = 1.0 - np.searchsorted(self.t, at, side="right") / self.t.size
+            return float(share), float(share * (1.0 - share) / self.t.size)
         i = int(np.searchsorted(self.t, at, side="right")) - 1
         if i < 0:
             return 1.0, 0.0
-        s = float(self.survival[i])
-        return s, s * s * float(self.greenwood[i])
+        s = float(self.km.survival[i])
+        return s, (s * s * float(self.km.greenwood[i]) if s > 0.0 else 0.0)
 
 
 def _share_interval(share: float, variance: float, n: int, level: float) -> tuple[float, float]:
