@@ -222,11 +222,17 @@ def _describe(
     # second thread (it lets go of the GIL while it partitions and sorts) while this one fits.
     with ThreadPoolExecutor(max_workers=1) as pool:
         phases = pool.submit(_phase_columns, described, calls, routes, hedges)
-        _fit_columns(described, samples, level=level, max_n=max_n)
-        for g, (latency, cut), columns in zip(described, samples, phases.result(), strict=True):
+        notes = _fit_columns(described, samples, level=level, max_n=max_n)
+        for g, sample, note, columns in zip(
+            described, samples, notes, phases.result(), strict=True
+        ):
             g.row |= columns
-            said = tail_warning(latency, censored_at_s=cut, level=level), g.row.pop("_note")
-            g.row["warning"] = "; ".join(w for w in said if w) or None
+            # The intervals are in the row already: only an unbounded one needs the warning.
+            bounded = math.isfinite(g.row["p99_s_hi"]) and math.isfinite(g.row["p99_p50_hi"])
+            said = (
+                None if bounded else tail_warning(sample[0], censored_at_s=sample[1], level=level)
+            )
+            g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
 
 
 def _phase_columns(
@@ -327,12 +333,15 @@ def _fit_columns(
     *,
     level: float,
     max_n: int,
-) -> None:
+) -> list[str | None]:
     """
     The lognormal fit, the goodness-of-fit verdict and the transient-tail mixture.
+
+    Returns, per group, why its lognormal fit has no estimate (``None`` when it has one).
     """
     gofs = goodness_of_fit_many(samples, max_n=max_n)
     mixes = fit_transient_tails(samples, max_n=max_n, level=level)
+    notes: list[str | None] = []
     for g, (latency, cut), gof, mix in zip(described, samples, gofs, mixes, strict=True):
         note = None
         if cut is None and np.ptp(latency) > 0.0:
@@ -340,11 +349,11 @@ def _fit_columns(
             y = np.log(latency)
             mu, sigma = float(np.mean(y)), float(np.std(y))
         else:
-            # censored, or no spread to fit: no estimate, and the fit says why
+            # censored (the censored MLE), or no spread: a note says why when there is no estimate
             fit = fit_lognormal(latency, censored_at_s=cut, level=level)
             mu, sigma, note = fit.mu, fit.sigma, fit.note
+        notes.append(note)
         g.row |= {
-            "_note": note,
             "mu": mu,
             "sigma": sigma,
             "fit": gof.verdict,
@@ -356,3 +365,4 @@ def _fit_columns(
             "transient_scale": mix.tail_scale,
             "transient_mixture": mix.has_transient_tail,
         }
+    return notes
