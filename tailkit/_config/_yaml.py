@@ -5,6 +5,13 @@ PyYAML's loaders forget where values came from, so this walks the composed node 
 scalars are built by PyYAML's safe constructor, mappings and lists here, and each one's lines
 go into the `Report` so that problems can name them. Duplicate keys, which PyYAML would keep
 silently (last wins), are problems; merge keys (``<<: *defaults``) work as in PyYAML.
+
+Aliases are bounded. Each ``*name`` brings in a copy of the whole value it names, so a few
+hundred bytes of aliases to aliases ("billion laughs") expand to billions of values. The
+composer below counts, at every alias, the values that alias will add (the node tree is
+shared until it is built, so counting is cheap) and refuses the document, naming the alias's
+line, once all aliases together add more than `MAX_ALIAS_VALUES`. An alias to a value that
+is still open (a value inside itself) is refused at once too: it has no finite expansion.
 """
 
 from __future__ import annotations
@@ -26,6 +33,12 @@ if TYPE_CHECKING:
 EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
+MAX_ALIAS_VALUES = 100_000
+"""At most this many values (keys, scalars, lists and mappings) may come in through aliases.
+
+A plan whose 500 steps each merge 40 default fields (``<<: *defaults``) adds 40,000.
+"""
+
 
 def read(text: str, report: Report) -> object:
     """
@@ -45,16 +58,16 @@ def read(text: str, report: Report) -> object:
 
     loader = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _bounded_loader(text, report.source)
         node = loader.get_single_node()
         if node is None:
             return None
         report.lines[()] = (node.start_mark.line + 1, node.start_mark.line + 1)
-        return _value(loader, node, (), report, frozenset())
+        return _value(loader, node, (), report)
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(_yaml_message(report.source, exc)) from None
     except RecursionError:
-        msg = f"{report.source}: the YAML nests too deep (an alias inside itself?): write it out"
+        msg = f"{report.source}: the YAML nests too deep: write it flatter"
         raise ConfigError(msg) from None
     except yaml.reader.ReaderError as exc:
         line = text[: exc.position].count("\n") + 1
@@ -86,9 +99,7 @@ def _yaml_message(source: str, exc: yaml.MarkedYAMLError) -> str:
     return f"{source}:{line}: {kind}: {problem}"
 
 
-def _value(
-    loader: yaml.SafeLoader, node: yaml.Node, path: Path, report: Report, active: frozenset[int]
-) -> object:
+def _value(loader: yaml.SafeLoader, node: yaml.Node, path: Path, report: Report) -> object:
     import yaml
 
     if isinstance(node, yaml.ScalarNode):
@@ -100,19 +111,15 @@ def _value(
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
         report.add(path, f"YAML tag {tag} is not allowed in a plan: remove it")
         return None
-    if id(node) in active:
-        report.add(path, "refers to itself through an alias: write the value out")
-        return None
-    active |= {id(node)}
     if isinstance(node, yaml.SequenceNode):
         items = []
         for i, item in enumerate(node.value):
             line = item.start_mark.line + 1
             report.lines[(*path, i)] = (line, line)
-            items.append(_value(loader, item, (*path, i), report, active))
+            items.append(_value(loader, item, (*path, i), report))
         return items
     if isinstance(node, yaml.MappingNode):
-        return _mapping(loader, node, path, report, active)
+        return _mapping(loader, node, path, report)
     return None  # the composer makes no other kind of node
 
 
@@ -121,7 +128,6 @@ def _mapping(
     node: yaml.MappingNode,
     path: Path,
     report: Report,
-    active: frozenset[int],
 ) -> dict[str, object]:
     import yaml
 
@@ -155,5 +161,64 @@ def _mapping(
         else:
             from_merge.discard(key)
         report.lines[(*path, key)] = (key_line, value_node.start_mark.line + 1)
-        out[key] = _value(loader, value_node, (*path, key), report, active)
+        out[key] = _value(loader, value_node, (*path, key), report)
     return out
+
+
+def _bounded_loader(text: str, source: str) -> yaml.SafeLoader:
+    """
+    A safe loader whose composer refuses an alias to an open value, or aliases that add too much.
+    """
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        added = 0
+        sizes: dict[int, int]
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            if self.check_event(yaml.AliasEvent):
+                event: yaml.AliasEvent = self.peek_event()  # type: ignore[no-untyped-call]
+                target = self.anchors.get(event.anchor)
+                if target is not None:  # else PyYAML's own error: undefined alias
+                    line = event.start_mark.line + 1 if event.start_mark is not None else 1
+                    if target.end_mark is None:  # still being composed: the alias is inside it
+                        msg = (
+                            f"{source}:{line}: the alias *{event.anchor} is inside the value it "
+                            "names, so it never ends: write the value out"
+                        )
+                        raise ConfigError(msg)
+                    self.added += _size(target, self.sizes)
+                    if self.added > MAX_ALIAS_VALUES:
+                        msg = (
+                            f"{source}:{line}: the aliases up to this *{event.anchor} bring in "
+                            f"{self.added:,} values, more than the {MAX_ALIAS_VALUES:,} a plan "
+                            "may take through aliases: write the values out, or use fewer aliases"
+                        )
+                        raise ConfigError(msg)
+            return super().compose_node(parent, index)
+
+    loader = BoundedLoader(text)
+    loader.sizes = {}
+    return loader
+
+
+def _size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """
+    Count the values ``node`` expands to when every alias in it is written out.
+
+    Every node reached here is complete (the composer refuses aliases to open ones), so the
+    tree has no cycles and each node's count is final: ``sizes`` keeps them by ``id``, which
+    keeps counting linear in the document's own size however far it expands.
+    """
+    import yaml
+
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_size(item, sizes) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_size(key, sizes) + _size(value, sizes) for key, value in node.value)
+    sizes[id(node)] = total
+    return total
