@@ -60,6 +60,24 @@ async def _run(server: Server) -> None:
         await asyncio.Event().wait()
 
 
+def _stopped(server: Server) -> str:
+    """
+    The last line: chat requests served, and connections closed early if any were.
+    """
+    line = f"stopped after {server.counts.total()} chat request(s)"
+    early = server.closed_early
+    if early.total():
+        causes = {
+            "refused": f"over --max-connections {server.limits.max_connections}",
+            "idle": "idle",
+            "flooded": "flooded while answering",
+        }
+        line += "; connections closed early: " + ", ".join(
+            f"{early[cause]} {words}" for cause, words in causes.items() if early[cause]
+        )
+    return line
+
+
 def serve(
     profile: Annotated[
         Path | None, typer.Option("--profile", help="The serve profile (YAML) to serve.")
@@ -94,13 +112,38 @@ def serve(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed (default: the profile's, or 0).")
     ] = None,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            "--idle-timeout",
+            help="Real seconds a connection may wait for a whole next request, and a client "
+            "may take to read what is written to it, before the connection is closed "
+            "(inf: no limit).",
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            help="Connections served at once; more are answered 503 and closed.",
+            min=1,
+        ),
+    ] = 256,
+    max_body_mib: Annotated[
+        int,
+        typer.Option(
+            "--max-body-mib", help="The largest request body, in MiB (larger: 413).", min=1
+        ),
+    ] = 8,
 ) -> None:
     """
     Serve an OpenAI-compatible chat API on loopback, with a latency tail and faults.
 
     GET /v1/models and POST /v1/chat/completions (streamed or not) answer after a drawn TTFT
     and decode time, stall or fail as the profile says, honour the x-tailkit deadline headers,
-    and log one call record per request. Runs until Ctrl-C.
+    and log one call record per request. Runs until Ctrl-C. Its memory does not grow with the
+    requests it serves: records go to --log only, and connections are bounded (--idle-timeout,
+    --max-connections, --max-body-mib).
 
     Example:
 
@@ -110,17 +153,25 @@ def serve(
 
         tailkit serve --outcomes demo/replay/outcomes.json --port 0
     """
-    from tailkit.serve import Server
+    from tailkit.serve import Limits, Server
 
+    if not idle_timeout > 0:  # NaN too
+        fail(f"--idle-timeout must be a number of seconds > 0 (inf: none), got {idle_timeout:g}")
     try:
         config = _config(profile, from_stats, outcomes, time_scale, seed)
+        limits = Limits(
+            idle_timeout_s=idle_timeout,
+            max_connections=max_connections,
+            max_body_bytes=max_body_mib * 1024 * 1024,
+            keep_records=0,  # the command reads no record: they stream to --log
+        )
     except TailkitError as exc:
         fail(str(exc))
-    server = Server(config, port=port, access_log=log)
+    server = Server(config, port=port, access_log=log, limits=limits)
     try:
         asyncio.run(_run(server))
     except KeyboardInterrupt:
-        typer.echo(f"stopped after {len(server.records)} chat request(s)")
+        typer.echo(_stopped(server))
     except TailkitError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -14,8 +14,12 @@ Example::
     async with Server(config) as server:
         ...  # point an OpenAI client at server.url
     print(server.records)
+
+Whatever clients send, it answers and logs every chat request, and its memory stays bounded
+(`Limits`: the records it keeps, idle connections, concurrent connections, body size).
 """
 
+from tailkit.serve._limits import Limits as Limits
 from tailkit.serve._outcomes import INVALID_MARK as INVALID_MARK
 from tailkit.serve._outcomes import Outcomes as Outcomes
 from tailkit.serve._outcomes import dump_outcomes as dump_outcomes
@@ -32,6 +36,7 @@ from tailkit.serve._server import Server as Server
 __all__ = [
     "INVALID_MARK",
     "Faults",
+    "Limits",
     "ModelProfile",
     "Outcomes",
     "ServeConfig",

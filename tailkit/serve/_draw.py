@@ -22,7 +22,7 @@ from tailkit.serve._profile import FAULT_NAMES, ModelProfile
 
 __all__ = ["LONG_OUTPUT_TOKENS", "Draw", "TokenBucket", "draw"]
 
-LONG_OUTPUT_TOKENS = 600  # DESIGN.md §1: where "long" calls begin; their stalls are in decode
+LONG_OUTPUT_TOKENS = 600  # where "long" calls begin: their stalls are in decode
 OUTPUT_SIGMA = 0.3  # log-scale spread of the output length
 ERROR_STATUSES = (500, 502, 503)
 

@@ -4,6 +4,7 @@ One chat request as the server tracks it, and its access-log record (the call re
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from dataclasses import dataclass, field
@@ -85,9 +86,11 @@ class Exchange:
             tokens: Completion tokens of a finished answer.
         """
         remaining_s = self.deadline - self.received if math.isfinite(self.deadline) else None
-        deadline_at = (
-            None if remaining_s is None else datetime.fromtimestamp(self.wall + remaining_s, UTC)
-        )
+        deadline_at = None
+        if remaining_s is not None:
+            # The server clamps deadlines; a date past what datetime holds is left out anyway.
+            with contextlib.suppress(OverflowError, OSError, ValueError):
+                deadline_at = datetime.fromtimestamp(self.wall + remaining_s, UTC)
         attrs = {
             "fault": self.fault,
             "remaining_s_at_receive": remaining_s,

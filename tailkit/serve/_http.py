@@ -7,6 +7,15 @@ works on a request, `Connection.watch_eof` keeps reading so that a client that c
 socket is noticed at once; bytes it reads (a pipelined next request) wait in the buffer.
 Anything malformed raises `HttpError` with the status to answer: the server never crashes on
 what a client sends.
+
+What one connection holds is bounded whatever the client does: the buffer holds at most one
+request (a head of `MAX_HEAD_BYTES`, a body of ``max_body_bytes``) and one read more; while a
+request is answered, at most one head's worth of what comes next (beyond it the connection is
+*flooded*: the rest is read and dropped, so that the client leaving is still noticed, and the
+connection closes after the answer). A whole request must arrive within ``idle_timeout_s`` of
+the previous answer (or of connecting), and a client must take what is written to it within
+as long: a connection cannot be held open by sending nothing, or a byte at a time, or by
+reading nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import asyncio
 import contextlib
 import http
 import json
+import math
 import re
 import socket
 import struct
@@ -23,11 +33,19 @@ from dataclasses import dataclass
 from typing import Any
 
 
-__all__ = ["ClientGone", "Connection", "HttpError", "Request", "json_response", "response_head"]
+__all__ = [
+    "ClientGone",
+    "Connection",
+    "HttpError",
+    "IdleTimeout",
+    "Request",
+    "json_response",
+    "response_head",
+]
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers
 MAX_HEADERS = 100
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024  # the default limit of a request body
 _READ = 64 * 1024
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: method and header names
 
@@ -41,6 +59,12 @@ class HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class IdleTimeout(Exception):  # noqa: N818 - an event, not a failure of ours
+    """
+    No byte of a next request arrived within the idle timeout: close the connection quietly.
+    """
 
 
 class ClientGone(ConnectionError):  # noqa: N818 - an event, not a failure of ours
@@ -86,13 +110,43 @@ class Connection:
     Args:
         reader: The connection's stream reader.
         writer: The connection's stream writer.
+        max_body_bytes: The largest request body read (a larger one answers 413).
+        idle_timeout_s: Real seconds a whole request may take to arrive, counted from the
+            previous answer or the connection (``math.inf``: no limit); also how long a write
+            may wait for the client to read.
+
+    Attributes:
+        target: The method and path of the request being read, once its request line is.
+        headers: Its headers, once read whole (``{}`` before).
+        flooded: More than a head's worth arrived while a request was answered: the rest
+            was dropped and the connection takes no further request.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        idle_timeout_s: float = math.inf,
+    ) -> None:
         self.reader = reader
         self.writer = writer
         self.eof = False
+        self.flooded = False
+        self.target: tuple[str, str] | None = None
+        self.headers: dict[str, str] = {}
+        self.max_body_bytes = max_body_bytes
+        self._idle_s = None if math.isinf(idle_timeout_s) else idle_timeout_s
         self._buffer = bytearray()
+        self._began = False  # a byte of the request being read has arrived
+
+    @property
+    def buffered(self) -> int:
+        """
+        Bytes read from the client and not yet taken as part of a request.
+        """
+        return len(self._buffer)
 
     async def _fill(self) -> bool:
         """
@@ -107,7 +161,8 @@ class Connection:
         if not data:
             self.eof = True
             return False
-        self._buffer += data
+        if not self.flooded:  # a flooded connection only waits for EOF
+            self._buffer += data
         return True
 
     async def _line(self, limit: int, what: str) -> bytes:
@@ -133,19 +188,36 @@ class Connection:
         The next request, or ``None`` when the client closed the connection between requests.
 
         Raises:
-            HttpError: The request is malformed, too large, or uses what this server lacks.
+            HttpError: The request is malformed, too large, uses what this server lacks, or
+                did not arrive whole within the idle timeout (408).
+            IdleTimeout: No byte of it arrived within the idle timeout.
         """
+        self.target, self.headers, self._began = None, {}, False
+        if self.flooded:
+            return None
+        try:
+            async with asyncio.timeout(self._idle_s):
+                return await self._read_request()
+        except TimeoutError:
+            if not self._began:
+                raise IdleTimeout from None
+            msg = f"the request did not arrive whole within {self._idle_s:g} s"
+            raise HttpError(408, msg) from None
+
+    async def _read_request(self) -> Request | None:
         while not self._buffer:
             if not await self._fill():
                 return None
+        self._began = True
         line = (await self._line(MAX_HEAD_BYTES, "request")).decode("latin-1")
         parts = line.split(" ")
         if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
             raise HttpError(400, f"malformed request line {line[:80]!r}")
         method, target, version = parts
+        self.target = (method, target.split("?", 1)[0])
         if version not in ("HTTP/1.1", "HTTP/1.0"):
             raise HttpError(505, f"HTTP version {version[:20]!r} is not supported")
-        headers = await self._headers()
+        headers = self.headers = await self._headers()
         body = await self._body(headers)
         return Request(method, target.split("?", 1)[0], version, headers, body)
 
@@ -171,19 +243,24 @@ class Connection:
         length = headers.get("content-length")
         if coding is not None and length is not None:
             raise HttpError(400, "both Transfer-Encoding and Content-Length")
-        if headers.get("expect", "").lower() == "100-continue":
-            await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        # The interim 100 Continue only once the body is known to be acceptable: a client
+        # that waits for it must get the refusal instead, and need not send the body at all.
+        go_on = headers.get("expect", "").lower() == "100-continue"
         if coding is not None:
             if coding.strip().lower() != "chunked":
                 raise HttpError(501, f"Transfer-Encoding {coding[:40]!r} is not supported")
+            if go_on:
+                await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
             return await self._chunked()
         if length is None:
             return b""
         if not length.isdigit():
             raise HttpError(400, f"Content-Length {length[:40]!r} is not a number")
+        if len(length) > 20 or int(length) > self.max_body_bytes:
+            raise HttpError(413, f"the body is larger than {self.max_body_bytes} bytes")
         size = int(length)
-        if size > MAX_BODY_BYTES:
-            raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        if go_on and size > len(self._buffer):
+            await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
         return await self._exactly(size)
 
     async def _chunked(self) -> bytes:
@@ -194,8 +271,8 @@ class Connection:
                 size = int(line, 16)
             except ValueError:
                 raise HttpError(400, f"malformed chunk size {line[:20]!r}") from None
-            if size < 0 or len(body) + size > MAX_BODY_BYTES:
-                raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+            if size < 0 or len(body) + size > self.max_body_bytes:
+                raise HttpError(413, f"the body is larger than {self.max_body_bytes} bytes")
             if size == 0:
                 while await self._line(MAX_HEAD_BYTES, "trailer"):
                     pass
@@ -206,12 +283,15 @@ class Connection:
 
     async def watch_eof(self) -> None:
         """
-        Return when the client closes the connection; keep what it sends meanwhile.
+        Return when the client closes the connection; keep what it sends meanwhile (one head).
+
+        Beyond one head's worth the connection is flooded: what arrives is dropped, and the
+        connection takes no further request, but the client closing it is still noticed.
         """
-        while len(self._buffer) <= MAX_BODY_BYTES:
-            if not await self._fill():
-                return
-        await asyncio.Future()  # a client that floods a busy connection is not watched further
+        while await self._fill():
+            if len(self._buffer) > MAX_HEAD_BYTES and not self.flooded:
+                self.flooded = True
+                self._buffer.clear()
 
     async def send(self, data: bytes) -> None:
         """
@@ -225,7 +305,11 @@ class Connection:
             raise ClientGone(msg)
         try:
             self.writer.write(data)
-            await self.writer.drain()
+            async with asyncio.timeout(self._idle_s):
+                await self.writer.drain()
+        except TimeoutError:
+            msg = f"the client read nothing for {self._idle_s:g} s"
+            raise ClientGone(msg) from None
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone(str(exc) or type(exc).__name__) from exc
 

@@ -62,8 +62,9 @@ class ChatRequest:
 def _text_words(content: object) -> int:
     if isinstance(content, str):
         return len(content.split())
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        return sum(_text_words(p.get("text")) for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}, ...]
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        return sum(len(text.split()) for text in texts if isinstance(text, str))
     return 0
 
 
@@ -72,13 +73,21 @@ def parse_chat(body: bytes) -> ChatRequest:
     Read a chat-completions request body.
 
     Raises:
-        RequestError: The body is not a JSON object, or ``model``, ``messages``, ``stream`` or
+        RequestError: The body is not JSON, or not a JSON object that Python reads (nested too
+            deep, a number of more than 4300 digits), or ``model``, ``messages``, ``stream`` or
             ``max_tokens`` is missing or of the wrong type.
     """
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         msg = f"the body is not valid JSON: {exc}"
+        raise RequestError(msg) from None
+    except RecursionError:
+        msg = "the body nests arrays or objects too deep to read"
+        raise RequestError(msg) from None
+    except Exception as exc:  # e.g. ValueError: an integer of more than 4300 digits
+        reason = str(exc).split(";", 1)[0] or type(exc).__name__
+        msg = f"the body cannot be read as JSON: {reason}"
         raise RequestError(msg) from None
     if not isinstance(doc, dict):
         msg = f"the body must be a JSON object, got {type(doc).__name__}"

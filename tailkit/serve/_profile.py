@@ -187,7 +187,7 @@ class ServeConfig:
             stops, so that its answer can still reach the caller in time (0: at the deadline).
         own_budget_s: Profile seconds of budget the server gives itself per request, from
             when a worker takes it, ignoring the deadline the request carries ("two
-            clocks"). ``None``: honour the propagated deadline (DESIGN.md §3).
+            clocks"). ``None``: honour the propagated deadline.
     """
 
     models: dict[str, ModelProfile]

@@ -1,20 +1,15 @@
 """
 `Server`: an OpenAI-compatible chat-completions provider on loopback, with a tail and faults.
 
-The life of a chat request. It is read whole, then *received*: the server notes the time on
-the loop clock and on the wall clock, counts its ``Idempotency-Key``, and turns the
-``x-tailkit-*`` headers into a deadline (`deadline_from_headers`: the queueing before it
-arrived counts). A bad body answers 400 and an unknown model 404. Otherwise the request takes
-its draws from the server's one generator (`draw`: fault, stall, TTFT, speed, length), the
-model's tokens-per-minute bucket may refuse it (429 with ``Retry-After``), and the answer is
-sent on the drawn schedule, every sleep scaled by ``time_scale``.
+This module holds the sockets: listening, one task per connection, requests read one after
+another on it, and stopping. What a chat request does once read is in `_requests`.
 
-Three things can end the answer early, and each is watched at once: the deadline (not yet
-answered: 504; mid-stream: the stream is closed), the client closing its socket (a second
-task reads until EOF; a failed write counts too) and `Server.stop`. Either way the work is
-cancelled, the connection is closed when it cannot carry another request, and exactly one
-`AttemptRecord` is written: the access log is the call record, so ``tailkit ingest --format
-trace`` reads it next to the executor's ledger. Its times are real seconds.
+Every chat request is answered and recorded, whatever it holds: a request to the chat route
+that is not valid HTTP answers its 4xx and is recorded ``bad_http_request``, and a failure of
+the server's own (a bug) answers 500 and is recorded ``internal_error``. What a client can
+hold is bounded (`Limits`): a connection that sends no whole request within the idle timeout
+is closed, one over the connection cap is answered 503 at once, and a connection holds at
+most one request's bytes.
 """
 
 from __future__ import annotations
@@ -23,26 +18,26 @@ import asyncio
 import collections
 import contextlib
 import logging
-import math
 import os
-import random
-import time
-import uuid
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 from tailkit.errors import ConfigError
-from tailkit.executor._deadline import deadline_from_headers
 from tailkit.executor._ledger import AttemptRecord, CallbackSink, JsonlSink, Ledger, Sink
 from tailkit.serve import _openai as wire
-from tailkit.serve._draw import Draw, TokenBucket, draw
-from tailkit.serve._exchange import Exchange
-from tailkit.serve._http import ClientGone, Connection, HttpError, Request, json_response
+from tailkit.serve._http import (
+    ClientGone,
+    Connection,
+    HttpError,
+    IdleTimeout,
+    Request,
+    json_response,
+)
+from tailkit.serve._limits import Limits
 from tailkit.serve._profile import ServeConfig
-from tailkit.serve._stream import answer
+from tailkit.serve._requests import Requests
 
 
 __all__ = ["Server"]
@@ -50,7 +45,7 @@ __all__ = ["Server"]
 logger = logging.getLogger("tailkit.serve")
 
 
-class Server:
+class Server(Requests):
     """
     Serve the models of a `ServeConfig` over HTTP/1.1 on loopback, OpenAI style.
 
@@ -64,10 +59,20 @@ class Server:
         port: TCP port; 0 picks a free one (read `port` after `start`).
         access_log: A JSON-lines file that gets every request's record (appended).
         on_record: Called with every request's record, e.g. to assert on it in a test.
+        limits: Connection and memory bounds (`Limits`; ``None``: the defaults).
 
     Attributes:
-        records: Every chat request's `AttemptRecord`, in the order they ended.
-        seen_keys: How many times each ``Idempotency-Key`` arrived.
+        records: The latest chat requests' `AttemptRecord`, in the order they ended: at most
+            ``limits.keep_records`` (the access log and ``on_record`` get all of them).
+        counts: Chat requests recorded since the start, by status, counted as they end
+            (``counts.total()``: all of them, however many `records` still holds).
+        seen_keys: How many times each ``Idempotency-Key`` arrived, for the
+            ``limits.keep_keys`` most recently seen keys (a key longer than 256 characters is
+            kept as its start and a hash).
+        closed_early: Connections the server closed on its own, by cause: ``refused``
+            (``limits.max_connections`` were open; answered 503), ``idle`` (no request
+            within ``limits.idle_timeout_s``), ``flooded`` (more than a request head arrived
+            while a request was answered).
         port: The port it listens on, once started.
     """
 
@@ -79,24 +84,18 @@ class Server:
         port: int = 0,
         access_log: str | os.PathLike[str] | None = None,
         on_record: Callable[[AttemptRecord], None] | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        self.config = config
+        super().__init__(config, Limits() if limits is None else limits)
         self.host = host
         self.port = port
-        self.records: list[AttemptRecord] = []
-        self.seen_keys: collections.Counter[str] = collections.Counter()
+        self.closed_early: collections.Counter[str] = collections.Counter()
         self._access_log = access_log
         self._on_record = on_record
-        self._rng = random.Random(config.seed)  # noqa: S311 - a seeded simulation, not cryptography
-        self._buckets: dict[str, TokenBucket] = {}
         self._listener: asyncio.Server | None = None
-        self._ledger = Ledger()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._open = 0
         self._closing = False
-        self._run_id = uuid.uuid4().hex[:8]  # call ids stay unique across server runs
-        self._workers = None if config.workers is None else asyncio.Semaphore(config.workers)
-        self._count = 0
 
     @property
     def url(self) -> str:
@@ -175,11 +174,21 @@ class Server:
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - start_server runs each connection in a task
         self._tasks.add(task)
-        self._open += 1
-        conn = Connection(reader, writer)
+        limits = self.limits
+        over = self._open >= limits.max_connections
+        if not over:
+            self._open += 1
+        conn = Connection(
+            reader,
+            writer,
+            max_body_bytes=limits.max_body_bytes,
+            idle_timeout_s=limits.idle_timeout_s,
+        )
         try:
             try:
-                if not self._closing:
+                if over:
+                    await self._refuse_connection(conn)
+                elif not self._closing:
                     await self._serve(conn)
             except asyncio.CancelledError:
                 pass  # stop(); a task that ends cancelled is logged as failed by asyncio
@@ -187,12 +196,33 @@ class Server:
                 logger.exception(
                     "tailkit serve: a connection failed; it is closed, the server goes on"
                 )
+            if conn.flooded:
+                self.closed_early["flooded"] += 1
             await conn.close(abort=self._closing)
         except asyncio.CancelledError:  # stop() came while it was closing: drop it now
             writer.transport.abort()
         finally:
-            self._open -= 1
+            self._open -= 0 if over else 1
             self._tasks.discard(task)
+
+    async def _refuse_connection(self, conn: Connection) -> None:
+        """
+        Answer 503 without reading anything: ``max_connections`` are open.
+        """
+        self.closed_early["refused"] += 1
+        if self.closed_early["refused"] == 1:
+            logger.warning(
+                "tailkit serve: %d connections are open; more are refused (503) meanwhile",
+                self.limits.max_connections,
+            )
+        message = (
+            f"This server serves at most {self.limits.max_connections} connections at once; "
+            "try again later."
+        )
+        body = wire.error(message, "server_error", "too_many_connections")
+        data = json_response(503, body, keep_alive=False, headers=[("Retry-After", "1")])
+        with contextlib.suppress(ClientGone):
+            await conn.send(data)
 
     async def _serve(self, conn: Connection) -> None:
         """
@@ -201,19 +231,41 @@ class Server:
         while True:
             try:
                 request = await conn.read_request()
-            except HttpError as exc:
-                body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
-                with contextlib.suppress(ClientGone):
-                    await conn.send(json_response(exc.status, body, keep_alive=False))
-                return
-            if request is None:
-                return
-            try:
+                if request is None:
+                    return
                 keep_alive = await self._dispatch(conn, request)
+            except IdleTimeout:
+                self.closed_early["idle"] += 1
+                return
+            except HttpError as exc:
+                await self._bad_http(conn, exc)
+                return
             except ClientGone:
+                return
+            except Exception:  # a bug of ours: an answer all the same, not a dropped connection
+                logger.exception("tailkit serve: a request failed; answered 500")
+                body = wire.error("the server failed on this request", "server_error")
+                with contextlib.suppress(ClientGone):
+                    await conn.send(json_response(500, body, keep_alive=False))
                 return
             if not keep_alive or not request.keep_alive:
                 return
+
+    async def _bad_http(self, conn: Connection, exc: HttpError) -> None:
+        """
+        Answer a request that cannot be read; one to the chat route is recorded too.
+        """
+        body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
+        method, path = conn.target or ("", "")
+        if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
+            with contextlib.suppress(ClientGone):
+                await conn.send(json_response(exc.status, body, keep_alive=False))
+            return
+        ex = self._receive(Request(method, path, "HTTP/1.1", conn.headers, b""))
+        ex.keep_alive = False
+        await self._refuse(
+            conn, ex, exc.status, body, status="error", error_type="bad_http_request"
+        )
 
     async def _dispatch(self, conn: Connection, request: Request) -> bool:
         path = request.path.rstrip("/")
@@ -229,193 +281,3 @@ class Server:
             body = wire.error(f"no route {request.path[:100]!r}", "invalid_request_error")
         await conn.send(json_response(status, body, keep_alive=request.keep_alive))
         return True
-
-    def _receive(self, request: Request) -> Exchange:
-        loop_now, wall = asyncio.get_running_loop().time(), time.time()
-        deadline = deadline_from_headers(request.headers, now_mono=loop_now, now_wall=wall)
-        deadline -= self.config.deadline_margin_s * self.config.time_scale  # time to answer back
-        if self.config.own_budget_s is not None:  # two clocks: its own budget, from now
-            deadline = loop_now + self.config.own_budget_s * self.config.time_scale
-        key = request.headers.get("idempotency-key", "")
-        attempt = self.seen_keys[key] if key else 0
-        if key:
-            self.seen_keys[key] += 1
-        self._count += 1
-        return Exchange(
-            call_id=f"{self._run_id}-{self._count:06d}",
-            received=loop_now,
-            started_at=datetime.fromtimestamp(wall, UTC),
-            wall=wall,
-            deadline=deadline,
-            key=key,
-            attempt=attempt,
-            keep_alive=request.keep_alive,
-        )
-
-    async def _refuse(
-        self,
-        conn: Connection,
-        ex: Exchange,
-        http_status: int,
-        body: dict[str, Any],
-        *,
-        status: str,
-        error_type: str,
-        headers: list[tuple[str, str]] | None = None,
-    ) -> bool:
-        """
-        Answer at once with an error, and record it.
-        """
-        ex.http_status = http_status
-        data = json_response(http_status, body, keep_alive=ex.keep_alive, headers=headers)
-        try:
-            await conn.send(data)
-        except ClientGone:
-            ex.keep_alive, ex.client_gone = False, True
-        now = asyncio.get_running_loop().time()
-        self._record(ex, status=status, error_type=error_type, ended=now)
-        return ex.keep_alive
-
-    async def _chat(self, conn: Connection, request: Request) -> bool:
-        """
-        Answer one chat-completions request and record it; whether the connection stays open.
-
-        With ``workers``, the request first waits for a worker (its clock starts then).
-        """
-        if self._workers is None:
-            return await self._chat_now(conn, request)
-        async with self._workers:
-            return await self._chat_now(conn, request)
-
-    async def _chat_now(self, conn: Connection, request: Request) -> bool:
-        ex = self._receive(request)
-        try:
-            chat = wire.parse_chat(request.body)
-        except wire.RequestError as exc:
-            body = wire.error(str(exc), "invalid_request_error", "invalid_request", exc.param)
-            return await self._refuse(
-                conn, ex, 400, body, status="error", error_type="invalid_request"
-            )
-        ex.model, ex.stream, ex.prompt_tokens = chat.model, chat.stream, chat.prompt_tokens
-        profile = self.config.models.get(chat.model)
-        if profile is None:
-            message = f"The model {chat.model!r} does not exist; this server has: " + ", ".join(
-                self.config.models
-            )
-            body = wire.error(message, "invalid_request_error", "model_not_found", "model")
-            return await self._refuse(
-                conn, ex, 404, body, status="error", error_type="model_not_found"
-            )
-        scale = self.config.time_scale
-        drawn = draw(self._rng, profile, time_scale=scale, max_tokens=chat.max_tokens)
-        ex.stalled = drawn.stalled
-        if drawn.intended_total_s is not None:  # a replay: what its timing error is measured by
-            ex.attrs["intended_ttft_s"] = drawn.intended_ttft_s
-            ex.attrs["intended_total_s"] = drawn.intended_total_s
-        if profile.faults.tpm_limit is not None:
-            if chat.model not in self._buckets:  # full when the model is first asked
-                self._buckets[chat.model] = TokenBucket(
-                    profile.faults.tpm_limit, time_scale=scale, now=ex.received
-                )
-            cost = chat.prompt_tokens + drawn.tokens
-            if (wait_s := self._buckets[chat.model].take(cost, ex.received)) > 0:
-                return await self._rate_limited(conn, ex, profile.faults.tpm_limit, wait_s)
-        ex.fault = drawn.fault
-        return await self._work(conn, ex, chat, drawn)
-
-    async def _rate_limited(
-        self, conn: Connection, ex: Exchange, tokens_per_minute: int, wait_s: float
-    ) -> bool:
-        retry_ms = max(math.ceil(wait_s * 1000), 1)
-        message = (
-            f"Rate limit reached for {ex.model}: {tokens_per_minute} tokens per minute. "
-            f"Please try again in {retry_ms / 1000:g}s."
-        )
-        body = wire.error(message, "requests", "rate_limit_exceeded")
-        headers = [("Retry-After", f"{retry_ms / 1000:g}"), ("retry-after-ms", str(retry_ms))]
-        ex.attrs["retry_after_s"] = retry_ms / 1000
-        return await self._refuse(
-            conn, ex, 429, body, status="rate_limited", error_type="rate_limit_exceeded",
-            headers=headers,
-        )  # fmt: skip
-
-    async def _answer(
-        self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
-    ) -> None:
-        chunk_tokens = self.config.models[chat.model].chunk_tokens
-        status, error_type = await answer(conn, ex, chat, d, chunk_tokens=chunk_tokens)
-        # Recorded before this task yields again: a client in this process that has read the
-        # whole answer finds its record in `records`.
-        tokens = d.tokens if status in ("ok", "invalid") else None
-        now = asyncio.get_running_loop().time()
-        self._record(ex, status=status, error_type=error_type, ended=now, tokens=tokens)
-
-    async def _work(self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw) -> bool:
-        """
-        Send the drawn answer, racing the deadline and the client's EOF.
-        """
-        loop = asyncio.get_running_loop()
-        work = asyncio.create_task(self._answer(conn, ex, chat, d))
-        # Two clocks: a tool on its own budget does not notice the caller leaving.
-        own_clock = self.config.own_budget_s is not None
-        watch = asyncio.create_task(asyncio.Event().wait() if own_clock else conn.watch_eof())
-        # A hung server honours nothing: only the client (or stop) ends a hang or a stall.
-        honours = d.fault not in ("hang", "stall_mid") and math.isfinite(ex.deadline)
-        timeout = max(ex.deadline - loop.time(), 0.0) if honours else None
-        try:
-            done, _ = await asyncio.wait(
-                {work, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            now = loop.time()
-        except asyncio.CancelledError:  # stop(): unless the answer made it out first
-            ex.keep_alive = False
-            self._record(ex, status="cancelled", error_type="server_stopped", cut=loop.time())
-            raise
-        finally:
-            for task in (work, watch):
-                task.cancel()
-            await asyncio.gather(work, watch, return_exceptions=True)
-        failure = work.exception() if work in done else None
-        if work in done and failure is None:
-            pass  # recorded by _answer
-        elif own_clock and isinstance(failure, ClientGone):
-            # the work is done on the tool's clock; only the answer found nobody to take it
-            ex.keep_alive, ex.client_gone = False, True
-            self._record(ex, status="ok", error_type=None, ended=now, tokens=d.tokens)
-        elif failure is not None and not isinstance(failure, ClientGone):
-            logger.error("tailkit serve: request %s failed", ex.call_id, exc_info=failure)
-            ex.keep_alive = False
-            self._record(ex, status="error", error_type=type(failure).__name__, ended=now)
-        elif work in done or watch in done:
-            ex.keep_alive, ex.client_gone = False, True
-            self._record(ex, status="timeout", error_type="client_gone", cut=now)
-        else:
-            await self._deadline_passed(conn, ex, now)
-        return ex.keep_alive
-
-    async def _deadline_passed(self, conn: Connection, ex: Exchange, now: float) -> None:
-        if ex.http_status is None:  # nothing sent yet: say so
-            message = (
-                f"The request's deadline ({ex.deadline - ex.received:.3f} s after receipt) "
-                "passed before the answer was ready."
-            )
-            body = wire.error(message, "timeout", "deadline_exceeded")
-            ex.http_status = 504
-            try:
-                await conn.send(json_response(504, body, keep_alive=ex.keep_alive))
-            except ClientGone:
-                ex.keep_alive, ex.client_gone = False, True
-        else:  # mid-stream: the stream ends without [DONE]
-            ex.keep_alive = False
-        self._record(ex, status="timeout", error_type="deadline_exceeded", cut=now)
-
-    def _record(self, ex: Exchange, **outcome: Any) -> None:
-        """
-        Write the request's one access-log record (see `Exchange.record`).
-        """
-        if ex.recorded:  # exactly one record per request
-            return
-        ex.recorded = True
-        record = ex.record(**outcome)
-        self.records.append(record)
-        self._ledger.write(record)
