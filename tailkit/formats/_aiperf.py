@@ -28,21 +28,21 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tailkit.formats import _lines as lines
 from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._scrub import scrub
 from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
 from tailkit.formats._vllm_bench import error_columns, fixed_layout
 
 
 NAME = "aiperf"
-_MAX_LINE = 64 * 1024 * 1024
+_MAX_LINE = lines.MAX_LINE
 _FIELDS = ("metadata", "metrics", "error", "model_name")
 _MAPPED_METRICS = (
     "time_to_first_token", "request_latency", "input_sequence_length", "output_sequence_length",
     "error_isl",
 )  # fmt: skip
 _WHY = "AIPerf per-request records (metadata.request_start_ns and metrics)"
-# json_type() raises on invalid JSON, and SQL's AND/OR do not short-circuit: guard with CASE.
-_IS_OBJECT = "CASE WHEN json_valid(line) THEN json_type(line) = 'OBJECT' ELSE false END"
 
 Ref = Callable[[str], str]
 
@@ -68,13 +68,6 @@ def detect(text: str, first: object | None) -> str | None:
     if head.startswith("{") and '"request_start_ns"' in line and '"metrics"' in line:
         return _WHY
     return None
-
-
-def _lines(path: str) -> str:
-    return (
-        f"read_csv({literal(path)}, columns={{'line': 'VARCHAR'}}, delim='\x01', quote='', "
-        f"escape='', header=false, auto_detect=false, max_line_size={_MAX_LINE})"
-    )
 
 
 def _seconds(value: str, unit: str) -> str:
@@ -227,12 +220,6 @@ class Aiperf:
             f"read_json({literal(path)}, format='newline_delimited', columns={struct}, "
             f"maximum_object_size={_MAX_LINE})"
         )
-        shape = json.dumps(dict.fromkeys(_FIELDS, "JSON"))
-        lines = (
-            f"(SELECT _line, _obj, json_transform(CASE WHEN _obj THEN _line END, "
-            f"{literal(shape)}) AS _j FROM (SELECT line AS _line, {_IS_OBJECT} "
-            f"AS _obj FROM {_lines(path)} WHERE trim(line) <> ''))"
-        )
 
         def build(ref: Ref, source: str, **kw: Any) -> str:
             raw = fixed_layout(options, _columns(ref), self.name)
@@ -245,18 +232,12 @@ class Aiperf:
             ),
             fallback_sql=build(
                 lambda k: f"_j.{ident(k)}",
-                lines,
-                raw_text="_line",
-                row_problem=(
-                    "malformed_json",
-                    "NOT _obj",
-                    "'line is not a JSON object: ' || left(_line, 60)",
-                ),
+                lines.forgiving_source(path, dict.fromkeys(_FIELDS, "JSON")),
+                raw_text=scrub("_line"),
+                row_problem=lines.ROW_PROBLEM,
+                row_number="_tk_rec",
             ),
-            raw_lines_sql=(
-                f"SELECT row_number() OVER () AS record, line FROM {_lines(path)} "
-                "WHERE trim(line) <> ''"
-            ),
+            raw_lines_sql=lines.raw_lines_sql(path),
             has_call_id=True,
             units_known=True,
             notes=_notes(options),

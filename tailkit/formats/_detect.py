@@ -87,7 +87,7 @@ def _parquet(path: Path, detectors: Sequence[Detector]) -> Detected:
 def _specific(text: str, detectors: Sequence[Detector]) -> Detected | None:
     try:
         first: object | None = json.loads(text.split("\n", 1)[0])
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python parses: the reader's job
         first = None
     for d in detectors:
         why = d.text(text, first) if d.text is not None else None
@@ -168,6 +168,8 @@ def detect_format(path: Path, head: bytes, detectors: Sequence[Detector] = ()) -
         first = text.split("\n", 1)[0]
         try:
             obj = json.loads(first)
+        except RecursionError:  # a JSON line nested deeper than Python parses
+            return Detected("jsonl", "one JSON object per line")
         except ValueError:
             return Detected("json", "JSON objects spanning several lines")
         if isinstance(obj, dict) and all(key in obj for key in DETECT_KEYS):

@@ -6,7 +6,8 @@ read with an explicit type. JSON is read fast with the types a sample suggests; 
 does not fit, the file is read again through a forgiving path (text columns, line by line for
 JSON lines) where each bad value becomes a reject instead of a failed read. CSV is read as text
 with the reader's own rejects kept; Parquet with its own types. Columns that map to nothing are
-kept in ``attrs``.
+kept in ``attrs``, except those named like credentials or message content (``api_key``,
+``authorization``, ``messages``, ``prompt``, …: `tailkit.formats._scrub`), which are not read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tailkit.formats import _lines as lines
 from tailkit.formats._mapping import (
     Scan,
     ScanOptions,
@@ -23,15 +25,11 @@ from tailkit.formats._mapping import (
     read_type,
     resolve_columns,
 )
+from tailkit.formats._scrub import CONTENT_KEYS, is_private, scrub
 from tailkit.formats._sql import ident, literal, normalize_sql
 
 
-_MAX_LINE = 64 * 1024 * 1024
-_SNIFF_LINE = 2 * 1024 * 1024  # a bigger buffer makes the sniff read far more than its sample
-_SAMPLE = 10_000
-# json_type() raises on invalid JSON, and SQL's AND/OR do not short-circuit: guard with CASE.
-_IS_OBJECT = "CASE WHEN json_valid(line) THEN json_type(line) = 'OBJECT' ELSE false END"
-_JSON_TYPES = {"UBIGINT": "BIGINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN"}
+_MAX_LINE = lines.MAX_LINE
 
 
 def _struct(columns: Mapping[str, str]) -> str:
@@ -71,30 +69,20 @@ class JsonLines:
 
     name = "jsonl"
 
-    def _lines(self, path: str, max_line: int = _MAX_LINE) -> str:
-        return (
-            f"read_csv({literal(path)}, columns={{'line': 'VARCHAR'}}, delim='\x01', quote='', "
-            f"escape='', header=false, auto_detect=false, max_line_size={max_line})"
-        )
-
     def sniff_sql(self, path: str) -> str:
         """
-        SQL for the merged JSON structure of the first 10,000 objects (bad lines skipped).
+        SQL for the top-level keys and types of the first 10,000 objects (bad lines skipped).
         """
-        return (
-            f"SELECT json_group_structure(line::JSON) FROM (SELECT line FROM "
-            f"{self._lines(path, _SNIFF_LINE)} LIMIT {_SAMPLE}) WHERE {_IS_OBJECT}"
-        )
+        return lines.sniff_sql(path)
 
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Fast path through ``read_json`` with sniffed types; a line-by-line path for the rest.
+
+        Columns named like credentials or message content that map to nothing are not read
+        (`tailkit.formats._scrub`), and are cut from a rejected line's text too.
         """
-        structure = json.loads(sniffed[0][0]) if sniffed and sniffed[0][0] else {}
-        keys = [
-            (k, _JSON_TYPES.get(v, "VARCHAR") if isinstance(v, str) else "JSON")
-            for k, v in structure.items()
-        ]
+        keys, private = _public(path, lines.sniffed_types(sniffed), options)
         typed = _typed(path, keys, options, text=False)
         fast = (
             f"read_json({literal(path)}, format='newline_delimited', columns={_struct(typed)}, "
@@ -102,28 +90,18 @@ class JsonLines:
         )
         select, has_id, notes = _scan(path, fast, typed, options)
         text = _typed(path, keys, options, text=True)
-        shape = "{" + ", ".join(f'"{k}": "{v}"' for k, v in text.items()) + "}"
-        lines = (
-            f"(SELECT _line, _obj, json_transform(CASE WHEN _obj THEN _line END, "
-            f"{literal(shape)}) AS _j FROM (SELECT line AS _line, {_IS_OBJECT} "
-            f"AS _obj FROM {self._lines(path)} WHERE trim(line) <> ''))"
-        )
         fallback, _, _ = _scan(
-            path, lines, text, options,
+            path, lines.forgiving_source(path, text), text, options,
             ref=lambda k: f"_j.{ident(k)}",
-            raw_text="_line",
-            row_problem=(
-                "malformed_json", "NOT _obj", "'line is not a JSON object: ' || left(_line, 60)"
-            ),
+            raw_text=scrub("_line", private),
+            row_problem=lines.ROW_PROBLEM,
+            row_number="_tk_rec",
         )  # fmt: skip
         return Scan(
             format=self.name,
             select_sql=select,
             fallback_sql=fallback,
-            raw_lines_sql=(
-                f"SELECT row_number() OVER () AS record, line FROM {self._lines(path)} "
-                "WHERE trim(line) <> ''"
-            ),
+            raw_lines_sql=lines.raw_lines_sql(path, private),
             has_call_id=has_id,
             notes=notes,
         )
@@ -138,25 +116,75 @@ class JsonDocument:
 
     def sniff_sql(self, path: str) -> str:
         """
-        SQL describing the columns and types DuckDB's JSON reader finds.
+        SQL for the top-level keys and types of the document's objects (other items skipped).
         """
-        return f"DESCRIBE SELECT * FROM read_json({literal(path)}, maximum_object_size={_MAX_LINE})"
+        return (
+            "SELECT e.key, CASE WHEN json_type(e.value) = 'VARCHAR' THEN e.value->>'$' "
+            "ELSE 'JSON' END FROM (SELECT unnest(map_entries(CAST(s AS MAP(VARCHAR, JSON)))) "
+            f"AS e FROM (SELECT json_group_structure(_item) AS s FROM {_items(path)} "
+            "WHERE json_type(_item) = 'OBJECT'))"
+        )
 
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
-        Read the document with sniffed types; as text if a value does not fit them.
+        Read the document with sniffed types; item by item if a value or an item does not fit.
         """
-        columns = [(str(r[0]), str(r[1])) for r in sniffed]
-        scans = []
-        for text in (False, True):
-            typed = _typed(path, columns, options, text=text)
-            source = (
-                f"read_json({literal(path)}, columns={_struct(typed)}, "
-                f"maximum_object_size={_MAX_LINE})"
-            )
-            scans.append(_scan(path, source, typed, options))
-        (select, has_id, notes), (fallback, _, _) = scans
+        keys, private = _public(path, lines.sniffed_types(sniffed), options)
+        typed = _typed(path, keys, options, text=False)
+        fast = (
+            f"read_json({literal(path)}, columns={_struct(typed)}, maximum_object_size={_MAX_LINE})"
+        )
+        select, has_id, notes = _scan(path, fast, typed, options)
+        text = _typed(path, keys, options, text=True)
+        shape = literal(json.dumps(text))
+        source = (
+            "(SELECT _tk_rec, _item::VARCHAR AS _line, _item AS _parsed, "
+            "coalesce(json_type(_item) = 'OBJECT', false) AS _obj, "
+            f"json_transform(CASE WHEN json_type(_item) = 'OBJECT' THEN _item END, {shape}) AS _j "
+            f"FROM {_items(path)})"
+        )
+        fallback, _, _ = _scan(
+            path, source, text, options,
+            ref=lambda k: f"_j.{ident(k)}",
+            raw_text=scrub("_line", private),
+            row_problem=(
+                "not_an_object", "NOT _obj",
+                "'item ' || _tk_rec || ' is not a JSON object: ' || left(_line, 60)",
+            ),
+            row_number="_tk_rec",
+        )  # fmt: skip
         return Scan(self.name, select, fallback_sql=fallback, has_call_id=has_id, notes=notes)
+
+
+def _items(path: str) -> str:
+    """
+    ``(_tk_rec, _item)``: each element of each top-level array, or each top-level value.
+    """
+    docs = (
+        f"(SELECT row_number() OVER () AS _tk_doc, json FROM read_json({literal(path)}, "
+        f"format='auto', records=false, columns={{'json': 'JSON'}}, "
+        f"maximum_object_size={_MAX_LINE}))"
+    )
+    return (
+        "(SELECT row_number() OVER (ORDER BY _tk_doc, _e.i) AS _tk_rec, _e.x AS _item FROM "
+        "(SELECT _tk_doc, unnest(list_transform(CASE WHEN json_type(json) = 'ARRAY' THEN "
+        "CAST(json AS JSON[]) ELSE [json] END, lambda x, i: {'i': i, 'x': x})) AS _e "
+        f"FROM {docs}))"
+    )
+
+
+def _public(
+    path: str, keys: Sequence[tuple[str, str]], options: ScanOptions
+) -> tuple[list[tuple[str, str]], set[str]]:
+    """
+    The columns to read, and the private ones not to (credentials, message content).
+
+    A private-looking column that ``--map`` or its name assigns to the call record is read.
+    """
+    assigned = set(assign_columns(path, [k for k, _ in keys], options).values())
+    private = {k for k, _ in keys if k not in assigned and is_private(k)}
+    private |= {k for k in CONTENT_KEYS if k not in assigned}
+    return [(k, t) for k, t in keys if k not in private], private
 
 
 class Csv:
@@ -194,7 +222,8 @@ class Csv:
             f"rejects_scan={literal(self.rejects_scan)}, rejects_limit=0, "
             f"max_line_size={_MAX_LINE})"
         )
-        select, has_id, notes = _scan(path, source, typed, options)
+        public, _ = _public(path, list(typed.items()), options)
+        select, has_id, notes = _scan(path, source, dict(public), options)
         # The reader may log several errors for one line: keep the first, one reject per row.
         rejects = (
             "SELECT line - 1 AS record, 'malformed_row' AS reason, "
@@ -234,7 +263,8 @@ class Parquet:
         """
         typed = {str(r[0]): str(r[1]) for r in sniffed}
         source = f"read_parquet({literal(path)}, file_row_number=true)"
+        public, _ = _public(path, list(typed.items()), options)
         select, has_id, notes = _scan(
-            path, source, typed, options, row_number="file_row_number + 1"
+            path, source, dict(public), options, row_number="file_row_number + 1"
         )
         return Scan(self.name, select, has_call_id=has_id, notes=notes)

@@ -144,6 +144,7 @@ class Helicone:
             fields=_FIELDS,
             columns=_columns,
             drop=_MAPPED | _CONTENT,
+            content=_CONTENT,
             duration_scale=1000.0,
             notes=("durations read as milliseconds",),
         )

@@ -156,6 +156,8 @@ def shape_of(path: str) -> Shape:
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     try:
         json.loads(text.split("\n", 1)[0])
+    except RecursionError:  # a value nested deeper than Python parses is still one line
+        return "lines"
     except ValueError:
         return "document"
     return "lines"

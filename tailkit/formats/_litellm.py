@@ -22,37 +22,28 @@ field, a fast ``read_json`` pass and a line-by-line fallback that rejects broken
 
 from __future__ import annotations
 
-import json
-
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tailkit.errors import MappingError
+from tailkit.formats import _lines as lines
 from tailkit.formats._generic import JsonLines
 from tailkit.formats._mapping import Scan, ScanOptions, check_options
-from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
+from tailkit.formats._scrub import is_secret, scrub, scrub_json
+from tailkit.formats._sql import REJECT_STATUS, RawColumn, ident, literal, normalize_sql
 
 
-_MAX_LINE = 64 * 1024 * 1024
-_IS_OBJECT = "CASE WHEN json_valid(line) THEN json_type(line) = 'OBJECT' ELSE false END"
+_MAX_LINE = lines.MAX_LINE
 
 Ref = Callable[[str], str]
 """Turns a JSON key into SQL over the scan (its value as VARCHAR, or JSON for nested keys)."""
-
-
-def _lines(path: str) -> str:
-    return (
-        f"read_csv({literal(path)}, columns={{'line': 'VARCHAR'}}, delim='\x01', quote='', "
-        f"escape='', header=false, auto_detect=false, max_line_size={_MAX_LINE})"
-    )
 
 
 def sniffed_keys(sniffed: Sequence[tuple[Any, ...]]) -> list[str]:
     """
     The top-level keys of the objects sampled by `JsonLines.sniff_sql`, in order.
     """
-    structure = json.loads(sniffed[0][0]) if sniffed and sniffed[0][0] else {}
-    return list(structure) if isinstance(structure, dict) else []
+    return [key for key, _ in lines.sniffed_types(sniffed)]
 
 
 def refuse_mapping(name: str, options: ScanOptions, *, unit: str) -> None:
@@ -83,6 +74,7 @@ def json_lines_scan(
     fields: Mapping[str, str],
     columns: Callable[[Ref], dict[str, RawColumn]],
     drop: frozenset[str],
+    content: frozenset[str],
     duration_scale: float,
     notes: tuple[str, ...] = (),
 ) -> Scan:
@@ -96,14 +88,17 @@ def json_lines_scan(
         name: The format name (the rows' ``source``).
         fields: Every key the format reads → ``VARCHAR`` or ``JSON``.
         columns: Given a `Ref`, the source of each call-record column.
-        drop: Keys kept out of ``attrs`` (message content, keys already mapped).
+        drop: Keys kept out of ``attrs`` (keys already mapped, and ``content``).
+        content: Keys that hold message content: cut from rejected lines too, as are keys
+            named like credentials, at any depth (`tailkit.formats._scrub`).
         duration_scale: Divide durations by this for seconds (1000 for milliseconds).
         notes: Phrases for the user.
     """
     extra_keys: list[str] = []
     seen = {k.lower() for k in fields}
+    private = {k for k in sniffed_keys(sniffed) if is_secret(k)} | content
     for key in sniffed_keys(sniffed):
-        if key and key.lower() not in seen and key not in drop:
+        if key and key.lower() not in seen and key not in drop and key not in private:
             extra_keys.append(key)
             seen.add(key.lower())
     typed = {**fields, **dict.fromkeys(extra_keys, "JSON")}
@@ -113,19 +108,20 @@ def json_lines_scan(
         for target, value in options.sets.items():
             raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
         extras = [(k, ref(k)) for k in (*fields, *extra_keys) if k not in drop]
-        return normalize_sql(
+        sql = normalize_sql(
             kw.pop("source"), raw, extras=extras, duration_scale=duration_scale, **kw
         )
+        # Nested objects (metadata, hidden_params) may hold credentials under their own names:
+        # one pass over each stored row's attrs (a rejected row's raw is scrubbed as it is made).
+        kept = (
+            f"CASE WHEN status = {literal(REJECT_STATUS)} THEN attrs ELSE {scrub_json('attrs')} END"
+        )
+        return f"SELECT * REPLACE ({kept} AS attrs) FROM ({sql}) AS _tk_scrubbed"
 
     struct = "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in typed.items()) + "}"
     fast = (
         f"read_json({literal(path)}, format='newline_delimited', columns={struct}, "
         f"maximum_object_size={_MAX_LINE})"
-    )
-    lines = (
-        f"(SELECT _line, _obj, json_transform(CASE WHEN _obj THEN _line END, "
-        f"{literal(json.dumps(typed))}) AS _j FROM (SELECT line AS _line, {_IS_OBJECT} "
-        f"AS _obj FROM {_lines(path)} WHERE trim(line) <> ''))"
     )
     return Scan(
         units_known=True,
@@ -133,18 +129,12 @@ def json_lines_scan(
         select_sql=build(ident, source=fast),
         fallback_sql=build(
             lambda k: f"_j.{ident(k)}",
-            source=lines,
-            raw_text="_line",
-            row_problem=(
-                "malformed_json",
-                "NOT _obj",
-                "'line is not a JSON object: ' || left(_line, 60)",
-            ),
+            source=lines.forgiving_source(path, typed),
+            raw_text=scrub("_line", private),
+            row_problem=lines.ROW_PROBLEM,
+            row_number="_tk_rec",
         ),
-        raw_lines_sql=(
-            f"SELECT row_number() OVER () AS record, line FROM {_lines(path)} "
-            "WHERE trim(line) <> ''"
-        ),
+        raw_lines_sql=lines.raw_lines_sql(path, private),
         has_call_id=True,
         notes=notes,
     )
@@ -351,6 +341,7 @@ class Litellm:
             fields=_FIELDS,
             columns=lambda ref: _columns(ref, spend_logs=spend_logs),
             drop=_MAPPED | _CONTENT,
+            content=_CONTENT,
             duration_scale=1.0,
             notes=(f"read as LiteLLM {shape}",),
         )
