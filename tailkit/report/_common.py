@@ -8,7 +8,9 @@ import io
 import math
 import textwrap
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 
@@ -73,9 +75,45 @@ def finish(fig: MplFigure, *, name: str, title: str, caption: str) -> Figure:
     # wrap to the figure's width (~10 characters per inch at 12 pt bold): never clipped
     width = max(int(fig.get_figwidth() * 10), 40)
     fig.suptitle(textwrap.fill(title, width), fontsize=12, fontweight="bold")
+    literal_text(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return Figure(name=name, title=title, caption=caption, png=buf.getvalue())
+
+
+def literal_text(fig: MplFigure) -> None:
+    r"""
+    Show every text of ``fig`` as written: a model named ``$\bad{x}$`` is a name, not math.
+
+    Names come from the user's data, and matplotlib typesets text between two ``$`` as math
+    (failing on unknown commands). Titles, labels, legends and annotations exist by now: math
+    is turned off for each. Tick labels are written at draw time by the axis's formatter: the
+    formatters that show given labels (``set_yticks(y, names)``, categories) or our own plain
+    numbers are wrapped to escape ``$`` (``\$`` is a literal ``$`` outside math); the numeric
+    ones are left alone, since the log axes' ``10^{-2}`` is math on purpose.
+    """
+    from matplotlib.axis import Axis, Tick
+    from matplotlib.category import StrCategoryFormatter
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    texts = fig.findobj(Text)  # first: listing an axis's children makes its ticks
+    by_formatters = {id(ax.offsetText) for ax in fig.findobj(Axis)}
+    for tick in fig.findobj(Tick):
+        by_formatters.update((id(tick.label1), id(tick.label2)))
+    for axis in fig.findobj(Axis):
+        major, minor = axis.get_major_formatter(), axis.get_minor_formatter()
+        if isinstance(major, FixedFormatter | FuncFormatter | StrCategoryFormatter):
+            axis.set_major_formatter(FuncFormatter(partial(_escaped, major)))
+        if isinstance(minor, FixedFormatter | FuncFormatter | StrCategoryFormatter):
+            axis.set_minor_formatter(FuncFormatter(partial(_escaped, minor)))
+    for text in texts:
+        if id(text) not in by_formatters:
+            text.set_parse_math(False)
+
+
+def _escaped(formatter: Callable[[float, int | None], str], x: float, pos: int | None) -> str:
+    return str(formatter(x, pos)).replace("$", r"\$")
 
 
 def short(value: Any, width: int = 26) -> str:
