@@ -21,6 +21,7 @@ from tailkit.simulate import (
     RouteSample,
     SampleKey,
     SimResult,
+    check_run_count,
     load_samples,
     route_tail_kinds,
     workflow_model,
@@ -131,8 +132,11 @@ def calibrate(
 
     Raises:
         ThinSampleError: A step's route has too few calls in its bucket.
-        ConfigError: An override is out of range.
+        ConfigError: An override is out of range, or a number of runs above `MAX_RUNS`.
     """
+    check_run_count(runs, name="--runs")
+    check_run_count(check_runs, name="--check-runs")
+    check_run_count(replicate_runs, name="replicate_runs")
     if budget is not None and not 0.0 <= budget <= 1.0:
         msg = f"--budget must be between 0 and 1 (extra attempts per first attempt), got {budget}"
         raise ConfigError(msg)

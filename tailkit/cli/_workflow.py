@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
-import tempfile
+import secrets
+import stat
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -51,15 +53,34 @@ def _console() -> Console:
 def write_atomically(path: Path, text: str) -> None:
     """
     Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place).
+
+    The file gets the mode any new file gets (0666 less the umask), or keeps the mode it had:
+    the temporary file is made with ``os.open`` and mode 0666, not ``mkstemp``'s 0600, so a
+    plan that others read (the executor's service account, a CI job) stays readable.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        keep: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        keep = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)  # the umask applies, as to any new file
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 48 random bits
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if keep is not None:
+                os.fchmod(handle.fileno(), keep)
             handle.write(text)
-        Path(tmp).replace(path)
+        tmp.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -138,6 +159,8 @@ def calibrate(
         write_atomically(out, dump_plan(found.plan))
     except TailkitError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"{out}: cannot write the plan: {exc.strerror or exc}: choose another --out")
     if as_json:
         typer.echo(json.dumps(_calibration_json(found, policies, out), indent=2))
         return
@@ -181,10 +204,11 @@ def simulate(
         tailkit simulate plan.yaml --runs 200000
     """
     from tailkit.config import load_plan
-    from tailkit.simulate import compare_policies, load_samples
+    from tailkit.simulate import check_run_count, compare_policies, load_samples
 
     buckets = buckets_of(input_edges, output_edges)
     try:
+        check_run_count(runs, name="--runs")
         plan = load_plan(plan_file)
         with Store.open(db, read_only=True) as store:
             samples = load_samples(

@@ -7,6 +7,8 @@ are none, sequential retry, hedge, downgrade and fail at a (deadline-aware) cuto
 is simulated at once with numpy; only steps are looped over.
 """
 
+from tailkit.simulate._api import MAX_RUNS as MAX_RUNS
+from tailkit.simulate._api import check_run_count as check_run_count
 from tailkit.simulate._api import compare_policies as compare_policies
 from tailkit.simulate._api import simulate as simulate
 from tailkit.simulate._api import simulate_model as simulate_model
@@ -35,6 +37,7 @@ from tailkit.simulate._sample import RouteSample as RouteSample
 
 __all__ = [
     "DEFAULT_MIN_CALLS",
+    "MAX_RUNS",
     "POLICIES",
     "POLICY_TITLES",
     "Draws",
@@ -47,6 +50,7 @@ __all__ = [
     "StepSummary",
     "ThinSampleError",
     "WorkflowModel",
+    "check_run_count",
     "compare_policies",
     "load_samples",
     "policy_model",
