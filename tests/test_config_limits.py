@@ -108,3 +108,17 @@ def test_the_alias_bound_is_exact(copies: int, refused: bool) -> None:
         parse_plan(text, source="p.yaml")
 
     assert ("through aliases" in str(caught.value)) is refused
+
+
+def test_safe_load_bounded_refuses_a_bomb_and_reads_the_rest_as_safe_load() -> None:
+    """
+    The loader other YAML inputs can share: the same bound, else what yaml.safe_load gives.
+    """
+    import yaml
+
+    from tailkit._config._yaml import safe_load_bounded
+
+    with pytest.raises(ConfigError, match=r"^profile.yaml:5: the aliases up to this \*d "):
+        safe_load_bounded(_bomb(merge=True), "profile.yaml")
+    text = "d: &d {a: 1, b: [x, 2.5]}\nm: {<<: *d, b: 3}\nl: [*d, *d]\n"
+    assert safe_load_bounded(text, "p.yaml") == yaml.safe_load(text)

@@ -81,6 +81,29 @@ def read(text: str, report: Report) -> object:
             loader.dispose()
 
 
+def safe_load_bounded(text: str, source: str) -> object:
+    """
+    ``yaml.safe_load`` with the same alias bound as plans, for other YAML inputs (profiles).
+
+    Args:
+        text: The document.
+        source: What to call it in messages, usually its path.
+
+    Returns:
+        The document's value, built by PyYAML's safe constructor.
+
+    Raises:
+        ConfigError: Aliases bring in more than `MAX_ALIAS_VALUES` values, or one is inside
+            the value it names; the message names the line.
+        yaml.YAMLError: The text is not valid YAML.
+    """
+    loader = _bounded_loader(text, source)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def _yaml_message(source: str, exc: yaml.MarkedYAMLError) -> str:
     import yaml
 
