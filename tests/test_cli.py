@@ -82,8 +82,14 @@ def test_ingest_json_reconciles(here: Path) -> None:
     result = runner.invoke(app, ["ingest", "bad_rows.jsonl", "--json"])
     doc = json.loads(result.stdout)
 
-    assert {"rows_in": 14, "stored": 3, "rejected": 10, "duplicates": 1} == doc["totals"]
-    assert 10 == sum(doc["rejected_by_reason"].values())
+    assert {
+        "rows_in": 14,
+        "stored": 3,
+        "rejected": 11,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == doc["totals"]
+    assert 11 == sum(doc["rejected_by_reason"].values())
     assert 3 == doc["store"]["calls"]
 
 
@@ -117,9 +123,13 @@ def test_samples_ingest_end_to_end(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
 
     assert 0 == result.exit_code
-    assert {"rows_in": 402_845, "stored": 202_845, "rejected": 0, "duplicates": 200_000} == doc[
-        "totals"
-    ]
+    assert {
+        "rows_in": 402_845,
+        "stored": 202_845,
+        "rejected": 0,
+        "duplicates": 200_000,
+        "inferred_provider": 0,
+    } == doc["totals"]
 
 
 def test_quiet_prints_the_totals_only(here: Path) -> None:
@@ -130,8 +140,9 @@ def test_quiet_prints_the_totals_only(here: Path) -> None:
 
     assert 0 == result.exit_code
     assert [
-        "ingested 1 file(s): 14 rows in = 3 stored + 10 rejected + 1 duplicates skipped",
-        "rejected by reason: total_s_not_a_number 2, bad_status 1, input_tokens_negative 1, "
+        "ingested 1 file(s): 14 rows in = 3 stored + 11 rejected + 0 duplicates skipped",
+        "rejected by reason: total_s_not_a_number 2, bad_status 1, call_id_conflict 1, "
+        "input_tokens_negative 1, "
         "missing_model 1, ok_without_total 1, output_tokens_not_whole 1, "
         "started_at_bad_timestamp 1, total_s_negative 1, ttft_after_total 1",
         "see them with: tailkit rejects",

@@ -39,7 +39,13 @@ def test_every_mapped_column(store: Store) -> None:
     report = ingest_paths(store, [RECORDS], format="aiperf", options=_SETS)
 
     assert report.ok, report.errors
-    assert {"rows_in": 11, "stored": 8, "rejected": 3, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 11,
+        "stored": 8,
+        "rejected": 3,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     rows = store.fetchall(f"SELECT {_COLUMNS} FROM calls ORDER BY source_row")
     assert [
         (1, "r-1", _T0, 0.25, 3.0, 550, 128, "ok", None, None, None, *_M),

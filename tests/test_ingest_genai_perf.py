@@ -39,7 +39,13 @@ def test_every_mapped_column(store: Store) -> None:
     report = ingest_paths(store, [EXPORT], format="genai-perf")
 
     assert report.ok, report.errors
-    assert {"rows_in": 10, "stored": 6, "rejected": 4, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 10,
+        "stored": 6,
+        "rejected": 4,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     rows = store.fetchall(f"SELECT {_COLUMNS} FROM calls ORDER BY source_row")
     approx = pytest.approx
     assert [

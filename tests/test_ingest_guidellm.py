@@ -38,7 +38,13 @@ def test_every_mapped_column(store: Store) -> None:
     report = ingest_paths(store, [REPORT], format="guidellm")
 
     assert report.ok, report.errors
-    assert {"rows_in": 9, "stored": 7, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 9,
+        "stored": 7,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     rows = store.fetchall(f"SELECT {_COLUMNS} FROM calls ORDER BY source_row")
     approx = pytest.approx
     assert [

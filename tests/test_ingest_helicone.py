@@ -75,7 +75,13 @@ def test_reconciliation_and_rejects(store: Store) -> None:
     """
     report = ingest_paths(store, [EXPORT], format="helicone")
 
-    assert {"rows_in": 11, "stored": 9, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 11,
+        "stored": 9,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [
         (10, "total_s_not_a_number", "total_s is not a finite number: 'fast' (from delay_ms)"),
         (11, "ttft_after_total", "ttft_s 0.9 is larger than total_s 0.5"),
@@ -95,7 +101,13 @@ def test_torn_line_is_rejected_at_its_line(store: Store, tmp_path: Path) -> None
     path.write_text("\n".join([lines[0], "not json", lines[1], lines[2], lines[2]]) + "\n")
     report = ingest_paths(store, [path], format="helicone")
 
-    assert {"rows_in": 5, "stored": 3, "rejected": 1, "duplicates": 1} == report.totals()
+    assert {
+        "rows_in": 5,
+        "stored": 3,
+        "rejected": 1,
+        "duplicates": 1,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [(2, "malformed_json", "not json")] == store.fetchall(
         "SELECT source_row, reason, raw FROM rejects"
     )

@@ -51,7 +51,13 @@ def test_api_page_maps_every_column(store: Store) -> None:
     """
     report = _ingest(store, LANGFUSE / "api_page.json")
 
-    assert {"rows_in": 7, "stored": 5, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 7,
+        "stored": 5,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert ("skipped 2 observation(s) that are not generations (EVENT 1, SPAN 1)",) == report.files[
         0
     ].notes
@@ -102,7 +108,13 @@ def test_snake_case_lines_reject_bad_records_at_their_place(store: Store) -> Non
     """
     report = _ingest(store, LANGFUSE / "observations.jsonl")
 
-    assert {"rows_in": 7, "stored": 2, "rejected": 5, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 7,
+        "stored": 2,
+        "rejected": 5,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [
         (3, "malformed_record"),
         (4, "total_s_negative"),
@@ -182,7 +194,13 @@ def test_parquet_export(store: Store, tmp_path: Path) -> None:
 
     report = _ingest(store, path)
 
-    assert {"rows_in": 4, "stored": 3, "rejected": 1, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 4,
+        "stored": 3,
+        "rejected": 1,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert ("skipped 1 observation(s) that are not generations (SPAN 1)",) == report.files[0].notes
     rows = store.fetchall(f"SELECT {_COLUMNS} FROM calls ORDER BY source_row")
     assert [
@@ -204,7 +222,13 @@ def test_reingest_counts_duplicates(store: Store) -> None:
     _ingest(store, LANGFUSE / "api_page.json")
     again = _ingest(store, LANGFUSE / "api_page.json")
 
-    assert {"rows_in": 7, "stored": 0, "rejected": 0, "duplicates": 7} == again.totals()
+    assert {
+        "rows_in": 7,
+        "stored": 0,
+        "rejected": 2,
+        "duplicates": 5,
+        "inferred_provider": 0,
+    } == again.totals()
 
 
 def test_detect_by_content() -> None:

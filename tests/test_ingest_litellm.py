@@ -103,7 +103,13 @@ def test_reconciliation_and_rejects_at_their_rows(store: Store) -> None:
     """
     report = _ingest(store, PAYLOAD)
 
-    assert {"rows_in": 10, "stored": 8, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 10,
+        "stored": 8,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [
         (9, "started_at_bad_timestamp", "started_at is not an ISO-8601 time or epoch number: "
          "'yesterday'"),
@@ -122,7 +128,13 @@ def test_torn_line_and_repeat_reconcile(store: Store, tmp_path: Path) -> None:
     path.write_text("\n".join([lines[0], lines[1][:50], lines[2], lines[0]]) + "\n")
     report = _ingest(store, path)
 
-    assert {"rows_in": 4, "stored": 2, "rejected": 1, "duplicates": 1} == report.totals()
+    assert {
+        "rows_in": 4,
+        "stored": 2,
+        "rejected": 1,
+        "duplicates": 1,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [(2, "malformed_json", lines[1][:50])] == store.fetchall(
         "SELECT source_row, reason, raw FROM rejects"
     )

@@ -17,7 +17,13 @@ def test_all_requests_accounted_for(store: Store) -> None:
     report = ingest_paths(store, [LLMPERF])
 
     assert report.ok
-    assert {"rows_in": 2845, "stored": 2845, "rejected": 0, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 2845,
+        "stored": 2845,
+        "rejected": 0,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     rows = store.fetchall(
         "SELECT status, count(*), count(ttft_s), count(total_s) FROM calls GROUP BY 1 ORDER BY 1"
     )
@@ -85,5 +91,11 @@ def test_reingest_stores_nothing_twice(store: Store) -> None:
     ingest_paths(store, [LLMPERF])
     again = ingest_paths(store, [LLMPERF])
 
-    assert {"rows_in": 2845, "stored": 0, "rejected": 0, "duplicates": 2845} == again.totals()
+    assert {
+        "rows_in": 2845,
+        "stored": 0,
+        "rejected": 0,
+        "duplicates": 2845,
+        "inferred_provider": 0,
+    } == again.totals()
     assert (2845,) == store.fetchone("SELECT count(*) FROM calls")

@@ -72,13 +72,25 @@ def test_rows_reconcile_and_other_spans_are_counted(store: Store) -> None:
     """
     report = ingest_paths(store, [OTEL / "genai.jsonl"], format="otel")
 
-    assert {"rows_in": 13, "stored": 8, "rejected": 5, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 13,
+        "stored": 8,
+        "rejected": 5,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert (
         "4 non-LLM span(s) skipped (not chat/text_completion/generate_content, no model attribute)",
         "1 request(s) without spans",
     ) == report.files[0].notes
     again = ingest_paths(store, [OTEL / "genai.jsonl"], format="otel")
-    assert {"rows_in": 13, "stored": 0, "rejected": 0, "duplicates": 13} == again.totals()
+    assert {
+        "rows_in": 13,
+        "stored": 0,
+        "rejected": 5,
+        "duplicates": 8,
+        "inferred_provider": 0,
+    } == again.totals()
 
 
 def test_bad_records_are_rejected_with_their_location(store: Store) -> None:
@@ -176,7 +188,13 @@ def test_a_pretty_printed_document(store: Store) -> None:
     """
     report = ingest_paths(store, [OTEL / "document.json"], format="otel")
 
-    assert {"rows_in": 2, "stored": 2, "rejected": 0, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 2,
+        "stored": 2,
+        "rejected": 0,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert report.files[0].notes[0].startswith("1 non-LLM span(s) skipped")
     assert [
         ("f1f2f3f4f5f6f7f8", "gcp.vertex_ai", "gemini-2.0-flash", 0.25, 2.0, 1000, 100, "ok"),

@@ -23,11 +23,17 @@ def _rejects(store: Store) -> list[tuple[int, str]]:
 
 def test_each_bad_row_kind_is_rejected_with_its_row(store: Store) -> None:
     """
-    Each failure kind lands in rejects at its row; good rows and one duplicate account for the rest.
+    Each failure kind lands in rejects at its row; a reused id with other values is a conflict.
     """
     report = ingest_paths(store, [CORPUS / "bad_rows.jsonl"])
 
-    assert {"rows_in": 14, "stored": 3, "rejected": 10, "duplicates": 1} == report.totals()
+    assert {
+        "rows_in": 14,
+        "stored": 3,
+        "rejected": 11,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [
         (2, "total_s_negative"),
         (3, "total_s_not_a_number"),
@@ -39,6 +45,7 @@ def test_each_bad_row_kind_is_rejected_with_its_row(store: Store) -> None:
         (10, "bad_status"),
         (11, "total_s_not_a_number"),
         (12, "ok_without_total"),
+        (14, "call_id_conflict"),
     ] == _rejects(store)
 
 
@@ -54,6 +61,12 @@ def test_reject_messages_show_the_value_and_the_fix(store: Store) -> None:
     assert "ttft_s 3.0 is larger than total_s 2.0" == details[4]
     assert "--set model=VALUE" in details[5]
     assert "started_at is not an ISO-8601 time or epoch number: 'yesterday'" == details[6]
+    assert (
+        f'call_id "a1" of openai/gpt-4o came earlier in {CORPUS / "bad_rows.jsonl"} row 1 with '
+        "other values: started_at 2026-10-01 12:00:00+00 there, null here; ttft_s 0.4 there, "
+        "null here; total_s 1.5 there, 9.9 here; input_tokens 1200 there, null here; "
+        "output_tokens 300 there, null here"
+    ) == details[14]
 
 
 def test_good_rows_keep_their_values_and_rows(store: Store) -> None:
@@ -79,7 +92,13 @@ def test_malformed_json_lines_are_rejected_alone(store: Store) -> None:
     """
     report = ingest_paths(store, [CORPUS / "malformed_lines.jsonl"])
 
-    assert {"rows_in": 5, "stored": 3, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 5,
+        "stored": 3,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     raw = store.fetchall("SELECT source_row, reason, raw FROM rejects ORDER BY 1")
     assert [
         (2, "malformed_json", '{"provider": "openai", "model": '),
@@ -94,7 +113,13 @@ def test_csv_reader_rejects_keep_row_numbers(store: Store) -> None:
     """
     report = ingest_paths(store, [CORPUS / "bad_rows.csv"])
 
-    assert {"rows_in": 5, "stored": 2, "rejected": 3, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 5,
+        "stored": 2,
+        "rejected": 3,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [
         (2, "total_s_not_a_number"),
         (3, "malformed_row"),
@@ -152,6 +177,8 @@ def test_a_failed_file_does_not_stop_the_others(store: Store, tmp_path: Path) ->
 def test_reconciliation_holds_per_file_in_the_store(store: Store) -> None:
     """
     For every ingest row, stored + rejected + duplicates equals the rows read.
+
+    A file ingested again with the same options writes no rejects: they are the first ingest's.
     """
     ingest_paths(store, [CORPUS / "bad_rows.jsonl", CORPUS / "bad_rows.csv"])
     ingest_paths(store, [CORPUS / "bad_rows.jsonl"])
@@ -162,23 +189,32 @@ def test_reconciliation_holds_per_file_in_the_store(store: Store) -> None:
     per_file = store.fetchall(
         "SELECT i.ingest_id, i.stored, (SELECT count(*) FROM calls c WHERE c.ingest_id = "
         "i.ingest_id), i.rejected, (SELECT count(*) FROM rejects j WHERE j.ingest_id = "
-        "i.ingest_id) FROM ingests i"
+        "i.ingest_id) FROM ingests i ORDER BY 1"
     )
-    assert all(s == cs and r == rs for _, s, cs, r, rs in per_file)
+    assert [(3, 3, 11, 11), (2, 2, 3, 3), (0, 0, 11, 0)] == [row[1:] for row in per_file]
 
 
 @pytest.mark.parametrize("name", ["bad_rows.jsonl", "malformed_lines.jsonl", "bad_rows.csv"])
 def test_reingesting_a_bad_file_adds_nothing(store: Store, name: str) -> None:
     """
-    The second ingest of a file with bad rows counts every row as a duplicate.
+    The second ingest of a file counts its bad rows as rejected again, the rest as duplicates.
     """
     first = ingest_paths(store, [CORPUS / name])
     before = store.counts()
     again = ingest_paths(store, [CORPUS / name])
 
     assert again.ok
-    n = first.totals()["rows_in"]
-    assert {"rows_in": n, "stored": 0, "rejected": 0, "duplicates": n} == again.totals()
+    n, bad = first.totals()["rows_in"], first.totals()["rejected"]
+    assert {
+        "rows_in": n,
+        "stored": 0,
+        "rejected": bad,
+        "duplicates": n - bad,
+        "inferred_provider": 0,
+    } == again.totals()
+    assert first.reasons() == again.reasons()
     assert first.files[0].ingest_id == again.files[0].already_ingested
+    note = f"{bad} row(s) already rejected in ingest #{first.files[0].ingest_id}"
+    assert ((note,) if bad else ()) == again.files[0].notes
     assert before["calls"] == store.counts()["calls"]
     assert before["rejects"] == store.counts()["rejects"]

@@ -148,7 +148,13 @@ def test_counts_reconcile_with_a_malformed_line_and_a_repeat(store: Store, tmp_p
     report = ingest_paths(store, [path])
 
     assert report.ok, report.errors
-    assert {"rows_in": 8, "stored": 6, "rejected": 1, "duplicates": 1} == report.totals()
+    assert {
+        "rows_in": 8,
+        "stored": 6,
+        "rejected": 1,
+        "duplicates": 1,
+        "inferred_provider": 0,
+    } == report.totals()
     assert [(3, "malformed_json", torn)] == store.fetchall(
         "SELECT source_row, reason, raw FROM rejects"
     )
@@ -165,7 +171,13 @@ def test_reingest_counts_every_line_as_a_duplicate(store: Store, tmp_path: Path)
     ingest_paths(store, [path])
     again = ingest_paths(store, [path])
 
-    assert {"rows_in": 6, "stored": 0, "rejected": 0, "duplicates": 6} == again.totals()
+    assert {
+        "rows_in": 6,
+        "stored": 0,
+        "rejected": 0,
+        "duplicates": 6,
+        "inferred_provider": 0,
+    } == again.totals()
 
 
 def test_keys_the_record_does_not_know_are_kept(store: Store, tmp_path: Path) -> None:

@@ -42,7 +42,13 @@ def test_every_mapped_column(store: Store) -> None:
     report = ingest_paths(store, [DIR / "detailed.json"], format="vllm-bench")
 
     assert report.ok, report.errors
-    assert {"rows_in": 8, "stored": 7, "rejected": 1, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 8,
+        "stored": 7,
+        "rejected": 1,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     src = "vllm-bench"
     assert [
         (1, "openai-chat", _LLAMA, None, 0.212, 0.235, 1024, 3, "ok", None, None, None, False, src),
@@ -96,7 +102,13 @@ def test_without_latencies_total_is_ttft_plus_gaps(store: Store) -> None:
     """
     report = ingest_paths(store, [DIR / "appended.json"], format="vllm-bench")
 
-    assert {"rows_in": 5, "stored": 3, "rejected": 2, "duplicates": 0} == report.totals()
+    assert {
+        "rows_in": 5,
+        "stored": 3,
+        "rejected": 2,
+        "duplicates": 0,
+        "inferred_provider": 0,
+    } == report.totals()
     rows = store.fetchall(
         "SELECT source_row, ttft_s, total_s, attrs->>'result' FROM calls ORDER BY 1"
     )

@@ -33,25 +33,28 @@ def _route(provider: str, model: str, width: int = 48) -> str:
 
 def file_line(result: FileResult) -> str:
     """
-    One line per ingested file.
+    One line per ingested file; a file skipped as already ingested says so, and why.
     """
     if result.skipped:
         return f"skipped {result.path}: {result.why}"
-    again = (
-        f", already ingested as #{result.already_ingested}"
-        if result.already_ingested is not None
-        else ""
-    )
-    return (
+    line = (
         f"{result.path}: {result.format} ({result.why}): {_n(result.rows_in)} rows, "
         f"{_n(result.stored)} stored, {_n(result.rejected)} rejected, "
-        f"{_n(result.duplicates)} duplicates{again}"
+        f"{_n(result.duplicates)} duplicates"
     )
+    if result.inferred_provider:
+        line += f", {_n(result.inferred_provider)} with provider inferred from the model name"
+    if result.already_ingested is not None:
+        line += (
+            f"; already ingested as #{result.already_ingested} with the same options, "
+            "nothing stored (other --map/--set/--unit options load it again)"
+        )
+    return line
 
 
 def totals_text(report: IngestReport) -> list[str]:
     """
-    The reconciliation line, and the rejects by reason when there are any.
+    The reconciliation line, provider inferences, and the rejects by reason when any.
     """
     totals = report.totals()
     files = sum(1 for f in report.files if not f.skipped)
@@ -60,6 +63,11 @@ def totals_text(report: IngestReport) -> list[str]:
         f"{_n(totals['stored'])} stored + {_n(totals['rejected'])} rejected + "
         f"{_n(totals['duplicates'])} duplicates skipped"
     ]
+    if totals["inferred_provider"]:
+        lines.append(
+            f"{_n(totals['inferred_provider'])} stored call(s) with provider inferred from "
+            "the model name"
+        )
     reasons = report.reasons()
     if reasons:
         lines.append("rejected by reason: " + ", ".join(f"{k} {_n(v)}" for k, v in reasons.items()))

@@ -2,16 +2,21 @@
 Ingest: detect each file's format, read it inside DuckDB, validate, and store it.
 
 Each file is one transaction (see `tailkit.ingest._load` for the one pass that reads it).
-Good rows that are new go to ``calls``, bad ones to ``rejects``, and the rest are counted as
-duplicates, so the three counts always add up to the rows read. A file that fails as a whole
-(unreadable, unmapped, wrong unit, ``--strict``) leaves nothing behind.
+Good rows that are new go to ``calls``, bad ones (and rows whose call id is taken by a call with
+other values) to ``rejects``, and the rest are counted as duplicates, so the three counts always
+add up to the rows read. A file that fails as a whole (unreadable, unmapped, wrong unit,
+``--strict``) leaves nothing behind.
+
+File names are literal: DuckDB's readers expand ``*``, ``?`` and ``[`` in a path, so the SQL
+is given the name with each of them in a character class of its own (`sql_path`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +34,8 @@ from tailkit.formats import (
     detect_format,
     read_head,
 )
-from tailkit.ingest._load import (
-    AlreadyIngestedError,
-    Counts,
-    FastReaderRefusedError,
-    FileLoad,
-    options_json,
-)
+from tailkit.ingest._identity import options_json
+from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._paths import expand_paths
 from tailkit.store import Store
 
@@ -46,6 +46,27 @@ class FileResult:
     What happened to one input file.
 
     ``rows_in == stored + rejected + duplicates`` always holds.
+
+    Args:
+        path: The file.
+        format: The format it was read as (``skip`` when it was not read).
+        why: Why that format (what was detected, or ``--format``).
+        rows_in: Rows read.
+        stored: New calls stored.
+        rejected: Rows rejected: bad rows, and rows whose scoped call id is taken by a call with
+            other values (``call_id_conflict``). Includes ``already_rejected``.
+        duplicates: Rows equal, in every call-record column, to a stored call or to an earlier
+            row of the file; never a rejected row.
+        reasons: ``rejected`` by reason.
+        ingest_id: The ingest's id in table ``ingests``.
+        skipped: The file was not read (not a call log).
+        already_ingested: The earlier ingest of the same content with the same options, when
+            this one was skipped because of it: its good rows count as duplicates, its bad
+            rows as rejected (again), and nothing is stored.
+        already_rejected: Rejected rows already in ``rejects`` from an earlier ingest of the same
+            content (same row, same reason), not written again.
+        inferred_provider: Stored calls whose provider was inferred from the model name.
+        notes: Phrases for the user about how columns were mapped and what was skipped.
     """
 
     path: Path
@@ -59,6 +80,8 @@ class FileResult:
     ingest_id: int | None = None
     skipped: bool = False
     already_ingested: int | None = None
+    already_rejected: int = 0
+    inferred_provider: int = 0
     notes: tuple[str, ...] = ()
 
 
@@ -78,11 +101,22 @@ class IngestReport:
         """
         return not self.errors
 
+    @property
+    def nothing_stored_all_rejected(self) -> bool:
+        """
+        True when rows were read, and every one of them was rejected.
+        """
+        totals = self.totals()
+        return totals["rows_in"] > 0 and totals["rejected"] == totals["rows_in"]
+
     def totals(self) -> dict[str, int]:
         """
-        Rows in, stored, rejected and duplicates over all files.
+        Rows in, stored, rejected and duplicates over all files, and provider inferences.
+
+        ``inferred_provider`` counts the stored calls whose provider was inferred from the
+        model name.
         """
-        keys = ("rows_in", "stored", "rejected", "duplicates")
+        keys = ("rows_in", "stored", "rejected", "duplicates", "inferred_provider")
         return {k: sum(int(getattr(f, k)) for f in self.files) for k in keys}
 
     def reasons(self) -> dict[str, int]:
@@ -210,38 +244,95 @@ def _ingest_file(
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
     fmt = FORMATS[fmt_name]
-    sniff = fmt.sniff_sql(str(path))
-    try:
-        sniffed = store.fetchall(sniff) if sniff else []
-    except QueryError as exc:
-        msg = f"{path}: not readable as {fmt_name} ({exc}){_looks_like(detected, fmt_name)}"
-        raise InputFileError(msg) from None
-    scan = fmt.scan(str(path), sniffed, options)
+    literal_path = sql_path(path)
+    with _real_name(path, literal_path):
+        sniff = fmt.sniff_sql(literal_path)
+        try:
+            sniffed = store.fetchall(sniff) if sniff else []
+        except QueryError as exc:
+            msg = f"{path}: not readable as {fmt_name} ({exc}){_looks_like(detected, fmt_name)}"
+            raise InputFileError(msg) from None
+        scan = fmt.scan(literal_path, sniffed, options)
     digest: Future[str] = hasher.submit(content_hash, path)
     load = FileLoad(store, path, scan, options, options_json(fmt_name, options), digest.result)
     started = time.time()
     try:
-        try:
-            counts = _transaction(load, scan.select_sql, strict=strict, started=started)
-        except FastReaderRefusedError:
-            # The fast reader refuses a whole file for one value that does not fit; read it
-            # the forgiving way so that only the bad rows are rejected.
-            assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
-            counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
+        with _real_name(path, literal_path):
+            try:
+                counts = _transaction(load, scan.select_sql, strict=strict, started=started)
+            except FastReaderRefusedError:
+                # The fast reader refuses a whole file for one value that does not fit; read
+                # it the forgiving way so that only the bad rows are rejected.
+                assert scan.fallback_sql is not None  # noqa: S101 - raised only when there is one
+                counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
     except AlreadyIngestedError as again:
-        with store.transaction():
-            ingest_id = store.next_ingest_id()
-            n = again.rows_in
-            load.record(ingest_id, digest.result(), n, 0, 0, n, started)
-        return FileResult(
-            path, fmt_name, why, rows_in=n, duplicates=n, ingest_id=ingest_id,
-            already_ingested=again.previous.ingest_id, notes=scan.notes,
-        )  # fmt: skip
+        return _already_ingested(load, again, detected=(fmt_name, why), started=started)
+    notes = scan.notes
+    if counts.already_rejected:
+        notes += (
+            f"{counts.already_rejected:,} rejected row(s) already in rejects from an earlier "
+            "ingest of the same content; not stored again",
+        )
     return FileResult(
         path, fmt_name, why, rows_in=counts.rows_in, stored=counts.stored,
         rejected=counts.rejected, duplicates=counts.duplicates, reasons=counts.reasons,
-        ingest_id=counts.ingest_id, notes=scan.notes,
+        ingest_id=counts.ingest_id, already_rejected=counts.already_rejected,
+        inferred_provider=counts.inferred_provider, notes=notes,
     )  # fmt: skip
+
+
+def _already_ingested(
+    load: FileLoad, again: AlreadyIngestedError, *, detected: tuple[str, str], started: float
+) -> FileResult:
+    """
+    Record a file skipped because the same content was ingested with the same options.
+
+    Its rows are the earlier ingest's rows: the bad ones are rejected again (counted, not
+    stored again), the rest are duplicates.
+    """
+    n, rejected = again.rows_in, again.rejected
+    with load.store.transaction():
+        ingest_id = load.store.next_ingest_id()
+        load.record(ingest_id, load.content_hash(), n, 0, rejected, n - rejected, started)
+    previous = again.previous.ingest_id
+    notes = load.scan.notes
+    if rejected:
+        notes += (f"{rejected:,} row(s) already rejected in ingest #{previous}",)
+    return FileResult(
+        load.path, *detected, rows_in=n, rejected=rejected, duplicates=n - rejected,
+        reasons=again.reasons, ingest_id=ingest_id, already_ingested=previous,
+        already_rejected=rejected, notes=notes,
+    )  # fmt: skip
+
+
+_GLOB_CHARS = {"*": "[*]", "?": "[?]", "[": "[[]"}
+
+
+def sql_path(path: Path) -> str:
+    """
+    ``path`` as DuckDB's readers must be given it to read that one file and no other.
+
+    The readers expand ``*``, ``?`` and ``[…]`` in a path (``x*.jsonl`` also reads
+    ``xy.jsonl``); each such character goes in a character class of its own.
+    """
+    return "".join(_GLOB_CHARS.get(ch, ch) for ch in str(path))
+
+
+@contextlib.contextmanager
+def _real_name(path: Path, literal_path: str) -> Iterator[None]:
+    """
+    Show the file's real name in errors raised inside, not the one written for the readers.
+    """
+    try:
+        yield
+    except (IngestError, QueryError) as exc:
+        if literal_path == str(path) or literal_path not in str(exc):
+            raise
+        raise type(exc)(str(exc).replace(literal_path, str(path))) from exc
+    except OSError as exc:
+        # A format that opens the file itself, by the name written for the readers.
+        msg = f"{path}: cannot read ({exc.strerror or exc})"
+        raise InputFileError(msg) from exc
 
 
 def _looks_like(detected: Detected, forced: str) -> str:

@@ -4,14 +4,26 @@ Load one file into the store in one pass, then settle its rows.
 The file is read once, straight into ``calls``: good rows as they will stay, bad rows marked
 with `REJECT_STATUS` (their reason, detail and raw text in ``attrs``). Everything after that
 touches only this ingest's rows, inside the same transaction: number them in file order,
-derive missing call ids, move bad rows to ``rejects``, delete duplicates, and write the
+derive missing call ids from their content, move bad rows aside, delete duplicates and move
+conflicting ids aside (`tailkit.ingest._identity`), store the rejects, and write the
 ``ingests`` row. Reading the file once is what keeps ingest close to DuckDB's bare reader
 speed; the settling steps are cheap because they touch one column or a few rows at a time.
+
+Every row read ends up in exactly one of three counts, ``rows_in == stored + rejected +
+duplicates``:
+
+- ``stored``: a new call, now in ``calls``;
+- ``rejected``: a bad row, or a row whose scoped id is taken by a call with other values
+  (``call_id_conflict``). A bad row of the same file content (same content hash) that an
+  earlier ingest already rejected at the same row for the same reason is counted again but not
+  written to ``rejects`` a second time (``already_rejected``), so ``rejects`` may hold fewer
+  rows for an ingest than its ``rejected`` count;
+- ``duplicates``: a row equal to a stored call, or to an earlier row of the same file, in every
+  call-record column.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 from collections.abc import Callable
@@ -20,11 +32,13 @@ from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
 from tailkit.formats import REJECT_STATUS, Scan, ScanOptions, literal
+from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import IngestRecord, Store
 
 
 _READER_REJECTS = "_tailkit_reader_rejects"
+_BAD_ROWS = "_tailkit_bad_rows"
 _MS_LOOKING_MEDIAN_S = 1000.0  # a median call of 17 minutes is a millisecond column
 _REJECT = "'" + REJECT_STATUS + "'"
 
@@ -38,18 +52,39 @@ class FastReaderRefusedError(Exception):
 class AlreadyIngestedError(Exception):
     """
     The same content was ingested before with the same options.
+
+    Args:
+        previous: That earlier ingest.
+        rows_in: The rows read this time.
+        rejected: Of those, the rows the earlier ingest rejected (the same rows again).
+        reasons: ``rejected`` by reason.
     """
 
-    def __init__(self, previous: IngestRecord, rows_in: int) -> None:
+    def __init__(
+        self, previous: IngestRecord, rows_in: int, rejected: int, reasons: dict[str, int]
+    ) -> None:
         super().__init__(previous.ingest_id)
         self.previous = previous
         self.rows_in = rows_in
+        self.rejected = rejected
+        self.reasons = reasons
 
 
 @dataclass(frozen=True, slots=True)
 class Counts:
     """
-    Where the rows of one file ended up.
+    Where the rows of one file ended up; ``rows_in == stored + rejected + duplicates``.
+
+    Args:
+        ingest_id: The ingest.
+        rows_in: Rows read (records the reader refused included).
+        stored: New calls stored.
+        rejected: Rows rejected, by this ingest or (``already_rejected`` of them) before.
+        duplicates: Rows equal to a stored call or to an earlier row of the file.
+        reasons: ``rejected`` by reason.
+        already_rejected: Rejected rows already in ``rejects`` from an earlier ingest of the
+            same content, not written again.
+        inferred_provider: Stored calls whose provider was inferred from the model name.
     """
 
     ingest_id: int
@@ -58,6 +93,8 @@ class Counts:
     rejected: int
     duplicates: int
     reasons: dict[str, int]
+    already_rejected: int = 0
+    inferred_provider: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,32 +137,65 @@ class FileLoad:
         self._number_rows(ingest_id, reader_rejects)
         this = f"ingest_id = {ingest_id}"
         marked = _one(store, f"SELECT count(*) FROM calls WHERE {this} AND status = {_REJECT}")
-        rows_in, rejected = read + reader_rejects, marked + reader_rejects
+        rows_in = read + reader_rejects
         if self.options.unit is None and not self.scan.units_known:
             self._check_unit(this)
-        if strict and rejected:
-            self._refuse_strict(ingest_id, rejected)
+        if strict and marked + reader_rejects:
+            self._refuse_strict(self._bad_rows_sql(ingest_id), marked + reader_rejects)
         content = self.content_hash()
         previous = store.find_ingest(content, self.options_json)
         if previous is not None:
-            raise AlreadyIngestedError(previous, rows_in)
-        store.execute(
-            f"UPDATE calls SET call_id = md5({literal(content + ':')} || source_row) "
-            f"WHERE {this} AND call_id IS NULL"
+            raise self._again(previous, ingest_id, rows_in)
+        derive_ids(store, ingest_id, prefix=self.options_json, good=f"status <> {_REJECT}")
+        self._set_aside_bad_rows(ingest_id)
+        duplicates, conflicts = settle_identity(
+            store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS
         )
-        self._move_rejects(ingest_id, exact_lines=sql != self.scan.fallback_sql)
-        duplicates = self._drop_duplicates(ingest_id, had_calls=had_calls)
+        if strict and conflicts:
+            self._refuse_strict(f"SELECT * FROM {_BAD_ROWS} WHERE reason = '{CONFLICT}'", conflicts)
+        rejected = marked + reader_rejects + conflicts
+        already = rejected - self._store_rejects(
+            ingest_id, content, exact_lines=sql != self.scan.fallback_sql
+        )
         stored = _one(store, f"SELECT count(*) FROM calls WHERE {this}")
         if stored + rejected + duplicates != rows_in:  # pragma: no cover - an invariant
             msg = f"{self.path}: {rows_in} rows in but {stored}+{rejected}+{duplicates} settled"
             raise InputFileError(msg)
         reasons = dict(
             store.fetchall(
-                f"SELECT reason, count(*) FROM rejects WHERE {this} GROUP BY 1 ORDER BY 2 DESC, 1"
+                f"SELECT reason, count(*) FROM {_BAD_ROWS} GROUP BY 1 ORDER BY 2 DESC, 1"
             )
         )
+        store.execute(f"DROP TABLE {_BAD_ROWS}")
+        inferred = _one(
+            store,
+            f"SELECT count(*) FROM calls WHERE {this} AND contains(attrs::VARCHAR, "
+            "'provider_inferred') AND attrs->>'provider_inferred' = 'true'",
+        )
         self.record(ingest_id, content, rows_in, stored, rejected, duplicates, started)
-        return Counts(ingest_id, rows_in, stored, rejected, duplicates, reasons)
+        return Counts(
+            ingest_id, rows_in, stored, rejected, duplicates, reasons,
+            already_rejected=already, inferred_provider=inferred,
+        )  # fmt: skip
+
+    def _again(self, previous: IngestRecord, ingest_id: int, rows_in: int) -> AlreadyIngestedError:
+        """
+        The same content and options were ingested before: its rejects are rejected again.
+
+        The rows read now are the rows read then, so the bad ones are the same; only the
+        ``call_id_conflict`` rejects, found after this point, are not seen again: they are the
+        rest of the earlier ingest's ``rejected``.
+        """
+        reasons = dict(
+            self.store.fetchall(
+                f"SELECT reason, count(*) FROM ({self._bad_rows_sql(ingest_id)}) GROUP BY 1"
+            )
+        )
+        rejected = max(previous.rejected, sum(reasons.values()))
+        if rejected > sum(reasons.values()):
+            reasons[CONFLICT] = rejected - sum(reasons.values())
+        ordered = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        return AlreadyIngestedError(previous, rows_in, min(rejected, rows_in), ordered)
 
     def record(  # noqa: PLR0917 - one row of table ingests
         self,
@@ -225,20 +295,46 @@ class FileLoad:
             f"reason, detail, raw FROM {_READER_REJECTS}"
         )
 
-    def _refuse_strict(self, ingest_id: int, rejected: int) -> None:
+    def _refuse_strict(self, bad_rows_sql: str, rejected: int) -> None:
         rows = self.store.fetchall(
-            f"SELECT source_row, detail FROM ({self._bad_rows_sql(ingest_id)}) "
-            "ORDER BY source_row LIMIT 5"
+            f"SELECT source_row, detail FROM ({bad_rows_sql}) ORDER BY source_row LIMIT 5"
         )
         shown = "; ".join(f"row {row}: {detail}" for row, detail in rows)
         msg = f"{self.path}: {rejected:,} bad row(s), nothing stored (--strict); first: {shown}"
         raise StrictModeError(msg)
 
-    def _move_rejects(self, ingest_id: int, *, exact_lines: bool) -> None:
-        store, this = self.store, f"ingest_id = {ingest_id}"
-        moved = _one(store, f"INSERT INTO rejects {self._bad_rows_sql(ingest_id)}")
-        store.execute(f"DELETE FROM calls WHERE {this} AND status = {_REJECT}")
+    def _set_aside_bad_rows(self, ingest_id: int) -> None:
+        """
+        Move the marked rows and the reader's rejects into a temporary table of bad rows.
+        """
+        store = self.store
+        store.execute(f"DROP TABLE IF EXISTS {_BAD_ROWS}")
+        store.execute(f"CREATE TEMP TABLE {_BAD_ROWS} AS {self._bad_rows_sql(ingest_id)}")
+        store.execute(f"DELETE FROM calls WHERE ingest_id = {ingest_id} AND status = {_REJECT}")
         store.execute(f"DROP TABLE {_READER_REJECTS}")
+
+    def _store_rejects(self, ingest_id: int, content: str, *, exact_lines: bool) -> int:
+        """
+        Write the bad rows to ``rejects``, except those already there for the same content.
+
+        A row of the same file content rejected at the same row for the same reason by an
+        earlier ingest (with other options, say) is the same reject: it is counted by this
+        ingest but not stored twice.
+
+        Returns:
+            The number of rows written.
+        """
+        store, this = self.store, f"ingest_id = {ingest_id}"
+        fresh = (
+            f"SELECT * FROM {_BAD_ROWS} b WHERE NOT EXISTS (SELECT 1 FROM rejects r "
+            "JOIN ingests i ON i.ingest_id = r.ingest_id WHERE i.content_hash = "
+            f"{literal(content)} AND r.source_row IS NOT DISTINCT FROM b.source_row "
+            "AND r.reason = b.reason)"
+        )
+        had_rejects = bool(store.fetchall("SELECT 1 FROM rejects LIMIT 1"))
+        moved = _one(
+            store, f"INSERT INTO rejects {fresh if had_rejects else f'SELECT * FROM {_BAD_ROWS}'}"
+        )
         if moved and exact_lines and self.scan.raw_lines_sql:
             # Show each rejected row as its line in the file, not as the values read from it.
             # This reads the file again, so it runs only when some row was rejected.
@@ -246,33 +342,7 @@ class FileLoad:
                 f"UPDATE rejects SET raw = l.line FROM ({self.scan.raw_lines_sql}) l "
                 f"WHERE rejects.{this} AND rejects.source_row = l.record"
             )
-
-    def _drop_duplicates(self, ingest_id: int, *, had_calls: bool) -> int:
-        """
-        Delete rows whose call id is already stored, or came earlier in this file.
-        """
-        store, this = self.store, f"ingest_id = {ingest_id}"
-        dropped = 0
-        if had_calls:
-            dropped += _one(
-                store,
-                f"DELETE FROM calls WHERE {this} AND call_id IN "
-                f"(SELECT call_id FROM calls WHERE ingest_id <> {ingest_id})",
-            )
-        # Ids derived from (content, row) are unique by construction; only a source's own ids
-        # can repeat within a file, and checking is cheaper than always deleting. Distinct
-        # 64-bit hashes of the ids, as many as the rows, prove the ids distinct (equal ids
-        # hash alike) and count faster than the strings; a collision only costs the delete.
-        if self.scan.has_call_id and _one(
-            store, f"SELECT count(*) - count(DISTINCT hash(call_id)) FROM calls WHERE {this}"
-        ):
-            dropped += _one(
-                store,
-                "DELETE FROM calls WHERE rowid IN (SELECT rid FROM (SELECT rowid AS rid, "
-                "row_number() OVER (PARTITION BY call_id ORDER BY source_row) AS k FROM calls "
-                f"WHERE {this}) WHERE k > 1)",
-            )
-        return dropped
+        return moved
 
 
 def _one(store: Store, sql: str) -> int:
@@ -287,14 +357,3 @@ def _version() -> str:
         return version("tailkit")
     except PackageNotFoundError:  # running from a source tree
         return "0+unknown"
-
-
-def options_json(fmt: str, options: ScanOptions) -> str:
-    """
-    The format and options as stored in ``ingests`` (and compared to find repeats).
-    """
-    return json.dumps(
-        {"format": fmt, "map": dict(options.mapping), "set": dict(options.sets),
-         "unit": options.unit},
-        sort_keys=True,
-    )  # fmt: skip

@@ -1,0 +1,218 @@
+"""
+What makes a stored call the same call: scoped ids, ids derived from content, conflicts.
+
+A call's identity is ``(provider, model, call_id)``: two systems that both number their calls
+1..N, or one benchmark's per-model folders that reuse ``simple_0``, are different calls. A row
+whose scoped id is already stored (or came earlier in the same file) is a duplicate when every
+call-record column agrees, and a ``call_id_conflict`` reject naming the other row when one does
+not: a silent duplicate would throw a real call away. Provenance (``source``, ``source_file``,
+``source_row``, ``ingest_id``) and ``attrs`` are not compared: the same call read from a JSON
+export and from its Parquet copy is one call.
+
+A source without ids gets one derived from the row itself: an MD5 of the format and options
+(`options_json`, so that two routes of one wide CSV never meet) and of the row's call-record
+values, plus its occurrence number among identical rows of the file (``-2``, ``-3``, … from the
+second on). Appending rows to a file therefore derives the same ids for the old rows, a gzipped
+copy derives the same ids as the plain file, and two identical rows in one file stay two calls.
+The file's hash and path are deliberately not part of it. Values are written out as text in a
+fixed form (timestamps as epoch microseconds) so that the ids do not depend on DuckDB's hash
+function, which may change between versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from collections.abc import Mapping
+from typing import Any
+
+from tailkit.formats import ScanOptions, literal
+from tailkit.record import SOURCE_COLUMNS
+from tailkit.store import Store
+
+
+CONFLICT = "call_id_conflict"
+"""Reject reason of a row whose scoped id is taken by a call with other values."""
+
+_SCOPE = ("provider", "model", "call_id")
+_VALUES = tuple(c for c in SOURCE_COLUMNS if c.name != "call_id")
+_COMPARED = tuple(c for c in SOURCE_COLUMNS if c.name not in _SCOPE)
+_MATCHES = "_tailkit_identity_matches"
+
+
+def _text(column: str, kind: str) -> str:
+    value = f"epoch_us({column})" if kind == "timestamp" else column
+    # '=' before a value and '-' for NULL keep NULL apart from any text, '' included.
+    return f"coalesce('=' || {value}::VARCHAR, '-')"
+
+
+def content_text_sql() -> str:
+    """
+    SQL text of a row's call-record values except ``call_id``, in one fixed form.
+    """
+    parts = ", ".join(_text(c.name, c.kind) for c in _VALUES)
+    return f"concat_ws(chr(31), {parts})"
+
+
+def _differences_sql(new: str, old: str) -> str:
+    """
+    SQL text naming each compared column where row ``new`` differs from row ``old``.
+    """
+    parts = ", ".join(
+        f"CASE WHEN {new}.{c.name} IS DISTINCT FROM {old}.{c.name} THEN '{c.name} ' || "
+        f"coalesce({old}.{c.name}::VARCHAR, 'null') || ' there, ' || "
+        f"coalesce({new}.{c.name}::VARCHAR, 'null') || ' here' END"
+        for c in _COMPARED
+    )
+    return f"concat_ws('; ', {parts})"
+
+
+def _same_scope(new: str, old: str) -> str:
+    return " AND ".join(f"{new}.{c} IS NOT DISTINCT FROM {old}.{c}" for c in _SCOPE)
+
+
+def derive_ids(store: Store, ingest_id: int, *, prefix: str, good: str) -> None:
+    """
+    Give every good row of this ingest without a ``call_id`` one derived from its content.
+
+    Args:
+        store: The store, inside the ingest's transaction.
+        ingest_id: The ingest whose rows to number.
+        prefix: The format and options (`options_json`) that scope the ids.
+        good: SQL condition selecting the rows that are not rejected.
+    """
+    this = f"ingest_id = {ingest_id} AND call_id IS NULL AND {good}"
+    digest = f"md5({literal(prefix + chr(30))} || {content_text_sql()})"
+    store.execute(
+        "UPDATE calls SET call_id = CASE WHEN d.k > 1 THEN d.h || '-' || d.k ELSE d.h END "
+        "FROM (SELECT rid, h, row_number() OVER (PARTITION BY h ORDER BY source_row) AS k "
+        f"FROM (SELECT rowid AS rid, source_row, {digest} AS h FROM calls WHERE {this})) d "
+        "WHERE calls.rowid = d.rid"
+    )
+
+
+def settle_identity(
+    store: Store, ingest_id: int, *, had_calls: bool, bad_rows: str
+) -> tuple[int, int]:
+    """
+    Delete this ingest's duplicates and move its conflicting rows into ``bad_rows``.
+
+    Rows are compared first with the calls stored before (only when there are any), then with
+    the rows before them in the same file. Both steps are set-based; the second runs only when
+    some scoped id repeats within the file, which 64-bit hashes tell cheaply.
+
+    Args:
+        store: The store, inside the ingest's transaction; every row of this ingest in
+            ``calls`` is a good row with its ``call_id``.
+        ingest_id: This ingest.
+        had_calls: Whether ``calls`` held any row before this ingest.
+        bad_rows: A temporary table ``(ingest_id, source_file, source_row, reason, detail,
+            raw)`` that receives the conflicting rows.
+
+    Returns:
+        The number of duplicates deleted and of conflicts moved.
+    """
+    duplicates = conflicts = 0
+    this = f"ingest_id = {ingest_id}"
+    if had_calls:
+        # At most one stored call has a given scoped id; arg_min picks one all the same, so
+        # that a store written before ids were scoped cannot double a row here.
+        _collect(
+            store,
+            "SELECT n.rowid AS rid, arg_min(s.rowid, s.source_row) AS other FROM calls n "
+            f"JOIN calls s ON {_same_scope('n', 's')} "
+            f"WHERE n.{this} AND s.ingest_id <> {ingest_id} GROUP BY n.rowid",
+        )
+        d, c = _settle(store, bad_rows, ingest_id, "already stored from")
+        duplicates, conflicts = duplicates + d, conflicts + c
+    scope = ", ".join(_SCOPE)
+    repeats = store.fetchone(
+        f"SELECT count(*) - count(DISTINCT hash({scope})) FROM calls WHERE {this}"
+    )
+    if repeats and repeats[0]:
+        _collect(
+            store,
+            "SELECT rid, other FROM (SELECT rowid AS rid, first_value(rowid) OVER (PARTITION BY "
+            f"{scope} ORDER BY source_row) AS other FROM calls WHERE {this}) WHERE rid <> other",
+        )
+        d, c = _settle(store, bad_rows, ingest_id, "came earlier in")
+        duplicates, conflicts = duplicates + d, conflicts + c
+    store.execute(f"DROP TABLE IF EXISTS {_MATCHES}")
+    return duplicates, conflicts
+
+
+def _collect(store: Store, pairs_sql: str) -> None:
+    """
+    Keep ``(rid, other, differences)`` for each row of this ingest whose scoped id is taken.
+    """
+    store.execute(f"DROP TABLE IF EXISTS {_MATCHES}")
+    store.execute(
+        f"CREATE TEMP TABLE {_MATCHES} AS SELECT p.rid, p.other, "
+        f"{_differences_sql('n', 'o')} AS differences FROM ({pairs_sql}) p "
+        "JOIN calls n ON n.rowid = p.rid JOIN calls o ON o.rowid = p.other"
+    )
+
+
+def _settle(store: Store, bad_rows: str, ingest_id: int, where: str) -> tuple[int, int]:
+    """
+    Move the matched rows that differ to ``bad_rows``; delete every matched row from ``calls``.
+    """
+    fields = ", ".join(f"'{c.name}', n.{c.name}" for c in SOURCE_COLUMNS)
+    moved = store.fetchone(
+        f"INSERT INTO {bad_rows} SELECT {ingest_id}, n.source_file, n.source_row, "
+        f"'{CONFLICT}', 'call_id ' || to_json(n.call_id)::VARCHAR || ' of ' || "
+        "coalesce(n.provider, 'null') || '/' || coalesce(n.model, 'null') || "
+        f"' {where} ' || o.source_file || ' row ' || coalesce(o.source_row::VARCHAR, '?') || "
+        "' with other values: ' || m.differences, "
+        f"json_object({fields})::VARCHAR FROM {_MATCHES} m JOIN calls n ON n.rowid = m.rid "
+        "JOIN calls o ON o.rowid = m.other WHERE m.differences <> ''"
+    )
+    matched = store.fetchone(f"DELETE FROM calls WHERE rowid IN (SELECT rid FROM {_MATCHES})")
+    conflicts = int(moved[0]) if moved else 0
+    return (int(matched[0]) if matched else 0) - conflicts, conflicts
+
+
+_LEGACY_KEYS = {"mapping": "map", "sets": "set", "unit": "unit"}
+"""Options always written, under the names stores have held them since the first version."""
+
+
+def options_json(fmt: str, options: ScanOptions) -> str:
+    """
+    The format and options as stored in ``ingests`` (and compared to find repeats).
+
+    Every field of `ScanOptions` counts, whatever fields it has: ``--map``, ``--set`` and
+    ``--unit`` always (as ``map``, ``set`` and ``unit``), any other field when it differs from
+    its default. Leaving defaults out keeps the identity of earlier ingests, and of the call
+    ids derived from it, when a new option is added.
+    """
+    doc: dict[str, Any] = {"format": fmt}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if f.name not in _LEGACY_KEYS and _is_default(f, value):
+            continue
+        doc[_LEGACY_KEYS.get(f.name, f.name)] = _plain(value)
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+def _is_default(f: dataclasses.Field[Any], value: object) -> bool:
+    if f.default is not dataclasses.MISSING:
+        return bool(value == f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return bool(value == f.default_factory())
+    return False
+
+
+def _plain(value: object) -> object:
+    """
+    ``value`` as JSON data in a canonical order (mappings by key, sets sorted).
+    """
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v) for v in value), key=lambda v: json.dumps(v, default=str))
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
