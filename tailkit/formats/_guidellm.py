@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._scrub import CONTENT_KEYS, scrub
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 from tailkit.formats._vllm_bench import error_columns, fixed_layout, json_struct
 
@@ -187,7 +188,8 @@ class Guidellm:
             ("time_per_output_token_ms", _num("$.time_per_output_token_ms")),
             ("request_latency", _num("$.request_latency")),
         ]
-        raw_text = "json_object('benchmark', _tk_bench, 'group', _tk_group, 'request', _tk_r)"
+        request = f"TRY_CAST({scrub('_tk_r::VARCHAR', CONTENT_KEYS)} AS JSON)"
+        raw_text = f"json_object('benchmark', _tk_bench, 'group', _tk_group, 'request', {request})"
         not_object = (
             "not_an_object",
             "coalesce(json_type(_tk_r), 'NULL') <> 'OBJECT'",

@@ -24,7 +24,8 @@ status ``error`` with the text of ``status_message`` in ``attrs``. The provider 
 ``modelParameters.provider`` or the metadata (``provider``, LangChain's ``ls_provider``,
 OpenTelemetry's ``gen_ai.provider.name`` / ``gen_ai.system``, also under
 ``metadata.attributes``); without one the row is rejected unless ``--set provider=NAME`` is
-given. Prompts and completions (``input``, ``output``) and the metadata are not kept.
+given. Prompts and completions (``input``, ``output``) and the metadata are not kept, not even
+in a rejected observation's raw text.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._scrub import scrub, scrub_json
 from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
 
 
@@ -84,6 +86,9 @@ _OBJECTS: dict[str, tuple[str, ...]] = {
 _PROVIDER_KEYS = ("provider", "ls_provider", '"gen_ai.provider.name"', '"gen_ai.system"')
 _KNOWN = frozenset(k for keys in (*_FIELDS.values(), *_OBJECTS.values()) for k in keys)
 
+_PRIVATE = ("input", "output", "metadata", "prompt", "promptTokensDetails")
+"""Kept out of a rejected observation's raw text, as out of ``attrs``: prompts, completions and
+free-form metadata (credentials are removed by name anywhere)."""
 _DETECT_KEYS = ("traceId", "trace_id")
 _LANGFUSE_ONLY = (
     "completionStartTime", "completion_start_time", "usageDetails", "usage_details",
@@ -322,7 +327,7 @@ _EXTRAS = (
     ("usage", "_lf_usage"),
     ("cost_details", "_lf_cost_details"),
     ("total_cost", "TRY_CAST(_lf_total_cost AS DOUBLE)"),
-    ("model_parameters", "_lf_params"),
+    ("model_parameters", scrub_json("_lf_params")),
     ("reported_latency_s", "TRY_CAST(_lf_latency AS DOUBLE)"),
     ("reported_ttft_s", "TRY_CAST(_lf_ttft AS DOUBLE)"),
     ("completion_start_not_before_end", f"CASE WHEN {_NOT_BEFORE_END} THEN true END"),
@@ -373,7 +378,7 @@ class Langfuse:
             _fields(_records(path, shape)),
             raw,
             extras=_EXTRAS,
-            raw_text="coalesce(o::VARCHAR, _lf_line, 'null')",
+            raw_text=scrub("coalesce(o::VARCHAR, _lf_line, 'null')", _PRIVATE),
             row_problem=_BAD_RECORD,
             row_number="_tk_record",
         )

@@ -42,9 +42,8 @@ _BLANK = "chr(32) || chr(9) || chr(13)"
 ROW_PROBLEM = (
     "malformed_json",
     "NOT _obj",
-    "CASE WHEN _parsed IS NULL THEN 'line is not valid JSON (a syntax error, a raw control "
-    "character, or bytes that are not UTF-8): ' || coalesce(left(_line, 60), '(text not shown)') "
-    "ELSE 'line is not a JSON object: ' || left(_line, 60) END",
+    "coalesce('line is not a JSON object: ' || left(_line, 60), 'line is not valid JSON (a "
+    "syntax error, a raw control character, or bytes that are not UTF-8)')",
 )
 """The ``row_problem`` of `normalize_sql` over `forgiving_source`."""
 

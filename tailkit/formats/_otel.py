@@ -37,6 +37,7 @@ from tailkit.formats._otel_sql import (
     first_of,
     spans_sql,
 )
+from tailkit.formats._scrub import scrub
 from tailkit.formats._sql import REJECT_STATUS, RawColumn, literal, normalize_sql
 
 
@@ -238,6 +239,45 @@ _LOCATED = (
 )
 
 
+_PRIVATE_ATTRIBUTE = (
+    r"(^|\.)(prompts?|completions?|input|output|messages|input_messages|output_messages"
+    r"|system_instructions|content)(\.|$)|authorization|api[-_.]?key|cookie|secret|password"
+    r"|(^|[._-])token$"
+)
+"""Attribute keys kept out of a rejected span's text: prompts, completions, credentials."""
+_COUNTS = r"usage|token_count"
+
+
+def _keep(attrs: str) -> str:
+    key = "coalesce(a->>'key', '')"
+    return (
+        f"to_json(list_filter(json_extract({attrs}, '$[*]'), lambda a: "
+        f"NOT regexp_matches({key}, {literal(_PRIVATE_ATTRIBUTE)}, 'i') "
+        f"OR regexp_matches({key}, {literal(_COUNTS)}, 'i')))"
+    )
+
+
+def _private_free(text: str) -> str:
+    """
+    SQL for a span's JSON text without prompt, completion or credential attributes.
+
+    Span and event attributes are OTLP lists of ``{key, value}``, so they are filtered by key;
+    the text of a record that is not a span is scrubbed as text.
+    """
+    span = f"TRY_CAST({text} AS JSON)"
+    event_attrs = _keep("e->'$.attributes'")
+    span_attrs = _keep(f"{span}->'$.attributes'")
+    events = (
+        f"to_json(list_transform(json_extract({span}, '$.events[*]'), lambda e: "
+        f"json_merge_patch(e, json_object('attributes', {event_attrs}))))"
+    )
+    kept = f"json_merge_patch({span}, json_object('attributes', {span_attrs}, 'events', {events}))"
+    return (
+        f"CASE WHEN json_type({span}) = 'OBJECT' THEN "
+        f"json_merge_patch({kept}, '{{}}')::VARCHAR ELSE {scrub(text)} END"
+    )
+
+
 class Otel:
     """
     OpenTelemetry GenAI spans in OTLP/JSON: JSON lines or one document per file.
@@ -276,7 +316,7 @@ class Otel:
             source,
             raw,
             extras=_extras(),
-            raw_text="json_object('where', _where, 'text', _text)::VARCHAR",
+            raw_text=f"json_object('where', _where, 'text', {_private_free('_text')})::VARCHAR",
             row_problem=(
                 "malformed_record",
                 "_kind = 'bad'",
