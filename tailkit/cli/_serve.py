@@ -128,7 +128,7 @@ def serve(
             help="Connections served at once; more are answered 503 and closed.",
             min=1,
         ),
-    ] = 256,
+    ] = 2048,
     max_body_mib: Annotated[
         int,
         typer.Option(

@@ -254,10 +254,13 @@ class Server(Requests):
     async def _bad_http(self, conn: Connection, exc: HttpError) -> None:
         """
         Answer a request that cannot be read; one to the chat route is recorded too.
+
+        A request cut short by the client closing its connection is not recorded: it never
+        arrived (a caller that gives up while sending is not a call the server received).
         """
         body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
         method, path = conn.target or ("", "")
-        if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
+        if conn.eof or method != "POST" or path.rstrip("/") != "/v1/chat/completions":
             with contextlib.suppress(ClientGone):
                 await conn.send(json_response(exc.status, body, keep_alive=False))
             return
