@@ -104,22 +104,23 @@ def test_attrs_keep_what_has_no_column(store: Store) -> None:
 
 def test_snake_case_lines_reject_bad_records_at_their_place(store: Store) -> None:
     """
-    Export JSON lines: a broken line, a negative total, a bad time and no provider are rejected.
+    Export JSON lines: a broken line, a negative total and a bad time are rejected.
+
+    A record without a provider is stored with the one its model implies.
     """
     report = _ingest(store, LANGFUSE / "observations.jsonl")
 
     assert {
         "rows_in": 7,
-        "stored": 2,
-        "rejected": 5,
+        "stored": 3,
+        "rejected": 4,
         "duplicates": 0,
-        "inferred_provider": 0,
+        "inferred_provider": 1,
     } == report.totals()
     assert [
         (3, "malformed_record"),
         (4, "total_s_negative"),
         (6, "started_at_bad_timestamp"),
-        (7, "missing_provider"),
         (8, "input_tokens_not_whole"),
     ] == _rejects(store)
     details = dict(store.fetchall("SELECT source_row, detail FROM rejects"))
@@ -130,6 +131,8 @@ def test_snake_case_lines_reject_bad_records_at_their_place(store: Store) -> Non
          0.622, 4.789, 1834, 412, "ok", None, 1, "langfuse"),
         ("obs_05", "tr_2", "chat", "azure.ai.openai", "gpt-4o-mini",
          "2026-01-01T00:02:00.000000", 0.5, 1.5, 10, 2, "ok", None, 5, "langfuse"),
+        ("obs_07", "tr_3", "chat", "openai", "gpt-4o-mini", "2026-01-01T00:04:00.000000",
+         0.25, 2.0, 5, 9, "ok", None, 7, "langfuse"),
     ] == rows  # fmt: skip
 
 

@@ -20,13 +20,16 @@ from tailkit.cli._common import (
     MapOption,
     OutputEdges,
     SetOption,
+    SetOverOption,
+    StatusMapOption,
     UnitOption,
     buckets_of,
     fail,
+    scan_options,
 )
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
-from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
+from tailkit.ingest import IngestReport, expand_paths, ingest_paths
 from tailkit.store import DEFAULT_DB, Store, summarize
 
 
@@ -39,14 +42,30 @@ app = typer.Typer(
 )
 
 
-def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            fail(f"{flag} takes COLUMN=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+_FIXES = {
+    "bad_status": "map the file's status values with --status-map VALUE=STATUS",
+    "missing_model": "name the model with --map model=COLUMN or --set model=VALUE",
+    "ok_without_total": "map the latency with --map total_s=COLUMN",
+}
+"""What usually fixes a file whose every row was rejected for one reason."""
+
+
+def _nothing_stored(report: IngestReport, db: Path) -> str | None:
+    """
+    Why a run stored nothing because every row it read was rejected (else ``None``).
+
+    Duplicates do not count as rejected: a re-run that stores nothing new is no failure.
+    """
+    totals = report.totals()
+    if totals["stored"] or totals["duplicates"] or not totals["rejected"]:
+        return None
+    reason, n = next(iter(report.reasons().items()))
+    fix = f"{_FIXES[reason]}, or " if reason in _FIXES else ""
+    where = "" if db == DEFAULT_DB else f" --db {db}"
+    return (
+        f"nothing stored: all {totals['rejected']:,} row(s) read were rejected, most often "
+        f"{reason} ({n:,}); {fix}see why with: tailkit rejects{where} --reason {reason}"
+    )
 
 
 @app.command()
@@ -63,6 +82,8 @@ def ingest(
     ] = False,
     map_: MapOption = None,
     set_: SetOption = None,
+    set_over: SetOverOption = None,
+    status_map: StatusMapOption = None,
     unit: UnitOption = None,
     strict: Annotated[
         bool, typer.Option("--strict", help="Store nothing from a file with any bad row.")
@@ -78,13 +99,17 @@ def ingest(
     Load call logs into the store and print what was stored.
 
     Every input row is stored, rejected (see `tailkit rejects`), or skipped as a duplicate;
-    the three counts always add up. Formats are detected per file (--format auto).
+    the three counts always add up. Formats are detected per file (--format auto). A row
+    without a provider takes the one its model name implies (gpt-4o: openai), else unknown.
+    Exit code 1 when a file fails, or when rows were read and every one was rejected.
 
     Example:
 
         tailkit ingest data_samples/ --db calls.duckdb
 
         tailkit ingest latency.csv --map total_s=latency_ms --unit ms --set provider=openai
+
+        tailkit ingest calls.csv --map status=success --status-map 429=rate_limited
     """
     if list_formats:
         for line in _render.formats_text(as_json=as_json):
@@ -92,7 +117,9 @@ def ingest(
         return
     if not paths:
         fail("give the files, folders or globs to ingest (or --list-formats)")
-    options = ScanOptions(mapping=_pairs(map_, "--map"), sets=_pairs(set_, "--set"), unit=unit)
+    options = scan_options(
+        map_=map_, set_=set_, set_over=set_over, status_map=status_map, unit=unit
+    )
     buckets = buckets_of(input_edges, output_edges)
     try:
         with Store.open(db) as store:
@@ -117,7 +144,10 @@ def ingest(
             typer.echo(line)
     for error in report.errors:
         typer.echo(_render.error_line(error), err=True)
-    if not report.ok:
+    nothing = _nothing_stored(report, db)
+    if nothing:
+        typer.echo(f"Error: {nothing}", err=True)
+    if not report.ok or nothing:
         raise typer.Exit(1)
 
 

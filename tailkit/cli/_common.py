@@ -9,6 +9,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from tailkit.formats import ScanOptions
 from tailkit.record import Buckets
 
 
@@ -28,11 +29,68 @@ MapOption = Annotated[
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="FIELD=VALUE for every row, e.g. provider=openai."),
+    typer.Option(
+        "--set",
+        help="FIELD=VALUE for every row, e.g. provider=openai (repeatable); refused when the "
+        "file has that column (see --set-over).",
+    ),
+]
+SetOverOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set-over",
+        help="FIELD=VALUE for every row, replacing the file's own FIELD column, e.g. "
+        "provider=azure (repeatable).",
+    ),
+]
+StatusMapOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status-map",
+        help="VALUE=STATUS: read this status value as one of ok, error, timeout, cancelled, "
+        "invalid, rate_limited, e.g. 429=rate_limited (repeatable; case-insensitive). "
+        "true/false, 1/0 and yes/no are read as ok/error without it.",
+    ),
 ]
 UnitOption = Annotated[
     str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
 ]
+
+
+def pairs(values: list[str] | None, flag: str, shape: str = "COLUMN=VALUE") -> dict[str, str]:
+    """
+    ``KEY=VALUE`` option values as a dict (spaces around either side dropped).
+    """
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"{flag} takes {shape}, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def scan_options(
+    *,
+    map_: list[str] | None,
+    set_: list[str] | None,
+    set_over: list[str] | None,
+    status_map: list[str] | None,
+    unit: str | None,
+) -> ScanOptions:
+    """
+    The `ScanOptions` of ``--map``, ``--set``, ``--set-over``, ``--status-map`` and ``--unit``.
+    """
+    sets, over = pairs(set_, "--set"), pairs(set_over, "--set-over")
+    for name in sets.keys() & over.keys():
+        fail(f"--set {name} and --set-over {name} both given; keep one")
+    return ScanOptions(
+        mapping=pairs(map_, "--map"),
+        sets={**sets, **over},
+        unit=unit,
+        status_map=pairs(status_map, "--status-map", "VALUE=STATUS"),
+        overrides=frozenset(over),
+    )
 
 
 def fail(message: str) -> NoReturn:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from tailkit.errors import MappingError
 from tailkit.formats._sql import INTEGER_TYPES, NUMERIC_TYPES, RawColumn, literal
-from tailkit.record import SOURCE_COLUMNS
+from tailkit.record import SOURCE_COLUMNS, STATUSES
 
 
 MAPPABLE = tuple(c.name for c in SOURCE_COLUMNS)
@@ -28,11 +28,17 @@ class ScanOptions:
         mapping: Call-record column → source column (``--map total_s=latency``).
         sets: Call-record column → one value for every row (``--set provider=openai``).
         unit: Unit of the duration columns: ``"s"``, ``"ms"``, or ``None`` (seconds, checked).
+        status_map: Source status value → call-record status (``--status-map 429=rate_limited``),
+            matched ignoring case and surrounding spaces, before the built-in synonyms.
+        overrides: Columns of ``sets`` that may replace a column the file has
+            (``--set-over provider=azure``); without it, such a ``--set`` is refused.
     """
 
     mapping: Mapping[str, str] = field(default_factory=dict)
     sets: Mapping[str, str] = field(default_factory=dict)
     unit: str | None = None
+    status_map: Mapping[str, str] = field(default_factory=dict)
+    overrides: frozenset[str] = frozenset()
 
     @property
     def duration_scale(self) -> float:
@@ -100,10 +106,11 @@ def _suggest(name: str, choices: Sequence[str]) -> str:
 
 def check_options(options: ScanOptions) -> None:
     """
-    Refuse ``--map`` / ``--set`` / ``--unit`` values that name no call-record column.
+    Refuse ``--map`` / ``--set`` / ``--unit`` / ``--status-map`` values tailkit cannot use.
 
     Raises:
-        MappingError: With the bad name and the valid ones.
+        MappingError: A name that is no call-record column, a status that is none of
+            `STATUSES`, or an override without its ``--set``; with the valid values.
     """
     for flag, names in (("--map", options.mapping), ("--set", options.sets)):
         for target in names:
@@ -116,6 +123,28 @@ def check_options(options: ScanOptions) -> None:
     if options.unit not in (None, "s", "ms"):
         msg = f"--unit must be s or ms, got {options.unit!r}"
         raise MappingError(msg)
+    for target in sorted(options.overrides):
+        if target not in options.sets:
+            msg = f"--set-over {target}: give its value, e.g. --set-over {target}=VALUE"
+            raise MappingError(msg)
+    folded: dict[str, str] = {}
+    for value, status in options.status_map.items():
+        key = value.strip().lower()
+        if status not in STATUSES:
+            msg = (
+                f"--status-map {value}={status}: {status!r} is not a status"
+                f"{_suggest(status, STATUSES)}; valid: {', '.join(STATUSES)}"
+            )
+            raise MappingError(msg)
+        if not key:
+            msg = f"--status-map ={status}: give the source value to map, e.g. success={status}"
+            raise MappingError(msg)
+        if folded.setdefault(key, status) != status:
+            msg = (
+                f"--status-map maps {value!r} to both {folded[key]} and {status} "
+                "(values match ignoring case and spaces)"
+            )
+            raise MappingError(msg)
 
 
 def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dict[str, str]:
@@ -125,8 +154,8 @@ def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dic
     ``--map`` wins; otherwise a source column with the call-record name (any case) is used.
 
     Raises:
-        MappingError: A mapped column does not exist, or model, provider or total_s has no
-            source.
+        MappingError: A mapped column does not exist, model or total_s has no source, or a
+            ``--set`` would replace a column the file has (without ``--set-over``).
     """
     check_options(options)
     by_lower = {name.lower(): name for name in names}
@@ -145,7 +174,9 @@ def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dic
         if target not in assigned and target not in options.sets and same and same not in taken:
             assigned[target] = same
             taken.add(same)
-    for required in ("model", "provider", "total_s"):
+    _check_sets(path, by_lower, assigned, options)
+    # No provider is fine: normalize_sql infers it from the model name.
+    for required in ("model", "total_s"):
         if required not in assigned and required not in options.sets:
             also = "" if required == "total_s" else f" or give one value with --set {required}=NAME"
             msg = (
@@ -154,6 +185,52 @@ def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dic
             )
             raise MappingError(msg)
     return assigned
+
+
+def _check_sets(
+    path: str, by_lower: Mapping[str, str], assigned: Mapping[str, str], options: ScanOptions
+) -> None:
+    """
+    Refuse a ``--set`` that would silently replace the file's own values of a column.
+    """
+    taken = set(assigned.values())
+    for target, value in options.sets.items():
+        if target in options.mapping:
+            msg = (
+                f"--map {target}={options.mapping[target]} and --set {target}={value} both "
+                f"fill {target!r}; keep one"
+            )
+            raise MappingError(msg)
+        same = by_lower.get(target)
+        if same is not None and same not in taken and target not in options.overrides:
+            msg = (
+                f"{path}: --set {target}={value} would replace the file's own column {same!r} "
+                f"in every row; use --set-over {target}={value} to replace it, or drop --set "
+                "to keep the file's values"
+            )
+            raise MappingError(msg)
+
+
+def with_status_map(raw: Mapping[str, RawColumn], options: ScanOptions) -> dict[str, RawColumn]:
+    """
+    ``raw`` with ``--status-map`` applied to the status source (unchanged without one).
+
+    A mapped value becomes its status; any other value goes through unchanged, to the
+    built-in synonyms and, failing them, a ``bad_status`` reject that shows it.
+    """
+    out = dict(raw)
+    source = out.get("status")
+    if source is None or not options.status_map:
+        return out
+    text = f"CAST({source.expr} AS VARCHAR)"
+    whens = " ".join(
+        f"WHEN {literal(value.strip().lower())} THEN {literal(status)}"
+        for value, status in options.status_map.items()
+    )
+    out["status"] = RawColumn(
+        f"CASE lower(trim({text})) {whens} ELSE {text} END", "VARCHAR", source.label
+    )
+    return out
 
 
 def read_type(target: str | None, sniffed: str) -> str:
@@ -208,6 +285,7 @@ def resolve_columns(
     }
     for target, value in options.sets.items():
         raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+    raw = with_status_map(raw, options)
     notes = [f"{t} ← {s}" for t, s in assigned.items() if t in options.mapping]
     used = set(assigned.values())
     extras = [(name, ref(name)) for name in types if name not in used]

@@ -6,8 +6,11 @@ wraps that in one SELECT that casts, converts units, and names the first problem
 ``reason`` / ``detail``. Everything runs inside DuckDB; nothing loops over rows in Python.
 
 The order of the checks is the order a person would fix a row in: unreadable row, missing
-identity (model, provider), values that are not numbers or timestamps, values out of range,
-values that contradict each other.
+model, values that are not numbers or timestamps, values out of range, values that contradict
+each other. A value is never changed to make it fit: a number beyond its column's type, a time
+before 1970 or after 2200, a UTC offset beyond 14 hours or a duration above a week rejects the
+row with a reason. A row without a provider is kept, with the provider its model name implies
+(see `tailkit.formats._providers`) and ``"provider_inferred": true`` in ``attrs``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tailkit.formats._providers import infer_provider_sql
 from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES, Column
 
 
@@ -33,7 +37,42 @@ _STATUS_SYNONYMS: Mapping[str, str] = {
     "timed_out": "timeout", "timedout": "timeout",
     "canceled": "cancelled",
     "rate_limit": "rate_limited", "ratelimited": "rate_limited", "429": "rate_limited",
+    # A boolean success column (true/false, 1/0, yes/no; BOOLEAN sources read as true/false).
+    "true": "ok", "false": "error", "1": "ok", "0": "error", "yes": "ok", "no": "error",
 }  # fmt: skip
+
+MODEL_HINT = "--map model=COLUMN or --set model=VALUE"
+"""How a generic format's user fills a missing model (`normalize_sql`'s default hint)."""
+
+STATUS_HINT = "--status-map VALUE=STATUS"
+"""How a generic format's user names a status vocabulary (`normalize_sql`'s default hint)."""
+
+MAX_DURATION_S = 7 * 24 * 3600.0
+"""A duration above a week is not a call's latency: rejected as out of range."""
+
+_TIME_RANGE = ("1970-01-01 00:00:00+00", "2200-01-01 00:00:00+00")
+"""Times outside [1970, 2200) are rejected as out of range (epoch 0 is still allowed)."""
+
+_FITS_INT32 = frozenset({"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT"})
+_FITS_INT64 = _FITS_INT32 | {"BIGINT", "UINTEGER"}
+_INT_RANGES: Mapping[str, tuple[str, str, str, frozenset[str]]] = {
+    "attempt": ("{v} >= 2147483648.0", "at most 2147483647", "", _FITS_INT32),
+    "input_tokens": ("{v} >= 9223372036854775808.0", "at most 2^63-1", "", _FITS_INT64),
+    "output_tokens": ("{v} >= 9223372036854775808.0", "at most 2^63-1", "", _FITS_INT64),
+    "http_status": (
+        "{v} < 100 OR {v} > 599", "an HTTP status is 100 to 599",
+        "; leave it empty when there was no response", frozenset(),
+    ),
+}  # fmt: skip
+"""Per integer column: the out-of-range condition over its value (a DOUBLE, so the bounds are
+exclusive powers of two), the range in words, a fix, and source types that always fit."""
+
+# A UTC offset beyond 14 hours (or with 60+ minutes) after a time of day: DuckDB accepts
+# +99:00 and shifts the instant by four days; no place on Earth is that far from UTC.
+_BAD_OFFSET = (
+    r"\d:\d\d(:\d\d([.,]\d+)?)? ?[+-]((1[5-9]|[2-9]\d)(:?\d\d)?|14:?(0[1-9]|[1-5]\d)"
+    r"|\d\d:?[6-9]\d)$"
+)
 
 
 def ident(name: str) -> str:
@@ -155,7 +194,46 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
                 f"'{name} is not a whole number: ' || {v}::VARCHAR",
             )
         )
-    if col.kind == "timestamp" and not _is_time(typed):
+    if col.kind == "int" and name in _INT_RANGES:
+        condition, bound, fix, fits = _INT_RANGES[name]
+        if typed.split("(")[0] not in fits:
+            checks.append(
+                _Check(
+                    f"{name}_out_of_range",
+                    condition.format(v=v),
+                    f"'{name} ' || {_shown(r)} || ' is out of range ({bound}){fix}'",
+                )
+            )
+    if col.kind == "duration":
+        checks.append(
+            _Check(
+                f"{name}_out_of_range",
+                f"{v} > {MAX_DURATION_S!r}",
+                f"'{name} ' || {_shown(r)} || {literal(_DURATION_TOO_LONG)}",
+            )
+        )
+    if col.kind == "timestamp":
+        checks.extend(_time_checks(name, raw, v, r))
+    if col.kind == "bool" and typed != "BOOLEAN":
+        checks.append(
+            _Check(
+                f"{name}_not_boolean",
+                f"{r} IS NOT NULL AND {v} IS NULL",
+                f"'{name} is not true/false: ' || {_shown(r)}",
+            )
+        )
+    return checks
+
+
+_DURATION_TOO_LONG = (
+    f" is out of range (more than a week, {MAX_DURATION_S:.0f} s, after unit conversion; "
+    "check the column and --unit)"
+)
+
+
+def _time_checks(name: str, raw: RawColumn, v: str, r: str) -> list[_Check]:
+    checks: list[_Check] = []
+    if not _is_time(raw.sql_type):
         checks.append(
             _Check(
                 f"{name}_bad_timestamp",
@@ -163,12 +241,20 @@ def _column_checks(col: Column, raw: RawColumn) -> list[_Check]:
                 f"'{name} is not an ISO-8601 time or epoch number: ' || {_shown(r)}",
             )
         )
-    if col.kind == "bool" and typed != "BOOLEAN":
+    low, high = _TIME_RANGE
+    checks.append(
+        _Check(
+            f"{name}_out_of_range",
+            f"{v} < TIMESTAMPTZ {literal(low)} OR {v} >= TIMESTAMPTZ {literal(high)}",
+            f"'{name} ' || {_shown(r)} || ' is out of range (before 1970 or after 2200)'",
+        )
+    )
+    if not _is_time(raw.sql_type) and not _is_numeric(raw.sql_type):
         checks.append(
             _Check(
-                f"{name}_not_boolean",
-                f"{r} IS NOT NULL AND {v} IS NULL",
-                f"'{name} is not true/false: ' || {_shown(r)}",
+                f"{name}_bad_offset",
+                f"{v} IS NOT NULL AND regexp_matches(CAST({r} AS VARCHAR), {literal(_BAD_OFFSET)})",
+                f"'{name} ' || {_shown(r)} || ' has a UTC offset beyond 14:00'",
             )
         )
     return checks
@@ -217,6 +303,8 @@ def normalize_sql(
     raw_text: str | None = None,
     row_problem: tuple[str, str, str] | None = None,
     row_number: str = "NULL::BIGINT",
+    model_hint: str = MODEL_HINT,
+    status_hint: str = STATUS_HINT,
 ) -> str:
     """
     Build the SELECT that validates and types one scan, in one pass over the file.
@@ -236,6 +324,10 @@ def normalize_sql(
         row_problem: ``(reason, condition, detail)`` for a row that could not be read at all.
         row_number: SQL for the row's 1-based record number when the reader knows it; NULL
             leaves numbering to the store (rows arrive in file order).
+        model_hint: The options that fill a missing model, as the ``missing_model`` detail
+            names them (only options the format accepts; empty: name none).
+        status_hint: The option that maps a status vocabulary, as the ``bad_status`` detail
+            names it (empty: name none).
 
     Returns:
         SQL yielding the source columns of the call record (`SOURCE_COLUMNS`), ``attrs`` and
@@ -246,14 +338,10 @@ def normalize_sql(
     checks: list[_Check] = []
     if row_problem:
         checks.append(_Check(*row_problem))
-    for name in ("model", "provider"):
-        checks.append(
-            _Check(
-                f"missing_{name}",
-                f"_tk_v_{name} IS NULL",
-                f"'{name} is missing (fill it with --map {name}=COLUMN or --set {name}=VALUE)'",
-            )
-        )
+    fill = f" (fill it with {model_hint})" if model_hint else ""
+    checks.append(
+        _Check("missing_model", "_tk_v_model IS NULL", literal(f"model is missing{fill}"))
+    )
     for col in SOURCE_COLUMNS:
         source = raw.get(col.name)
         if source is None:
@@ -262,7 +350,7 @@ def normalize_sql(
         r, v = _value(col, source, duration_scale)
         inner.append(f"{r} AS _tk_r_{col.name}, {v} AS _tk_v_{col.name}")
         checks.extend(_column_checks(col, source))
-    checks.extend(_cross_checks())
+    checks.extend(_cross_checks(status_hint))
     if raw_text is None:
         pairs = ", ".join(f"{literal(k)}, _tk_r_{k}" for k in raw)
         raw_text = f"json_object({pairs})::VARCHAR" if pairs else "NULL"
@@ -270,6 +358,10 @@ def normalize_sql(
         "json_object(" + ", ".join(f"{literal(k)}, {e}" for k, e in extras) + ")"
         if extras
         else "NULL::JSON"
+    )
+    attrs = (
+        f"CASE WHEN _tk_v_provider IS NULL THEN json_merge_patch(coalesce({attrs}, '{{}}'), "
+        f"'{{\"provider_inferred\": true}}') ELSE {attrs} END"
     )
     reason = " ".join(f"WHEN {c.condition} THEN {literal(c.reason)}" for c in checks)
     detail = " ".join(f"WHEN {c.condition} THEN {c.detail}" for c in checks)
@@ -286,13 +378,15 @@ def normalize_sql(
     )
 
 
-def _cross_checks() -> list[_Check]:
+def _cross_checks(status_hint: str) -> list[_Check]:
     roles = ", ".join(literal(r) for r in ROLES)
+    fix = f" (map other values with {status_hint})" if status_hint else ""
+    not_one = f" is not one of {', '.join(STATUSES)}{fix}"
     return [
         _Check(
             "bad_status",
             "_tk_r_status IS NOT NULL AND _tk_v_status IS NULL",
-            f"'status ' || {_shown('_tk_r_status')} || ' is not one of {', '.join(STATUSES)}'",
+            f"'status ' || {_shown('_tk_r_status')} || {literal(not_one)}",
         ),
         _Check(
             "bad_role",
@@ -305,12 +399,18 @@ def _cross_checks() -> list[_Check]:
             "'ttft_s ' || _tk_v_ttft_s::VARCHAR || ' is larger than total_s ' "
             "|| _tk_v_total_s::VARCHAR",
         ),
+        # A call is ok only with a positive latency: an ok without one is a contradiction.
         _Check(
             "ok_without_total",
-            "coalesce(_tk_v_status, 'ok') = 'ok' AND _tk_v_total_s IS NULL "
-            "AND _tk_v_censored_at_s IS NULL AND coalesce(_tk_v_http_status, 0) < 400",
+            f"_tk_v_total_s IS NULL AND {_STATUS} = 'ok'",
             "'total_s is empty but the call is not marked failed "
             "(give its latency, or a status such as error or timeout)'",
+        ),
+        _Check(
+            "ok_with_zero_total",
+            "_tk_v_total_s = 0 AND _tk_v_status = 'ok'",
+            "'status is ok but total_s is 0 (a finished call takes time: give its latency, "
+            "or a status such as error)'",
         ),
     ]
 
@@ -318,10 +418,12 @@ def _cross_checks() -> list[_Check]:
 _STATUS = (
     "coalesce(_tk_v_status, CASE WHEN _tk_v_http_status = 429 THEN 'rate_limited' "
     "WHEN _tk_v_http_status >= 400 THEN 'error' "
-    "WHEN _tk_v_censored_at_s IS NOT NULL THEN 'timeout' ELSE 'ok' END)"
+    "WHEN _tk_v_censored_at_s IS NOT NULL THEN 'timeout' "
+    "WHEN _tk_v_total_s <= 0 THEN 'error' ELSE 'ok' END)"
 )
 """A row without a status: a 429 is rate-limited, other HTTP errors are errors, a cut is a
-timeout, and anything else finished."""
+timeout, a call that took no time failed (logs write 0 for a call that never ran), and
+anything else finished."""
 
 
 def _stored(col: Column) -> str:
@@ -331,6 +433,8 @@ def _stored(col: Column) -> str:
         return f"CASE WHEN {v} = 0 OR {v} = _tk_v_total_s THEN NULL ELSE {v} END AS ttft_s"
     if col.name == "attempt":
         return "coalesce(TRY_CAST(_tk_v_attempt AS INTEGER), 0) AS attempt"
+    if col.name == "provider":
+        return f"coalesce({v}, {infer_provider_sql('_tk_v_model')}) AS provider"
     if col.name == "abandoned":
         return "coalesce(_tk_v_abandoned, false) AS abandoned"
     if col.kind == "int":

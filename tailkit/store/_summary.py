@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from tailkit.store._store import Store
 
 
+OK_CALL = "status = 'ok' AND total_s > 0"
+"""SQL true for a call that finished: the ``ok`` count of the summary and of the tail table."""
+
+
 @dataclass(frozen=True, slots=True)
 class RouteSummary:
     """
@@ -56,11 +60,13 @@ def summarize(store: Store, buckets: Buckets | None = None) -> StoreSummary:
     """
     buckets = buckets or Buckets()
     counts = store.counts()
+    # A call is ok as `tailkit stats` counts it (n_ok): finished, with a positive latency;
+    # every other call is failed (timeouts and cut calls included, as the cut column says).
     rows = store.fetchall(
-        "SELECT provider, model, count(*), count(*) FILTER (status = 'ok'), "
-        "count(*) FILTER (status <> 'ok'), count(censored_at_s), count(ttft_s), "
-        "quantile_cont(total_s, 0.5) FILTER (status = 'ok'), "
-        "quantile_cont(total_s, 0.99) FILTER (status = 'ok') "
+        f"SELECT provider, model, count(*), count(*) FILTER ({OK_CALL}), "
+        f"count(*) FILTER (NOT coalesce({OK_CALL}, false)), count(censored_at_s), "
+        f"count(ttft_s), quantile_cont(total_s, 0.5) FILTER ({OK_CALL}), "
+        f"quantile_cont(total_s, 0.99) FILTER ({OK_CALL}) "
         "FROM calls GROUP BY ALL ORDER BY 3 DESC, 1, 2"
     )
     routes = [RouteSummary(*row) for row in rows]
