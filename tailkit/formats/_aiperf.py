@@ -234,7 +234,7 @@ class Aiperf:
                 lambda k: f"_j.{ident(k)}",
                 lines.forgiving_source(path, dict.fromkeys(_FIELDS, "JSON")),
                 raw_text=scrub("_line"),
-                row_problem=lines.ROW_PROBLEM,
+                row_problem=lines.row_problem(),
                 row_number="_tk_rec",
             ),
             raw_lines_sql=lines.raw_lines_sql(path),

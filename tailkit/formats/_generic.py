@@ -94,7 +94,7 @@ class JsonLines:
             path, lines.forgiving_source(path, text), text, options,
             ref=lambda k: f"_j.{ident(k)}",
             raw_text=scrub("_line", private),
-            row_problem=lines.ROW_PROBLEM,
+            row_problem=lines.row_problem(private),
             row_number="_tk_rec",
         )  # fmt: skip
         return Scan(

@@ -39,13 +39,20 @@ SAMPLE = 10_000
 _JSON_TYPES = {"UBIGINT": "BIGINT", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE", "BOOLEAN": "BOOLEAN"}
 _BLANK = "chr(32) || chr(9) || chr(13)"
 
-ROW_PROBLEM = (
-    "malformed_json",
-    "NOT _obj",
-    "coalesce('line is not a JSON object: ' || left(_line, 60), 'line is not valid JSON (a "
-    "syntax error, a raw control character, or bytes that are not UTF-8)')",
-)
-"""The ``row_problem`` of `normalize_sql` over `forgiving_source`."""
+
+def row_problem(keys: Iterable[str] = ()) -> tuple[str, str, str]:
+    """
+    The ``row_problem`` of `normalize_sql` over `forgiving_source`.
+
+    The line's text shown in the detail lacks ``keys`` and credentials.
+    """
+    shown = f"left({scrub('_line', keys)}, 60)"
+    return (
+        "malformed_json",
+        "NOT _obj",
+        f"coalesce('line is not a JSON object: ' || {shown}, 'line is not valid JSON (a syntax "
+        "error, a raw control character, or bytes that are not UTF-8)')",
+    )
 
 
 def objects(path: str) -> str:

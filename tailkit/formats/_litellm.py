@@ -131,7 +131,7 @@ def json_lines_scan(
             lambda k: f"_j.{ident(k)}",
             source=lines.forgiving_source(path, typed),
             raw_text=scrub("_line", private),
-            row_problem=lines.ROW_PROBLEM,
+            row_problem=lines.row_problem(private),
             row_number="_tk_rec",
         ),
         raw_lines_sql=lines.raw_lines_sql(path, private),

@@ -43,10 +43,19 @@ CONTENT_KEYS = frozenset({"messages", "prompt", "prompts", "input", "output", "r
 CONTAINER_KEYS = frozenset({"headers", "cookies"})
 """Keys whose whole value is dropped (they hold credentials under any name)."""
 
-_SCALAR = r'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
-_PAIR = rf'"(?i:{_CREDENTIAL})"\s*:\s*{_SCALAR}'
-_AFTER_COMMA = r",\s*" + _PAIR
-_BEFORE_COMMA = _PAIR + r"\s*,?\s*"
+# A scalar value; a string may be cut off by the end of a torn line.
+_SCALAR = r'(?:"(?:[^"\\]|\\.)*(?:"|$)|-?[0-9][0-9.eE+-]*|true|false|null)'
+
+
+def _pairs(keys: Iterable[str]) -> tuple[str, str]:
+    """
+    Patterns for a ``"name": scalar`` pair with its comma before, and with its comma after.
+    """
+    names = "|".join([_CREDENTIAL, *(re.escape(k) for k in sorted(keys))])
+    pair = rf'"(?i:{names})"\s*:\s*{_SCALAR}'
+    return r",\s*" + pair, pair + r"\s*,?\s*"
+
+
 _CREDENTIAL_RE = re.compile(rf"(?:{_CREDENTIAL})", re.IGNORECASE)
 
 
@@ -68,26 +77,33 @@ def drop_keys(expr: str, keys: Iterable[str]) -> str:
     """
     SQL for the JSON object ``expr`` without ``keys`` (anything else unchanged).
     """
-    patch = json.dumps(dict.fromkeys(sorted(set(keys))))
-    if patch == "{}":
+    names = sorted(set(keys))
+    if not names:
         return expr
+    patch = literal(json.dumps(dict.fromkeys(names)))
+    listed = "[" + ", ".join(literal(k) for k in names) + "]"
+    # Patched only when a key is there: a patch re-serialises the object (spaces dropped).
     return (
         f"CASE WHEN json_valid({expr}) AND json_type({expr}) = 'OBJECT' "
-        f"THEN json_merge_patch({expr}, {literal(patch)})::VARCHAR ELSE {expr} END"
+        f"AND list_has_any(json_keys({expr}), {listed}) "
+        f"THEN json_merge_patch({expr}, {patch})::VARCHAR ELSE {expr} END"
     )
 
 
 def scrub(expr: str, keys: Iterable[str] = ()) -> str:
     """
-    SQL for the JSON text ``expr`` without ``keys`` (top level) and without credentials.
+    SQL for the JSON text ``expr`` without ``keys`` and without credentials.
 
-    Works on text that is not valid JSON too (a broken line keeps its shape, minus the
-    credential pairs the expression finds), and keeps NULL as NULL.
+    ``keys`` go at the top level of an object whatever their value, and as ``"key": scalar``
+    pairs anywhere; credentials go as pairs anywhere. Works on text that is not valid JSON
+    too (a torn line keeps its shape, minus the pairs the expression finds), and keeps NULL.
     """
-    dropped = drop_keys(expr, {*keys, *CONTAINER_KEYS, "api_key", "Authorization"})
+    names = set(keys)
+    dropped = drop_keys(expr, {*names, *CONTAINER_KEYS, "api_key", "Authorization"})
+    after_comma, before_comma = _pairs(names | CONTAINER_KEYS)
     # A pair after a comma goes with its comma; the first pair of an object with the one after.
-    no_tail = f"regexp_replace(({dropped})::VARCHAR, {literal(_AFTER_COMMA)}, '', 'g')"
-    return f"regexp_replace({no_tail}, {literal(_BEFORE_COMMA)}, '', 'g')"
+    no_tail = f"regexp_replace(({dropped})::VARCHAR, {literal(after_comma)}, '', 'g')"
+    return f"regexp_replace({no_tail}, {literal(before_comma)}, '', 'g')"
 
 
 def scrub_json(expr: str) -> str:
