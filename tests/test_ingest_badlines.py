@@ -272,3 +272,39 @@ def test_random_bad_lines_are_rejected_at_their_place(
     )  # fmt: skip
     assert sorted(b + 1 for b in bad_at) == rejected
     assert sorted(set(range(1, len(lines) + 1)) - {b + 1 for b in bad_at}) == stored
+
+
+_BAD_CSV = st.sampled_from([
+    b"x1,openai,gpt-4o,1.5,one too many",
+    b"x2,openai",
+    b"x3,openai,gpt-4o,not a number",
+    b"x4,openai,gpt-4o,-2",
+    b"x5,openai,caf\xe9,1.5",
+])  # fmt: skip
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(inserts=st.lists(st.tuples(st.integers(0, 50), _BAD_CSV), min_size=1, max_size=4))
+def test_random_bad_csv_rows_are_rejected_at_their_place(
+    tmp_path_factory: pytest.TempPathFactory, inserts: list[tuple[int, bytes]]
+) -> None:
+    """CSV too: every good row stored at its row, every bad one rejected at its row."""
+    rows = [f"c{i},openai,gpt-4o,{1 + i / 10}".encode() for i in range(8)]
+    bad_at: set[int] = set()
+    for where, bad in inserts:
+        i = where % (len(rows) + 1)
+        rows.insert(i, bad)
+        bad_at = {b + 1 if b >= i else b for b in bad_at} | {i}
+    tmp = tmp_path_factory.mktemp("csv")
+    path = _write(tmp / "x.csv", [b"call_id,provider,model,total_s", *rows])
+
+    with Store.open(tmp / "t.duckdb") as store:
+        report = ingest_paths(store, [path], format="csv")
+        assert report.ok, report.errors
+        stored = sorted(int(r) for (r,) in store.fetchall("SELECT source_row FROM calls"))
+        rejected = sorted(int(r) for (r,) in store.fetchall("SELECT source_row FROM rejects"))
+
+    assert sorted(b + 1 for b in bad_at) == rejected
+    assert sorted(set(range(1, len(rows) + 1)) - {b + 1 for b in bad_at}) == stored
