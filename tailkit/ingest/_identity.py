@@ -99,8 +99,10 @@ def settle_identity(
     Delete this ingest's duplicates and move its conflicting rows into ``bad_rows``.
 
     Rows are compared first with the calls stored before (only when there are any), then with
-    the rows before them in the same file. Both steps are set-based; the second runs only when
-    some scoped id repeats within the file, which 64-bit hashes tell cheaply.
+    the rows before them in the same file. Both steps are set-based: one join marks each
+    matched row as equal or not (booleans, cheap for millions of duplicates), and only the
+    conflicts, usually few, get their message. The second step runs only when some scoped id
+    repeats within the file, which 64-bit hashes tell cheaply.
 
     Args:
         store: The store, inside the ingest's transaction; every row of this ingest in
@@ -116,13 +118,11 @@ def settle_identity(
     duplicates = conflicts = 0
     this = f"ingest_id = {ingest_id}"
     if had_calls:
-        # At most one stored call has a given scoped id; arg_min picks one all the same, so
-        # that a store written before ids were scoped cannot double a row here.
         _collect(
             store,
-            "SELECT n.rowid AS rid, arg_min(s.rowid, s.source_row) AS other FROM calls n "
-            f"JOIN calls s ON {_same_scope('n', 's')} "
-            f"WHERE n.{this} AND s.ingest_id <> {ingest_id} GROUP BY n.rowid",
+            f"SELECT n.rowid AS rid, o.rowid AS other, {_equal('n', 'o')} AS same FROM calls n "
+            f"JOIN calls o ON {_same_scope('n', 'o')} "
+            f"WHERE n.{this} AND o.ingest_id <> {ingest_id}",
         )
         d, c = _settle(store, bad_rows, ingest_id, "already stored from")
         duplicates, conflicts = duplicates + d, conflicts + c
@@ -133,8 +133,10 @@ def settle_identity(
     if repeats and repeats[0]:
         _collect(
             store,
-            "SELECT rid, other FROM (SELECT rowid AS rid, first_value(rowid) OVER (PARTITION BY "
-            f"{scope} ORDER BY source_row) AS other FROM calls WHERE {this}) WHERE rid <> other",
+            f"SELECT p.rid, p.other, {_equal('n', 'o')} AS same FROM (SELECT rid, other FROM "
+            "(SELECT rowid AS rid, first_value(rowid) OVER (PARTITION BY "
+            f"{scope} ORDER BY source_row) AS other FROM calls WHERE {this}) WHERE rid <> other"
+            ") p JOIN calls n ON n.rowid = p.rid JOIN calls o ON o.rowid = p.other",
         )
         d, c = _settle(store, bad_rows, ingest_id, "came earlier in")
         duplicates, conflicts = duplicates + d, conflicts + c
@@ -142,31 +144,38 @@ def settle_identity(
     return duplicates, conflicts
 
 
-def _collect(store: Store, pairs_sql: str) -> None:
+def _equal(new: str, old: str) -> str:
+    return " AND ".join(f"{new}.{c.name} IS NOT DISTINCT FROM {old}.{c.name}" for c in _COMPARED)
+
+
+def _collect(store: Store, matches_sql: str) -> None:
     """
-    Keep ``(rid, other, differences)`` for each row of this ingest whose scoped id is taken.
+    Keep ``(rid, other, same)`` for each row of this ingest whose scoped id is taken.
     """
     store.execute(f"DROP TABLE IF EXISTS {_MATCHES}")
-    store.execute(
-        f"CREATE TEMP TABLE {_MATCHES} AS SELECT p.rid, p.other, "
-        f"{_differences_sql('n', 'o')} AS differences FROM ({pairs_sql}) p "
-        "JOIN calls n ON n.rowid = p.rid JOIN calls o ON o.rowid = p.other"
-    )
+    store.execute(f"CREATE TEMP TABLE {_MATCHES} AS {matches_sql}")
 
 
 def _settle(store: Store, bad_rows: str, ingest_id: int, where: str) -> tuple[int, int]:
     """
     Move the matched rows that differ to ``bad_rows``; delete every matched row from ``calls``.
+
+    A row that matched an equal call is a duplicate even if it also matched one that differs
+    (possible only in a store written before ids were scoped).
     """
     fields = ", ".join(f"'{c.name}', n.{c.name}" for c in SOURCE_COLUMNS)
+    conflicting = (
+        f"SELECT rid, min(other) AS other FROM {_MATCHES} WHERE NOT same AND rid NOT IN "
+        f"(SELECT rid FROM {_MATCHES} WHERE same) GROUP BY rid"
+    )
     moved = store.fetchone(
         f"INSERT INTO {bad_rows} SELECT {ingest_id}, n.source_file, n.source_row, "
         f"'{CONFLICT}', 'call_id ' || to_json(n.call_id)::VARCHAR || ' of ' || "
         "coalesce(n.provider, 'null') || '/' || coalesce(n.model, 'null') || "
         f"' {where} ' || o.source_file || ' row ' || coalesce(o.source_row::VARCHAR, '?') || "
-        "' with other values: ' || m.differences, "
-        f"json_object({fields})::VARCHAR FROM {_MATCHES} m JOIN calls n ON n.rowid = m.rid "
-        "JOIN calls o ON o.rowid = m.other WHERE m.differences <> ''"
+        f"' with other values: ' || {_differences_sql('n', 'o')}, "
+        f"json_object({fields})::VARCHAR FROM ({conflicting}) m "
+        "JOIN calls n ON n.rowid = m.rid JOIN calls o ON o.rowid = m.other"
     )
     matched = store.fetchone(f"DELETE FROM calls WHERE rowid IN (SELECT rid FROM {_MATCHES})")
     conflicts = int(moved[0]) if moved else 0
