@@ -121,8 +121,8 @@ class JsonDocument:
         return (
             "SELECT e.key, CASE WHEN json_type(e.value) = 'VARCHAR' THEN e.value->>'$' "
             "ELSE 'JSON' END FROM (SELECT unnest(map_entries(CAST(s AS MAP(VARCHAR, JSON)))) "
-            f"AS e FROM (SELECT json_group_structure(_item) AS s FROM {_items(path)} "
-            "WHERE json_type(_item) = 'OBJECT'))"
+            f"AS e FROM (SELECT json_group_structure(_item) AS s FROM (SELECT _item FROM "
+            f"{_items(path)} LIMIT {lines.SAMPLE}) WHERE json_type(_item) = 'OBJECT'))"
         )
 
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
