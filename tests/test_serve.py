@@ -986,7 +986,8 @@ def test_serve_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     log = tmp_path / "access.jsonl"
     profile = ROOT / "data_samples" / "serve_profile.yaml"
     command = [sys.executable, "-m", "tailkit", "serve", "--profile", str(profile), "--port", "0",
-               "--time-scale", "0.001", "--log", str(log)]  # fmt: skip
+               "--time-scale", "0.001", "--log", str(log), "--idle-timeout", "5",
+               "--max-connections", "8", "--max-body-mib", "1"]  # fmt: skip
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
