@@ -234,3 +234,36 @@ def test_nothing_stored_all_rejected(store: Store, tmp_path: Path) -> None:
 
     assert ingest_paths(store, [bad]).nothing_stored_all_rejected
     assert not ingest_paths(store, [good]).nothing_stored_all_rejected
+
+
+def test_formats_that_open_the_file_themselves_read_glob_named_files(
+    store: Store, tmp_path: Path
+) -> None:
+    """
+    A `*` or `[` in a name reads the same calls in formats that also open the file themselves.
+    """
+    plain = [CORPUS / "langfuse" / "observations.jsonl", CORPUS / "otel" / "genai.jsonl"]
+    llmperf = Path("data_samples/llmperf-leaderboard/raw_data")
+    individual = sorted((llmperf / "individual").iterdir())[0]
+    (tmp_path / "individual").mkdir()
+    (tmp_path / "summary").mkdir()
+    odd = [tmp_path / f"lf*[1]{plain[0].suffix}", tmp_path / f"ot?[{plain[1].suffix}"]
+    odd.append(tmp_path / "individual" / ("[x]*" + individual.name))
+    (tmp_path / "summary" / odd[2].name).write_bytes(
+        (llmperf / "summary" / individual.name).read_bytes()
+    )
+    for source, target in zip([*plain, individual], odd, strict=True):
+        target.write_bytes(source.read_bytes())
+    for source, target in zip([*plain, individual], odd, strict=True):
+        with (
+            Store.open(tmp_path / "plain.duckdb") as one,
+            Store.open(tmp_path / "odd.duckdb") as two,
+        ):
+            expected = ingest_paths(one, [source])
+            got = ingest_paths(two, [target])
+            assert got.ok, got.errors
+            assert expected.files[0].format == got.files[0].format
+            assert expected.totals() == got.totals()
+            assert one.fetchall("SELECT DISTINCT model FROM calls ORDER BY 1") == two.fetchall(
+                "SELECT DISTINCT model FROM calls ORDER BY 1"
+            )

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._paths import real_path
 from tailkit.formats._scrub import scrub, scrub_json
 from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
 
@@ -140,6 +141,7 @@ def detect_parquet(columns: Sequence[str]) -> str | None:
 
 
 def _head(path: str) -> bytes:
+    path = real_path(path)
     with Path(path).open("rb") as fh:
         head = fh.read(_HEAD)
     if head[:2] == b"\x1f\x8b":

@@ -15,6 +15,7 @@ from typing import Any
 
 from tailkit.errors import MappingError
 from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._paths import real_path, sql_path
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 
 
@@ -58,7 +59,7 @@ class Llmperf:
         """
         del sniffed
         check_options(options)
-        file = Path(path)
+        file = Path(real_path(path))
         columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in _FIELDS) + "}"
         source = f"read_json({literal(path)}, format='array', columns={columns})"
         provider = options.sets.get("provider", file.name.split("_", 1)[0].split(".", 1)[0])
@@ -67,7 +68,7 @@ class Llmperf:
             model = RawColumn(literal(options.sets["model"]), "VARCHAR", "--set model")
         elif summary.exists():
             model = RawColumn(
-                f"(SELECT model FROM read_json({literal(str(summary))}, "
+                f"(SELECT model FROM read_json({literal(sql_path(str(summary)))}, "
                 "columns={'model': 'VARCHAR'}))",
                 "VARCHAR",
                 f"summary {summary}",

@@ -37,6 +37,7 @@ from tailkit.formats._otel_sql import (
     first_of,
     spans_sql,
 )
+from tailkit.formats._paths import real_path
 from tailkit.formats._scrub import scrub
 from tailkit.formats._sql import REJECT_STATUS, RawColumn, literal, normalize_sql
 
@@ -84,6 +85,7 @@ def one_per_line(path: str) -> bool:
     JSON lines; a first line such as ``{`` means a pretty-printed document. A first line longer
     than the sample is a long record: JSON lines.
     """
+    path = real_path(path)
     try:
         with Path(path).open("rb") as fh:
             head = fh.read(_HEAD)

@@ -34,6 +34,7 @@ from tailkit.formats import (
     detect_format,
     read_head,
 )
+from tailkit.formats._paths import sql_path as _sql_path
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._paths import expand_paths
@@ -305,17 +306,11 @@ def _already_ingested(
     )  # fmt: skip
 
 
-_GLOB_CHARS = {"*": "[*]", "?": "[?]", "[": "[[]"}
-
-
 def sql_path(path: Path) -> str:
     """
     ``path`` as DuckDB's readers must be given it to read that one file and no other.
-
-    The readers expand ``*``, ``?`` and ``[…]`` in a path (``x*.jsonl`` also reads
-    ``xy.jsonl``); each such character goes in a character class of its own.
     """
-    return "".join(_GLOB_CHARS.get(ch, ch) for ch in str(path))
+    return _sql_path(str(path))
 
 
 @contextlib.contextmanager
