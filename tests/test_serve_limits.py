@@ -538,3 +538,19 @@ def test_serve_refuses_bad_limits(option: list[str], message: str) -> None:
 
     assert result.exit_code != 0
     assert message in result.stderr
+
+
+def test_a_profile_with_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """
+    Merge-key aliases in a serve profile are bounded like a plan's: a clear error at once.
+    """
+    from tailkit.serve import load_profile
+
+    lines = ["a: &a {" + ", ".join(f"k{i}: {i}" for i in range(9)) + "}"]
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} {{<<: [" + ",".join([f"*{previous}"] * 9) + "]}")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+
+    with pytest.raises(ConfigError, match="aliases up to this"):
+        load_profile(path)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from tailkit._config._yaml import safe_load_bounded
 from tailkit.errors import ConfigError
 from tailkit.serve._outcomes import Outcomes
 
@@ -328,7 +329,7 @@ def load_profile(path: str | os.PathLike[str]) -> ServeConfig:
         msg = f"{source}: cannot read the profile: {exc}"
         raise ConfigError(msg) from None
     try:
-        document = yaml.safe_load(text)
+        document = safe_load_bounded(text, source)
     except yaml.YAMLError as exc:
         msg = f"{source}: not valid YAML: {exc}"
         raise ConfigError(msg) from None
