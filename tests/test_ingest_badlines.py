@@ -155,40 +155,60 @@ def test_a_json_array_with_a_non_object_item(store: Store, tmp_path: Path) -> No
 
 
 _RSS = """
-import resource, sys
+import json, resource, sys
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
-with Store.open(sys.argv[1]) as store:
-    report = ingest_paths(store, sys.argv[2:], strict=True)
-    print(report.totals()["stored"], len(report.errors), repr(str(report.errors[0]))[:300])
+strict = sys.argv[1] == "strict"
+with Store.open(sys.argv[2]) as store:
+    report = ingest_paths(store, sys.argv[3:], strict=strict)
+    rejects = store.fetchall("SELECT source_row, reason, detail FROM rejects")
+    print(json.dumps([report.totals(), [str(e) for e in report.errors], rejects]))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
 @pytest.mark.slow
-def test_a_gzip_whose_last_line_is_1_gib_is_never_stored_silently(tmp_path: Path) -> None:
-    """A 1 GiB last line is not dropped in silence: the file is an error, memory stays bounded."""
+@pytest.mark.parametrize("strict", [False, True], ids=["forgiving", "strict"])
+def test_a_gzip_whose_last_line_is_1_gib_is_one_counted_reject(
+    tmp_path: Path, strict: bool
+) -> None:
+    """
+    A 1 GiB line is counted and rejected with its length, the rest stored, in bounded memory.
+    """
     huge = tmp_path / "huge.jsonl.gz"
     with gzip.open(huge, "wb", compresslevel=1) as fh:
-        fh.write((_good(1) + "\n").encode())
+        fh.write((_good(1) + "\n\n").encode())  # a blank line is not a record
         fh.write(b'{"call_id": "h", "provider": "p", "model": "m", "total_s": 1, "x": "')
         chunk = b" " * (1 << 24)
         for _ in range(64):
             fh.write(chunk)
         fh.write(b'"}\n')
+        fh.write(_good(2).encode())  # the last line, without a newline
     after = _write(tmp_path / "after.jsonl", [_good(100)])
 
+    mode = "strict" if strict else "forgiving"
     out = subprocess.run(
-        [sys.executable, "-c", _RSS, str(tmp_path / "t.duckdb"), str(huge), str(after)],
+        [sys.executable, "-c", _RSS, mode, str(tmp_path / "t.duckdb"), str(huge), str(after)],
         capture_output=True, text=True, check=True,
     ).stdout.split("\n")  # fmt: skip
 
-    stored, errors, message = out[0].split(" ", 2)
+    totals, errors, rejects = json.loads(out[0])
     peak_kib = int(out[1])
     print(f"peak RSS {peak_kib / 1024:.0f} MiB")
-    assert ("1", "1") == (stored, errors)  # the next file loads; the huge one is refused
-    assert "huge.jsonl.gz" in message
     assert peak_kib < 1024 * 1024  # less than the line itself
+    if strict:
+        assert 1 == totals["stored"]  # the next file loads; the huge one is refused
+        assert 1 == len(errors)
+        assert (
+            "huge.jsonl.gz: 1 bad row(s), nothing stored (--strict); first: row 2: the line is"
+            in errors[0]
+        )
+        return
+    assert (3, 1, 4, []) == (totals["stored"], totals["rejected"], totals["rows_in"], errors)
+    ((row, reason, detail),) = rejects
+    assert (2, "line_too_long") == (row, reason)
+    assert detail.startswith("the line is 1,073,741,")
+    assert "64 MiB" in detail
 
 
 # --- Hypothesis: random bad lines in good files of every line-based format ------------------

@@ -14,9 +14,11 @@ is given the name with each of them in a character class of its own (`sql_path`)
 from __future__ import annotations
 
 import contextlib
+import functools
+import tempfile
 import time
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ from tailkit.formats import (
 from tailkit.formats._paths import sql_path as _sql_path
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
+from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
 from tailkit.ingest._paths import expand_paths
 from tailkit.store import Store
 
@@ -244,18 +247,55 @@ def _ingest_file(
         fmt_name, why = format_name, "--format"
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
+    load_file = functools.partial(
+        _load_file, store, path, detected=(fmt_name, why),
+        looks_like=_looks_like(detected, fmt_name), options=options, strict=strict, hasher=hasher,
+    )  # fmt: skip
+    try:
+        return load_file(path)
+    except InputFileError as exc:
+        if not is_too_long_error(str(exc)):
+            raise
+        # A line longer than the readers may hold refuses the whole file: read a copy in which
+        # each such line is a placeholder, rejected with its true length.
+        with tempfile.TemporaryDirectory(prefix="tailkit-long-lines-") as tmp:
+            copy, long_lines = copy_without_long_lines(path, Path(tmp))
+            if not long_lines:
+                raise
+            return load_file(copy, long_lines=long_lines)
+
+
+def _load_file(
+    store: Store,
+    path: Path,
+    read_path: Path,
+    *,
+    detected: tuple[str, str],
+    looks_like: str,
+    options: ScanOptions,
+    strict: bool,
+    hasher: ThreadPoolExecutor,
+    long_lines: Mapping[int, int] | None = None,
+) -> FileResult:
+    """
+    Sniff, scan and load ``read_path`` as the file ``path`` (the same file, or its copy).
+    """
+    fmt_name, why = detected
     fmt = FORMATS[fmt_name]
-    literal_path = sql_path(path)
+    literal_path = sql_path(read_path)
     with _real_name(path, literal_path):
         sniff = fmt.sniff_sql(literal_path)
         try:
             sniffed = store.fetchall(sniff) if sniff else []
         except QueryError as exc:
-            msg = f"{path}: not readable as {fmt_name} ({exc}){_looks_like(detected, fmt_name)}"
+            msg = f"{path}: not readable as {fmt_name} ({exc}){looks_like}"
             raise InputFileError(msg) from None
         scan = fmt.scan(literal_path, sniffed, options)
     digest: Future[str] = hasher.submit(content_hash, path)
-    load = FileLoad(store, path, scan, options, options_json(fmt_name, options), digest.result)
+    load = FileLoad(
+        store, path, scan, options, options_json(fmt_name, options), digest.result,
+        long_lines=long_lines or {},
+    )  # fmt: skip
     started = time.time()
     try:
         with _real_name(path, literal_path):

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import time
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
 from tailkit.formats import REJECT_STATUS, Scan, ScanOptions, literal
 from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity
+from tailkit.ingest._long_lines import TOO_LONG, too_long_detail
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import IngestRecord, Store
 
@@ -109,6 +110,8 @@ class FileLoad:
         options: ``--map`` / ``--set`` / ``--unit``, recorded with the ingest.
         options_json: ``options`` (and the format) as stored in ``ingests``.
         content_hash: Returns the file's content hash, computed alongside the read.
+        long_lines: Record → length of each line too long to read; the scan reads a copy in
+            which each is a placeholder, and those rows are rejected as `TOO_LONG`.
     """
 
     store: Store
@@ -117,6 +120,7 @@ class FileLoad:
     options: ScanOptions
     options_json: str
     content_hash: Callable[[], str]
+    long_lines: Mapping[int, int] = field(default_factory=dict)
 
     def run(self, sql: str, *, strict: bool, started: float) -> Counts:
         """
@@ -136,6 +140,7 @@ class FileLoad:
         reader_rejects = self._reader_rejects()
         self._number_rows(ingest_id, reader_rejects)
         this = f"ingest_id = {ingest_id}"
+        self._name_long_lines(this)
         marked = _one(store, f"SELECT count(*) FROM calls WHERE {this} AND status = {_REJECT}")
         rows_in = read + reader_rejects
         if self.options.unit is None and not self.scan.units_known:
@@ -272,6 +277,21 @@ class FileLoad:
             f"record) AS n FROM {_READER_REJECTS}) GROUP BY good_before) rr ON c.source_row > "
             f"rr.good_before WHERE c.{this}) a WHERE calls.rowid = a.rid"
         )
+
+    def _name_long_lines(self, this: str) -> None:
+        """
+        Reject the placeholders of lines too long to read as such, with their true length.
+        """
+        for record, length in self.long_lines.items():
+            self.store.execute(
+                f"UPDATE calls SET status = {_REJECT}, attrs = json_object('reason', "
+                f"{literal(TOO_LONG)}, 'detail', {literal(too_long_detail(length))}, 'raw', "
+                f"NULL) WHERE {this} AND source_row = {int(record)}"
+            )
+            self.store.execute(
+                f"UPDATE {_READER_REJECTS} SET reason = {literal(TOO_LONG)}, detail = "
+                f"{literal(too_long_detail(length))}, raw = NULL WHERE record = {int(record)}"
+            )
 
     def _check_unit(self, this: str) -> None:
         # The first 100,000 rows tell milliseconds from seconds as well as all of them.
