@@ -259,7 +259,10 @@ def _ingest_file(
         # A line longer than the readers may hold refuses the whole file: read a copy in which
         # each such line is a placeholder, rejected with its true length.
         with tempfile.TemporaryDirectory(prefix="tailkit-long-lines-") as tmp:
-            copy, long_lines = copy_without_long_lines(path, Path(tmp))
+            try:
+                copy, long_lines = copy_without_long_lines(path, Path(tmp))
+            except (OSError, EOFError):
+                raise exc from None
             if not long_lines:
                 raise
             return load_file(copy, long_lines=long_lines)
