@@ -43,6 +43,19 @@ def test_runs_in_scientific_notation_are_not_an_integer(tmp_path: Path) -> None:
     assert "Invalid value for '--runs': Input should be a valid integer" in words
 
 
+def test_a_replay_of_a_billion_runs_is_refused_by_the_parser(tmp_path: Path) -> None:
+    """
+    `tailkit replay --runs` has a bound too (each run is real): the parser names it.
+    """
+    result = CliRunner().invoke(
+        app, ["replay", str(WORKFLOW), "--db", str(tmp_path / "t.duckdb"), "--runs", "1000000000"]
+    )
+
+    assert result.exit_code == 2
+    words = " ".join(result.output.replace("│", " ").split())
+    assert "Invalid value for '--runs': Input should be less than or equal to 100000" in words
+
+
 @pytest.mark.parametrize(
     ("command", "option"),
     [

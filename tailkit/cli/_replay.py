@@ -127,10 +127,23 @@ def render_replay(result: ReplayResult, console: Console) -> None:
         console.print(f"note: {note}")
 
 
+MAX_REPLAY_RUNS = 100_000
+"""The most runs per side `tailkit replay` takes: each is a real workflow run, its trace kept."""
+
+
 def replay(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A calibrated plan (YAML).")],
     db: DbOption = DEFAULT_DB,
-    runs: Annotated[int, typer.Option("--runs", help="Workflow runs per side.", min=1)] = 400,
+    runs: Annotated[
+        int,
+        typer.Option(
+            "--runs",
+            help="Workflow runs per side, at most 100,000 (each is a real run through a local "
+            "server, and every run's trace is kept).",
+            min=1,
+            max=MAX_REPLAY_RUNS,
+        ),
+    ] = 400,
     time_scale: Annotated[
         float | None,
         typer.Option(
