@@ -16,7 +16,8 @@ age), else ``error``; ``error.type`` is the error type and ``error.code`` the HT
 cancelled record (``was_cancelled``) is ``cancelled``, censored at ``cancellation_time_ns -
 request_start_ns``. ``input_tokens`` = ``input_sequence_length`` (``error_isl`` for failures),
 ``output_tokens`` = ``output_sequence_length``. The records name no model or provider: a
-``model_name`` field is used when present, otherwise ``--set model=… --set provider=…``.
+``model_name`` field is used when present, otherwise ``--set model=…``; the provider is the one
+the model name implies (``unknown`` when it implies none), or ``--set provider=…``.
 The other metrics (``inter_chunk_latency``, ``inter_token_latency``, …) and the metadata are
 kept in ``attrs`` as written.
 """
@@ -29,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tailkit.formats import _lines as lines
-from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions
 from tailkit.formats._scrub import scrub
 from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
 from tailkit.formats._vllm_bench import error_columns, fixed_layout
@@ -213,6 +214,10 @@ class Aiperf:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Map each record onto the call record; metric units converted to seconds.
+
+        Raises:
+            MappingError: ``--map``, ``--unit`` (each metric carries its unit) or
+                ``--status-map`` was given (see `fixed_layout`).
         """
         del sniffed
         struct = "{" + ", ".join(f"{literal(k)}: 'JSON'" for k in _FIELDS) + "}"
@@ -222,8 +227,13 @@ class Aiperf:
         )
 
         def build(ref: Ref, source: str, **kw: Any) -> str:
-            raw = fixed_layout(options, _columns(ref), self.name)
-            return normalize_sql(source, raw, extras=_extras(ref), **kw)
+            raw = fixed_layout(
+                options, _columns(ref), self.name, path=path, unit=None,
+                status="error / metadata.was_cancelled",
+            )  # fmt: skip
+            return normalize_sql(
+                source, raw, extras=_extras(ref), model_hint=SET_MODEL, status_hint="", **kw
+            )
 
         return Scan(
             format=self.name,
@@ -245,8 +255,7 @@ class Aiperf:
 
 
 def _notes(options: ScanOptions) -> tuple[str, ...]:
-    missing = [c for c in ("model", "provider") if c not in options.sets]
-    if not missing:
+    if "model" in options.sets:
         return ()
-    flags = " ".join(f"--set {c}=NAME" for c in missing)
-    return (f"AIPerf records name no {' or '.join(missing)}: give them with {flags}",)
+    # The provider is inferred from the model name, so only the model needs naming.
+    return (f"AIPerf records name no model unless they carry model_name: give it with {SET_MODEL}",)

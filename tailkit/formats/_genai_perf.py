@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 from tailkit.formats._vllm_bench import fixed_layout, json_struct
 
@@ -194,9 +194,12 @@ class GenaiPerf:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Expand every experiment's requests into call records.
+
+        Raises:
+            MappingError: See `fixed_layout` (``--map``, ``--unit ms``, ``--status-map``).
         """
         del sniffed
-        raw = fixed_layout(options, _columns(), self.name)
+        raw = fixed_layout(options, _columns(), self.name, path=path, status="response_timestamps")
         extras = [
             ("experiment", "_tk_exp"),
             ("mode", "json_extract_string(_tk_ej, '$.experiment.mode')"),
@@ -214,6 +217,7 @@ class GenaiPerf:
         select = normalize_sql(
             _requests(path), raw, extras=extras, raw_text=raw_text,
             row_problem=_MALFORMED, row_number="_tk_row",
+            model_hint=SET_MODEL, status_hint="",
         )  # fmt: skip
         return Scan(
             format=self.name,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions
 from tailkit.formats._scrub import CONTENT_KEYS, scrub
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 from tailkit.formats._vllm_bench import error_columns, fixed_layout, json_struct
@@ -173,9 +173,14 @@ class Guidellm:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Expand every benchmark's request groups into call records.
+
+        Raises:
+            MappingError: See `fixed_layout` (``--map``, ``--unit ms``, ``--status-map``).
         """
         del sniffed
-        raw = fixed_layout(options, _columns(), self.name)
+        raw = fixed_layout(
+            options, _columns(), self.name, path=path, status="the request groups and errors"
+        )
         extras = [
             ("benchmark", "_tk_bench"),
             ("group", "_tk_group"),
@@ -199,6 +204,7 @@ class Guidellm:
         select = normalize_sql(
             _requests(path), raw, extras=extras, raw_text=f"{raw_text}::VARCHAR",
             row_problem=not_object, row_number="_tk_row",
+            model_hint=SET_MODEL, status_hint="",
         )  # fmt: skip
         return Scan(
             units_known=True,

@@ -6,8 +6,10 @@ older exports; else ``response_created_at - request_created_at``) and ``time_to_
 converted to seconds once, in SQL. A TTFT that is missing, 0 or equal to the latency is NULL
 (not streamed). ``response_status`` is the HTTP status: 2xx is ok, 429 rate-limited, 408 and 504
 a timeout (censored at its age, no ``total_s``), other codes errors; 0 or -1 (no response) an
-error of type ``no_response``. The provider is Helicone's upper-case name, lower-cased. Request
-and response bodies are content and are not kept; every other field is kept in ``attrs``.
+error of type ``no_response``; ``--status-map`` reads other codes or words before these rules
+(``--status-map 529=rate_limited``). The provider is Helicone's upper-case name, lower-cased.
+Request and response bodies are content and are not kept; every other field is kept in
+``attrs``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tailkit.formats._generic import JsonLines
-from tailkit.formats._litellm import Ref, host_provider, json_lines_scan, refuse_mapping
-from tailkit.formats._mapping import Scan, ScanOptions
+from tailkit.formats._litellm import Ref, host_provider, json_lines_scan, mapped_status
+from tailkit.formats._mapping import Scan, ScanOptions, refuse_fixed
 from tailkit.formats._sql import RawColumn
 
 
@@ -53,13 +55,22 @@ def _ms_between(start: str, end: str) -> str:
     return f"CAST((epoch_us({t1}) - epoch_us({t0})) / 1000.0 AS VARCHAR)"
 
 
-def _columns(ref: Ref) -> dict[str, RawColumn]:
+def _columns(ref: Ref, options: ScanOptions) -> dict[str, RawColumn]:
+    """
+    The call-record columns over one request; ``--status-map`` maps ``response_status`` values.
+
+    A mapped status wins over the HTTP reading (``--status-map 529=rate_limited``); a mapped
+    ``timeout`` is censored at the request's age like a 408.
+    """
     text = f"trim({ref('response_status')})"
     code = f"TRY_CAST(TRY_CAST({text} AS DOUBLE) AS INTEGER)"
     kind = (
         f"CASE WHEN {code} BETWEEN 200 AND 299 THEN 'ok' WHEN {code} = 429 THEN 'rate_limited' "
         f"WHEN {code} IN (408, 504) THEN 'timeout' WHEN {code} IS NOT NULL THEN 'error' END"
     )
+    mapped = mapped_status(text, options)
+    if mapped is not None:
+        kind = f"coalesce({mapped}, {kind})"
     # The latency in ms as text (so that a bad value is rejected showing it).
     latency = (
         f"coalesce({ref('delay_ms')}, {ref('latency')}, "
@@ -104,7 +115,7 @@ def _columns(ref: Ref) -> dict[str, RawColumn]:
         # A status that is not a number goes through as text: normalize_sql rejects it.
         "status": RawColumn(f"coalesce({kind}, NULLIF({text}, ''))", "VARCHAR", "response_status"),
         "error_type": RawColumn(
-            f"CASE WHEN {code} <= 0 THEN 'no_response' "
+            f"CASE WHEN ({kind}) = 'ok' THEN NULL WHEN {code} <= 0 THEN 'no_response' "
             f"WHEN {code} NOT BETWEEN 200 AND 299 THEN 'http_' || {code} END",
             "VARCHAR",
             "response_status",
@@ -133,16 +144,16 @@ class Helicone:
         Map Helicone fields onto the call record, milliseconds to seconds.
 
         Raises:
-            MappingError: ``--map`` or ``--unit`` was given.
+            MappingError: ``--map``, or a ``--unit`` other than ms, was given.
         """
-        refuse_mapping(self.name, options, unit="ms")
+        refuse_fixed(path, self.name, options, unit="ms", status=None)
         return json_lines_scan(
             path,
             sniffed,
             options,
             name=self.name,
             fields=_FIELDS,
-            columns=_columns,
+            columns=lambda ref: _columns(ref, options),
             drop=_MAPPED | _CONTENT,
             content=_CONTENT,
             duration_scale=1000.0,

@@ -20,11 +20,12 @@ Latencies are computed from the timestamps, not taken from Langfuse's derived fi
 after the end is an integration that set it at the end (langfuse#3554): TTFT NULL too, with
 ``attrs.completion_start_not_before_end``. Timestamps without a zone (the export's
 ``YYYY-MM-DD HH:MM:SS.ffffff``) are UTC: the store's session runs in UTC. ``level = 'ERROR'`` is
-status ``error`` with the text of ``status_message`` in ``attrs``. The provider comes from
-``modelParameters.provider`` or the metadata (``provider``, LangChain's ``ls_provider``,
-OpenTelemetry's ``gen_ai.provider.name`` / ``gen_ai.system``, also under
-``metadata.attributes``); without one the row is rejected unless ``--set provider=NAME`` is
-given. Prompts and completions (``input``, ``output``) and the metadata are not kept, not even
+status ``error`` with the text of ``status_message`` in ``attrs``; every other level is ok
+(``--status-map`` does not apply). The provider comes from ``modelParameters.provider`` or the
+metadata (``provider``, LangChain's ``ls_provider``, OpenTelemetry's ``gen_ai.provider.name`` /
+``gen_ai.system``, also under ``metadata.attributes``); without one it is the provider the model
+name implies (``unknown`` when it implies none, ``--set provider=NAME`` to name it). Prompts
+and completions (``input``, ``output``) and the metadata are not kept, not even
 in a rejected observation's raw text.
 """
 
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._paths import real_path
 from tailkit.formats._scrub import scrub, scrub_json
 from tailkit.formats._sql import RawColumn, ident, literal, normalize_sql
@@ -370,8 +371,12 @@ class Langfuse:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Map generations onto the call record; ``sniffed`` holds the skipped types' counts.
+
+        Raises:
+            MappingError: ``--map``, ``--unit ms`` or ``--status-map`` was given (the layout is
+                fixed, durations come from timestamps, the status from ``level``).
         """
-        check_options(options)
+        refuse_fixed(path, NAME, options, unit="s", status="level")
         shape = shape_of(path)
         raw = _raw()
         for target, value in options.sets.items():
@@ -383,6 +388,8 @@ class Langfuse:
             raw_text=scrub("coalesce(o::VARCHAR, _lf_line, 'null')", _PRIVATE),
             row_problem=_BAD_RECORD,
             row_number="_tk_record",
+            model_hint=SET_MODEL,
+            status_hint="",
         )
         notes = [f"{t} ← --set" for t in options.sets]
         skipped = [(str(kind), int(n)) for kind, n in sniffed]

@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tailkit.errors import MappingError
 from tailkit.formats import _lines as lines
 from tailkit.formats._generic import JsonLines
-from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._scrub import is_secret, scrub, scrub_json
 from tailkit.formats._sql import REJECT_STATUS, RawColumn, ident, literal, normalize_sql
 
@@ -46,23 +45,19 @@ def sniffed_keys(sniffed: Sequence[tuple[Any, ...]]) -> list[str]:
     return [key for key, _ in lines.sniffed_types(sniffed)]
 
 
-def refuse_mapping(name: str, options: ScanOptions, *, unit: str) -> None:
+def mapped_status(text: str, options: ScanOptions) -> str | None:
     """
-    A fixed-layout format takes ``--set``, and ``--unit`` only when it names its own unit.
+    SQL for the status ``--status-map`` gives the source value ``text``; NULL when unmapped.
 
-    ``--unit`` equal to the format's unit only confirms that long durations are real (ingest
-    otherwise refuses a file whose median latency looks like milliseconds).
-
-    Raises:
-        MappingError: ``--map`` or another ``--unit`` was given.
+    Values match ignoring case and surrounding spaces. ``None`` without ``--status-map``.
     """
-    check_options(options)
-    if options.mapping or options.unit not in (None, unit):
-        msg = (
-            f"--format {name} reads fixed field names in {unit}; --map and --unit "
-            f"{options.unit or ''} do not apply (use --set COLUMN=VALUE to fill a column)"
-        )
-        raise MappingError(msg)
+    if not options.status_map:
+        return None
+    whens = " ".join(
+        f"WHEN {literal(value.strip().lower())} THEN {literal(status)}"
+        for value, status in options.status_map.items()
+    )
+    return f"CASE lower(trim(CAST({text} AS VARCHAR))) {whens} END"
 
 
 def json_lines_scan(
@@ -84,7 +79,8 @@ def json_lines_scan(
     Args:
         path: The file.
         sniffed: Rows of `JsonLines.sniff_sql` (the merged structure of the first objects).
-        options: Only ``--set`` applies; it overrides the format's own column.
+        options: ``--set`` overrides the format's own column (``--status-map`` is applied
+            by ``columns``, which reads the format's status field).
         name: The format name (the rows' ``source``).
         fields: Every key the format reads → ``VARCHAR`` or ``JSON``.
         columns: Given a `Ref`, the source of each call-record column.
@@ -109,8 +105,9 @@ def json_lines_scan(
             raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
         extras = [(k, ref(k)) for k in (*fields, *extra_keys) if k not in drop]
         sql = normalize_sql(
-            kw.pop("source"), raw, extras=extras, duration_scale=duration_scale, **kw
-        )
+            kw.pop("source"), raw, extras=extras, duration_scale=duration_scale,
+            model_hint=SET_MODEL, **kw,
+        )  # fmt: skip
         # Nested objects (metadata, hidden_params) may hold credentials under their own names:
         # one pass over each stored row's attrs (a rejected row's raw is scrubbed as it is made).
         kept = (
@@ -222,7 +219,13 @@ def _since_start(ref: Ref, end: str) -> str:
     )
 
 
-def _columns(ref: Ref, *, spend_logs: bool) -> dict[str, RawColumn]:
+def _columns(ref: Ref, *, spend_logs: bool, status_map: str | None = None) -> dict[str, RawColumn]:
+    """
+    The call-record columns over one payload; ``status_map`` is `mapped_status` of ``status``.
+
+    A status ``--status-map`` names wins over the one told from the error; a mapped
+    ``timeout`` is censored at the call's age like any other.
+    """
     info = f"coalesce({ref('error_information')}, {ref('metadata')}->'error_information')"
     code = f"NULLIF({info}->>'error_code', '')"
     error_class = f"NULLIF({info}->>'error_class', '')"
@@ -241,6 +244,8 @@ def _columns(ref: Ref, *, spend_logs: bool) -> dict[str, RawColumn]:
         f"CASE WHEN NOT {failed} THEN NULL WHEN {timeout} THEN 'timeout' "
         f"WHEN {limited} THEN 'rate_limited' ELSE 'error' END"
     )
+    if status_map is not None:
+        kind = f"coalesce({status_map}, {kind})"
     http = f"TRY_CAST({code} AS INTEGER)"
     total = _since_start(ref, "endTime")
     first = _since_start(ref, "completionStartTime")
@@ -287,8 +292,8 @@ def _columns(ref: Ref, *, spend_logs: bool) -> dict[str, RawColumn]:
             "completion_tokens",
         ),
         "status": RawColumn(
-            f"CASE WHEN {failed} THEN {kind} WHEN {status} = 'success' THEN 'ok' "
-            f"ELSE {ref('status')} END",
+            f"CASE WHEN {failed} OR ({kind}) IS NOT NULL THEN {kind} "
+            f"WHEN {status} = 'success' THEN 'ok' ELSE {ref('status')} END",
             "VARCHAR",
             "status",
         ),
@@ -327,10 +332,13 @@ class Litellm:
         """
         Map LiteLLM fields onto the call record (the shape is told from the sniffed keys).
 
+        ``--status-map`` maps values of the ``status`` field (before ``success`` / ``failure``
+        are read).
+
         Raises:
-            MappingError: ``--map`` or ``--unit`` was given.
+            MappingError: ``--map``, or a ``--unit`` other than s, was given.
         """
-        refuse_mapping(self.name, options, unit="s")
+        refuse_fixed(path, self.name, options, unit="s", status=None)
         spend_logs = _is_spend_log(sniffed_keys(sniffed))
         shape = "spend-log rows" if spend_logs else "StandardLoggingPayload"
         return json_lines_scan(
@@ -339,7 +347,9 @@ class Litellm:
             options,
             name=self.name,
             fields=_FIELDS,
-            columns=lambda ref: _columns(ref, spend_logs=spend_logs),
+            columns=lambda ref: _columns(
+                ref, spend_logs=spend_logs, status_map=mapped_status(ref("status"), options)
+            ),
             drop=_MAPPED | _CONTENT,
             content=_CONTENT,
             duration_scale=1.0,

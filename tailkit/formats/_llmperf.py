@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.errors import MappingError
-from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._paths import real_path, sql_path
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 
@@ -56,9 +56,14 @@ class Llmperf:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Map llmperf fields onto the call record.
+
+        Raises:
+            MappingError: ``--map``, ``--unit ms`` or ``--status-map`` was given (the layout is
+                fixed, in seconds, and the status comes from ``error_code``), or the model is
+                unknown (no summary file and no ``--set model``).
         """
         del sniffed
-        check_options(options)
+        refuse_fixed(path, self.name, options, unit="s", status="error_code")
         file = Path(real_path(path))
         columns = "{" + ", ".join(f"'{f}': 'VARCHAR'" for f in _FIELDS) + "}"
         source = f"read_json({literal(path)}, format='array', columns={columns})"
@@ -123,6 +128,8 @@ class Llmperf:
         ]  # fmt: skip
         return Scan(
             format=self.name,
-            select_sql=normalize_sql(source, raw, extras=extras, duration_scale=1.0),
+            select_sql=normalize_sql(
+                source, raw, extras=extras, model_hint=SET_MODEL, status_hint=""
+            ),
             notes=(f"provider {provider!r} from the file name", f"model from {model.label}"),
         )

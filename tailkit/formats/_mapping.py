@@ -147,6 +147,56 @@ def check_options(options: ScanOptions) -> None:
             raise MappingError(msg)
 
 
+SET_MODEL = "--set model=VALUE"
+"""How a fixed-layout format's user fills a missing model (its ``missing_model`` hint)."""
+
+
+def refuse_fixed(
+    path: str, fmt: str, options: ScanOptions, *, unit: str | None, status: str | None
+) -> None:
+    """
+    Refuse the options a fixed-layout format cannot honour, naming the format and the fix.
+
+    A fixed layout reads its own field names, so ``--map`` never applies; ``--set`` (and
+    ``--set-over``, the same there) replaces the format's value of a column. ``--unit`` only
+    confirms the format's own unit; ``--status-map`` applies only where the format passes a
+    source status vocabulary through.
+
+    Args:
+        path: The file, named in the message.
+        fmt: The format name, as ``--format`` takes it.
+        options: The options given.
+        unit: The unit of the format's durations (``"s"``, ``"ms"``), or ``None`` when the
+            format converts every value by its own unit (no ``--unit`` applies).
+        status: Where the format's status comes from, when ``--status-map`` does not apply
+            (the status is always one of the call-record statuses); ``None`` when it does.
+
+    Raises:
+        MappingError: ``--map``, a ``--unit`` other than ``unit``, or ``--status-map`` where
+            it does not apply; or an option `check_options` refuses.
+    """
+    check_options(options)
+    if options.mapping:
+        first = next(iter(options.mapping.items()))
+        msg = (
+            f"{path}: --map does not apply to --format {fmt} (it reads fixed field names, "
+            f"there are no columns to map): drop --map {first[0]}={first[1]}; use "
+            "--set COLUMN=VALUE to give every row one value"
+        )
+        raise MappingError(msg)
+    if options.unit is not None and options.unit != unit:
+        read = f"reads its durations in {unit}" if unit else "converts every value by its own unit"
+        msg = f"{path}: --unit {options.unit} does not apply to --format {fmt} (it {read}): drop it"
+        raise MappingError(msg)
+    if options.status_map and status is not None:
+        values = " ".join(f"--status-map {k}={v}" for k, v in options.status_map.items())
+        msg = (
+            f"{path}: --status-map does not apply to --format {fmt} (its status comes from "
+            f"{status} and is always one of {', '.join(STATUSES)}): drop {values}"
+        )
+        raise MappingError(msg)
+
+
 def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dict[str, str]:
     """
     Which source column fills each call-record column (``--set`` ones excluded).

@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tailkit.errors import MappingError
-from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._otel_sql import (
     attr,
     attr_json,
@@ -298,15 +297,11 @@ class Otel:
         Map every LLM span onto the call record; bad records and bad spans are rejects.
 
         Raises:
-            MappingError: ``--map`` was given (the layout is fixed), or ``--unit ms``.
+            MappingError: ``--map`` was given (the layout is fixed), ``--unit ms`` (OTLP times
+                are nanoseconds, durations come out in seconds), or ``--status-map`` (the
+                status is read from the span's status and error type).
         """
-        check_options(options)
-        if options.mapping:
-            msg = f"{path}: --map does not apply to --format otel (fixed layout); use --set"
-            raise MappingError(msg)
-        if options.unit == "ms":
-            msg = f"{path}: OTLP times are nanoseconds; --unit ms does not apply to otel"
-            raise MappingError(msg)
+        refuse_fixed(path, NAME, options, unit="s", status="status.code and error.type")
         raw = _columns()
         for target, value in options.sets.items():
             raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
@@ -326,6 +321,8 @@ class Otel:
                 "'span is not a JSON object: ' END || left(_text, 60)",
             ),
             row_number="_row",
+            model_hint=SET_MODEL,
+            status_hint="",
         )
         located = f"SELECT * REPLACE ({_LOCATED} AS attrs) FROM ({select}) AS _tk_otel"
         return Scan(

@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tailkit.errors import MappingError
-from tailkit.formats._mapping import Scan, ScanOptions, check_options
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._sql import RawColumn, literal, normalize_sql
 
 
@@ -55,19 +54,36 @@ def detect(text: str, first: object | None) -> str | None:
     return None
 
 
-def fixed_layout(options: ScanOptions, raw: dict[str, RawColumn], fmt: str) -> dict[str, RawColumn]:
+def fixed_layout(
+    options: ScanOptions,
+    raw: dict[str, RawColumn],
+    fmt: str,
+    *,
+    path: str,
+    unit: str | None = "s",
+    status: str = "its errors",
+) -> dict[str, RawColumn]:
     """
-    ``raw`` with ``--set`` values applied; ``--map`` is refused (the layout is fixed).
+    ``raw`` with ``--set`` values applied (they replace the format's own values).
+
+    ``--set-over`` is the same as ``--set`` here: the layout is the format's, not the file's
+    columns, so a ``--set`` is an explicit value for a column the format would fill itself.
+
+    Args:
+        options: The options given.
+        raw: The format's own column sources.
+        fmt: The format name, for messages.
+        path: The file, for messages.
+        unit: The unit of the format's durations, or ``None`` when each value carries its
+            own (see `refuse_fixed`).
+        status: Where the status comes from, for the message refusing ``--status-map``.
 
     Raises:
-        MappingError: ``--map`` was given, or an option names no call-record column.
+        MappingError: ``--map``, another ``--unit``, or ``--status-map`` was given (the layout
+            is fixed and its statuses are always call-record statuses), or an option names no
+            call-record column.
     """
-    check_options(options)
-    if options.mapping:
-        msg = (
-            f"--map does not apply to --format {fmt} (its layout is fixed); use --set COLUMN=VALUE"
-        )
-        raise MappingError(msg)
+    refuse_fixed(path, fmt, options, unit=unit, status=status)
     out = dict(raw)
     for target, value in options.sets.items():
         out[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
@@ -173,9 +189,14 @@ class VllmBench:
     def scan(self, path: str, sniffed: Sequence[tuple[Any, ...]], options: ScanOptions) -> Scan:
         """
         Expand the per-request arrays into call records.
+
+        Raises:
+            MappingError: See `fixed_layout`.
         """
         ok = f"NOT {_FAILED}"
-        raw = fixed_layout(options, _columns(ok), self.name)
+        raw = fixed_layout(
+            options, _columns(ok), self.name, path=path, status="errors / output_lens"
+        )
         extras = [
             ("result", "_tk_doc"),
             ("request_index", "_tk_i"),
@@ -196,7 +217,7 @@ class VllmBench:
         )
         select = normalize_sql(
             _expanded(path), raw, extras=extras, raw_text=raw_text,
-            row_problem=_missing(), row_number="_tk_row",
+            row_problem=_missing(), row_number="_tk_row", model_hint=SET_MODEL, status_hint="",
         )  # fmt: skip
         return Scan(format=self.name, select_sql=select, notes=_notes(sniffed), units_known=True)
 
