@@ -544,12 +544,31 @@ def test_cli_exit_codes_hold_drift_and_bad_input(
     for args, message in (
         ([str(tmp_path / "nope.yaml"), good], "nope.yaml"),
         ([str(plan_file), str(tmp_path / "nope.jsonl")], "nope.jsonl"),
-        ([str(plan_file), good, "--map", "run_id"], "--map takes FIELD=VALUE"),
+        ([str(plan_file), good, "--map", "run_id"], "--map takes COLUMN=VALUE"),
+        ([str(plan_file), good, "--set-over", "provider"], "--set-over takes COLUMN=VALUE"),
+        ([str(plan_file), good, "--status-map", "done=fine"], "'fine' is not a status"),
     ):
         result = runner.invoke(app, ["check", *args])
         assert 2 == result.exit_code, result.output
         assert message in result.stderr
         assert result.stderr.startswith("Error: ")
+
+
+def test_cli_reads_ledgers_with_the_options_of_ingest(
+    tmp_path: Path, world: World, plan_file: Path
+) -> None:
+    """--status-map and --set-over work as for ingest: a ledger saying done for ok holds."""
+    good = ledger(tmp_path / "good.jsonl", world, 2000, seed=1)
+    done = tmp_path / "done.jsonl"
+    done.write_text(good.read_text("utf-8").replace('"status": "ok"', '"status": "done"'), "utf-8")
+    refused = runner.invoke(app, ["check", str(plan_file), str(done)])
+    held = runner.invoke(app, ["check", str(plan_file), str(done), "--status-map", "done=ok"])
+    over = runner.invoke(app, ["check", str(plan_file), str(good), "--set-over", "model=m"])
+    assert 1 == refused.exit_code, refused.output
+    assert "6,000 ledger lines were rejected" in refused.output
+    assert 0 == held.exit_code, held.output
+    assert held.output.rstrip().endswith("holds: 13 of 13 lines hold, over 2,000 runs")
+    assert 0 == over.exit_code, over.output
 
 
 def test_cli_refuses_a_level_outside_zero_one(tmp_path: Path, plan_file: Path) -> None:

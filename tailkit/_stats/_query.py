@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tailkit.errors import ConfigError
 from tailkit.record import CALL_COLUMNS, Buckets
-from tailkit.store import calls_with_buckets_sql, repeat_attempts_sql
+from tailkit.store import OK_CALL, calls_with_buckets_sql, repeat_attempts_sql
 
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -85,15 +85,15 @@ def groups_sql(query: TableQuery) -> str:
     One pass over the calls: per group, its counts and every call the statistics need.
 
     A cut call counts in ``n`` and ``n_censored``, a failed one in ``n`` and ``n_failed``;
-    ``n_ok`` counts finished calls (``status = 'ok'`` and ``total_s > 0``). Column ``calls``
-    lists the finished and the cut calls as structs of ``total_s`` (NaN unless finished),
+    ``n_ok`` counts finished calls (`OK_CALL`: ``status = 'ok'`` and ``total_s > 0``). Column
+    ``calls`` lists the finished and the cut calls as structs of ``total_s`` (NaN unless finished),
     ``cut_s`` (the cut age, NaN unless cut), ``ttft_s``, ``started_s`` (epoch seconds),
     ``output_tokens`` and ``input_tokens``, NaN where unknown -- NaN rather than NULL, so the
     columns reach numpy without a copy. Groups come in no particular order (sorting them here
     would move every list; see `order_columns`), and so do the calls in a list.
     """
     keys = _keys_sql(query.keys)
-    ok = "status = 'ok' AND total_s > 0"
+    ok = OK_CALL  # the summary's definition, so that every command counts the same calls
     nan = "'NaN'::DOUBLE"
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
     call = (

@@ -10,9 +10,16 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tailkit.cli._common import JsonOption, MapOption, SetOption, UnitOption
+from tailkit.cli._common import (
+    JsonOption,
+    MapOption,
+    SetOption,
+    SetOverOption,
+    StatusMapOption,
+    UnitOption,
+    scan_options,
+)
 from tailkit.errors import TailkitError
-from tailkit.ingest import ScanOptions
 
 
 if TYPE_CHECKING:
@@ -35,16 +42,6 @@ _FIGURES = {
 def _bad_input(message: str) -> NoReturn:
     typer.echo(f"Error: {message}", err=True)
     raise typer.Exit(BAD_INPUT)
-
-
-def _pairs(values: list[str] | None, flag: str, example: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            _bad_input(f"{flag} takes FIELD=VALUE, e.g. {example}, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _why(line: CheckLine) -> str:
@@ -113,6 +110,8 @@ def check(
     ] = "auto",
     map_: MapOption = None,
     set_: SetOption = None,
+    set_over: SetOverOption = None,
+    status_map: StatusMapOption = None,
     unit: UnitOption = None,
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Relative difference that still holds.")
@@ -133,7 +132,8 @@ def check(
     plan's prediction: it holds (inside the interval, or within --tolerance), it drifted (with the
     likely cause: a slower route, hedges refused by the budget or a throttle, recovery
     attempts, a thin basis), or there are too few runs to tell. Exit code 0 when every line
-    holds or can't tell, 1 when any drifted, 2 on bad input.
+    holds or can't tell, 1 when any drifted, 2 on bad input. The ledgers are read as ingest
+    reads logs: --map, --set, --set-over, --status-map and --unit mean the same.
 
     Example:
 
@@ -145,11 +145,13 @@ def check(
 
     from tailkit.check import check_plan
 
-    options = ScanOptions(
-        mapping=_pairs(map_, "--map", "run_id=trace_id"),
-        sets=_pairs(set_, "--set", "provider=openai"),
-        unit=unit,
-    )
+    try:
+        options = scan_options(
+            map_=map_, set_=set_, set_over=set_over, status_map=status_map, unit=unit
+        )
+    except typer.Exit:
+        # scan_options printed the error; a bad option is bad input here (exit 2, not 1).
+        raise typer.Exit(BAD_INPUT) from None
     try:
         report = check_plan(
             plan,

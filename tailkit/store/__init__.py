@@ -9,6 +9,7 @@ from tailkit.store._store import IngestRecord as IngestRecord
 from tailkit.store._store import Store as Store
 from tailkit.store._store import bucket_columns_sql as bucket_columns_sql
 from tailkit.store._store import calls_with_buckets_sql as calls_with_buckets_sql
+from tailkit.store._summary import OK_CALL as OK_CALL
 from tailkit.store._summary import RouteSummary as RouteSummary
 from tailkit.store._summary import StoreSummary as StoreSummary
 from tailkit.store._summary import summarize as summarize
@@ -16,6 +17,7 @@ from tailkit.store._summary import summarize as summarize
 
 __all__ = [
     "DEFAULT_DB",
+    "OK_CALL",
     "SCHEMA_VERSION",
     "IngestRecord",
     "RouteSummary",
