@@ -267,3 +267,23 @@ def test_formats_that_open_the_file_themselves_read_glob_named_files(
             assert one.fetchall("SELECT DISTINCT model FROM calls ORDER BY 1") == two.fetchall(
                 "SELECT DISTINCT model FROM calls ORDER BY 1"
             )
+
+
+def test_an_option_that_changes_no_value_derives_the_same_ids(store: Store, tmp_path: Path) -> None:
+    """
+    Calls without ids read again with a no-op `--unit s`, or from a CSV copy, are duplicates.
+    """
+    rows = [{"provider": "openai", "model": "gpt-4o", "total_s": 1.0 + i} for i in range(4)]
+    log = _write(tmp_path / "log.jsonl", rows)
+    copy = tmp_path / "log.csv"
+    copy.write_text(
+        "provider,model,total_s\n" + "".join(f"openai,gpt-4o,{1.0 + i}\n" for i in range(4))
+    )
+
+    first = ingest_paths(store, [log])
+    again = ingest_paths(store, [log], options=ScanOptions(unit="s"))
+    csv = ingest_paths(store, [copy])
+
+    assert 4 == first.totals()["stored"]
+    assert (0, 4) == (again.totals()["stored"], again.totals()["duplicates"])
+    assert (0, 4) == (csv.totals()["stored"], csv.totals()["duplicates"])

@@ -9,12 +9,14 @@ not: a silent duplicate would throw a real call away. Provenance (``source``, ``
 ``source_row``, ``ingest_id``) and ``attrs`` are not compared: the same call read from a JSON
 export and from its Parquet copy is one call.
 
-A source without ids gets one derived from the row itself: an MD5 of the format and options
-(`options_json`, so that two routes of one wide CSV never meet) and of the row's call-record
+A source without ids gets one derived from the row itself: an MD5 of the row's call-record
 values, plus its occurrence number among identical rows of the file (``-2``, ``-3``, … from the
 second on). Appending rows to a file therefore derives the same ids for the old rows, a gzipped
-copy derives the same ids as the plain file, and two identical rows in one file stay two calls.
-The file's hash and path are deliberately not part of it. Values are written out as text in a
+copy derives the same ids as the plain file, the same file read again with an option that
+changes no value (``--unit s`` on seconds) stores nothing new, and two identical rows in one
+file stay two calls. Two routes of one wide CSV read with different ``--map`` differ in their
+values (another model, another latency), so they stay apart. The file's hash, path, format and
+options are deliberately not part of it. Values are written out as text in a
 fixed form (timestamps as epoch microseconds) so that the ids do not depend on DuckDB's hash
 function, which may change between versions.
 """
@@ -27,7 +29,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tailkit.formats import ScanOptions, literal
+from tailkit.formats import ScanOptions
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
 
@@ -72,18 +74,22 @@ def _same_scope(new: str, old: str) -> str:
     return " AND ".join(f"{new}.{c} IS NOT DISTINCT FROM {old}.{c}" for c in _SCOPE)
 
 
-def derive_ids(store: Store, ingest_id: int, *, prefix: str, good: str) -> None:
+def derive_ids(store: Store, ingest_id: int, *, good: str) -> None:
     """
     Give every good row of this ingest without a ``call_id`` one derived from its content.
+
+    The id is a hash of the row's call-record values (not of the file, its name, its format or
+    the options that read it) plus the row's occurrence among identical rows of the file. So
+    the same calls read again, from a copy, a re-compressed file, another format or with options
+    that change no value, are duplicates; two identical rows of one file stay two calls.
 
     Args:
         store: The store, inside the ingest's transaction.
         ingest_id: The ingest whose rows to number.
-        prefix: The format and options (`options_json`) that scope the ids.
         good: SQL condition selecting the rows that are not rejected.
     """
     this = f"ingest_id = {ingest_id} AND call_id IS NULL AND {good}"
-    digest = f"md5({literal(prefix + chr(30))} || {content_text_sql()})"
+    digest = f"md5({content_text_sql()})"
     store.execute(
         "UPDATE calls SET call_id = CASE WHEN d.k > 1 THEN d.h || '-' || d.k ELSE d.h END "
         "FROM (SELECT rid, h, row_number() OVER (PARTITION BY h ORDER BY source_row) AS k "

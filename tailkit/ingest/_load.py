@@ -151,7 +151,7 @@ class FileLoad:
         previous = store.find_ingest(content, self.options_json)
         if previous is not None:
             raise self._again(previous, ingest_id, rows_in)
-        derive_ids(store, ingest_id, prefix=self.options_json, good=f"status <> {_REJECT}")
+        derive_ids(store, ingest_id, good=f"status <> {_REJECT}")
         self._set_aside_bad_rows(ingest_id)
         duplicates, conflicts = settle_identity(
             store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS
