@@ -1,8 +1,9 @@
 """
 Lines too long to read: found in bounded memory, so that each is one reject.
 
-DuckDB's JSON readers refuse a whole file for one line longer than they may hold
-(`MAX_LINE`). When that happens, ingest copies the file with each such line replaced by a short
+DuckDB's JSON readers refuse a whole file for one line longer than they can hold (lines up to
+`MAX_LINE` always fit; somewhat longer ones may, depending on the reader's buffers). When that
+happens, ingest copies the file with each line over `MAX_LINE` replaced by a short
 placeholder (in streaming fashion, never holding more than one allowed line), reads the copy
 instead, and then names the placeholder rows ``line_too_long`` with the line's true length.
 Records are numbered as the readers number them: blank lines (spaces, tabs, carriage returns
@@ -38,8 +39,8 @@ def too_long_detail(length: int) -> str:
     The reject detail of a line of ``length`` bytes.
     """
     return (
-        f"the line is {length:,} bytes, longer than the {MAX_LINE // (1 << 20)} MiB a line may "
-        "be; it was not read"
+        f"the line is {length:,} bytes, too long to read (lines up to {MAX_LINE // (1 << 20)} "
+        "MiB always are)"
     )
 
 
