@@ -171,3 +171,28 @@ def test_a_rejected_otel_span_keeps_no_prompt(store: Store, tmp_path: Path) -> N
     raw = store.fetchone("SELECT raw FROM rejects")
     assert raw is not None
     assert "llm.token_count.prompt" in raw[0]  # counts are not content
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_credentials_nested_in_a_kept_column_are_dropped(
+    store: Store, tmp_path: Path, suffix: str
+) -> None:
+    """
+    A nested object kept in attrs loses the credentials inside it, at any depth.
+    """
+    path = tmp_path / f"nested.{suffix}"
+    rows = (
+        "SELECT 'openai' AS provider, 'gpt-4o' AS model, 1.5 AS total_s, "
+        "{'api_key': 'sk-nested-1', 'team': 't', 'deep': {'client_secret': 'sk-nested-2'}} AS meta"
+    )
+    if suffix == "jsonl":
+        store.execute(f"COPY ({rows}) TO '{path}' (FORMAT json)")
+    else:
+        store.execute(f"COPY ({rows}) TO '{path}' (FORMAT parquet)")
+
+    report = ingest_paths(store, [path])
+
+    assert 1 == report.totals()["stored"]
+    (attrs,) = store.fetchone("SELECT attrs::VARCHAR FROM calls")
+    assert "sk-nested" not in attrs
+    assert '"team":"t"' in attrs

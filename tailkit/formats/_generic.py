@@ -25,7 +25,7 @@ from tailkit.formats._mapping import (
     read_type,
     resolve_columns,
 )
-from tailkit.formats._scrub import CONTENT_KEYS, is_private, scrub
+from tailkit.formats._scrub import CONTENT_KEYS, is_private, scrub, scrub_json
 from tailkit.formats._sql import ident, literal, normalize_sql
 
 
@@ -58,8 +58,24 @@ def _scan(
     The validating SELECT over ``source``, whether it has call ids, and mapping notes.
     """
     raw, extras, notes = resolve_columns(path, list(typed.items()), options, kw.pop("ref", ident))
+    extras = [(k, _without_secrets(e, typed.get(k, "VARCHAR"))) for k, e in extras]
     sql = normalize_sql(source, raw, extras=extras, duration_scale=options.duration_scale, **kw)
     return sql, "call_id" in raw, tuple(notes)
+
+
+def _without_secrets(expr: str, sql_type: str) -> str:
+    """
+    A nested value kept in attrs without the credentials inside it (``meta.api_key``).
+
+    Scalars pass as they are (a credential-named column is not read at all); objects, lists,
+    structs and maps are scrubbed at any depth, as JSON.
+    """
+    kind = sql_type.upper()
+    if kind == "JSON":
+        return scrub_json(expr)
+    if kind.startswith(("STRUCT", "MAP")) or kind.endswith("]"):
+        return scrub_json(f"to_json({expr})")
+    return expr
 
 
 class JsonLines:
