@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tailkit.ingest import ingest_paths
@@ -228,6 +228,7 @@ _SAMPLES = {
     "litellm": CORPUS / "litellm" / "standard_logging_payload.jsonl",
     "helicone": CORPUS / "helicone" / "export.jsonl",
     "aiperf": CORPUS / "aiperf" / "profile_export.jsonl",
+    "langfuse": CORPUS / "langfuse" / "observations.jsonl",
 }
 _BAD = st.sampled_from([
     b'{"call_id": "torn", "model": ',
@@ -270,6 +271,8 @@ def test_random_bad_lines_are_rejected_at_their_place(
     inserts: list[tuple[int, bytes]],
 ) -> None:
     """Every good line stored at its line, every bad line rejected at its line, counts add up."""
+    # A Langfuse line may hold an array of observations, each a record of its own.
+    assume(fmt != "langfuse" or not any(bad.startswith(b"[") for _, bad in inserts))
     lines: list[bytes] = [x.encode() for x in samples[fmt]]
     bad_at: set[int] = set()
     for where, bad in inserts:

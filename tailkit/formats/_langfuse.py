@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from tailkit.formats import _lines as lines
 from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
 from tailkit.formats._paths import real_path
 from tailkit.formats._scrub import scrub, scrub_json
@@ -155,20 +156,33 @@ def shape_of(path: str) -> Shape:
     """
     How the file holds its observations: Parquet, a JSON value per line, or one document.
 
-    A file whose first line is a JSON value by itself is read line by line (each line an
-    observation, an array or an API page); anything else is one JSON document.
+    A file named as JSON lines (``.jsonl``, ``.ndjson``), or one in which some line of the
+    first bytes is a JSON object by itself (each line an observation, an array or an API page),
+    is read line by line, so that a bad first line is one reject; anything else is one JSON
+    document.
     """
     head = _head(path)
     if head[:4] == b"PAR1":
         return "parquet"
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
-    try:
-        json.loads(text.split("\n", 1)[0])
-    except RecursionError:  # a value nested deeper than Python parses is still one line
+    name = real_path(path).lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".ndjson")):
         return "lines"
-    except ValueError:
-        return "document"
-    return "lines"
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    lines = [line for line in text.split("\n") if line.strip()]
+    for line in lines[:-1] or lines:  # the last line of the head may be cut short
+        try:
+            value = json.loads(line)
+        except RecursionError:  # a value nested deeper than Python parses is still one line
+            return "lines"
+        except ValueError:
+            continue
+        # An object (or a list of them) on one line; a pretty-printed document's lines are
+        # fragments, or scalars such as a list's items, never a whole object.
+        if isinstance(value, dict) or (
+            value and isinstance(value, list) and isinstance(value[0], dict)
+        ):
+            return "lines"
+    return "document"
 
 
 def _parquet_columns(path: str) -> list[str]:
@@ -191,14 +205,11 @@ def _records(path: str, shape: Shape) -> str:
             f"FROM read_parquet({literal(path)}, file_row_number=true))"
         )
     if shape == "lines":
-        lines = (
-            f"read_csv({literal(path)}, columns={{'line': 'VARCHAR'}}, delim='\x01', quote='', "
-            f"escape='', header=false, auto_detect=false, max_line_size={_MAX_OBJECT})"
-        )
+        # Line by line with the forgiving JSON-lines reader: a line that is not JSON (a raw
+        # control byte, bytes that are not UTF-8) is one bad record, never a failed file.
         values = (
-            "(SELECT * FROM (SELECT row_number() OVER () AS _lf_line_no, line AS _lf_line, "
-            "json_valid(line) AS _lf_valid, CASE WHEN json_valid(line) THEN line::JSON END AS j "
-            f"FROM {lines}) WHERE trim(_lf_line) <> '')"
+            "(SELECT _tk_rec AS _lf_line_no, _line AS _lf_line, _parsed IS NOT NULL AS _lf_valid, "
+            f"_parsed AS j FROM {lines.forgiving_source(path, {'id': 'VARCHAR'})})"
         )
     else:
         values = (
