@@ -103,10 +103,10 @@ def test_appended_rows_are_the_only_new_calls(store: Store, tmp_path: Path) -> N
 
 def test_a_gzipped_copy_stores_nothing(store: Store, tmp_path: Path) -> None:
     """
-    The same rows without ids, compressed, derive the same ids: all duplicates.
+    The same rows without ids, gzipped beside the file (`gzip -k`), derive the same ids.
     """
     plain = _write(tmp_path / "log.jsonl", [_row(None, total_s=1.0 + i) for i in range(3)])
-    packed = tmp_path / "log2.jsonl.gz"
+    packed = tmp_path / "log.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     ingest_paths(store, [plain])
 
@@ -273,11 +273,21 @@ def test_an_option_that_changes_no_value_derives_the_same_ids(store: Store, tmp_
     """
     Calls without ids read again with a no-op `--unit s`, or from a CSV copy, are duplicates.
     """
-    rows = [{"provider": "openai", "model": "gpt-4o", "total_s": 1.0 + i} for i in range(4)]
+    when = "2026-01-0{}T00:00:00Z"
+    rows = [
+        {
+            "provider": "openai",
+            "model": "gpt-4o",
+            "total_s": 1.0 + i,
+            "started_at": when.format(i + 1),
+        }
+        for i in range(4)
+    ]
     log = _write(tmp_path / "log.jsonl", rows)
-    copy = tmp_path / "log.csv"
+    copy = tmp_path / "copy.csv"
     copy.write_text(
-        "provider,model,total_s\n" + "".join(f"openai,gpt-4o,{1.0 + i}\n" for i in range(4))
+        "provider,model,total_s,started_at\n"
+        + "".join(f"openai,gpt-4o,{1.0 + i},{when.format(i + 1)}\n" for i in range(4))
     )
 
     first = ingest_paths(store, [log])
@@ -287,3 +297,23 @@ def test_an_option_that_changes_no_value_derives_the_same_ids(store: Store, tmp_
     assert 4 == first.totals()["stored"]
     assert (0, 4) == (again.totals()["stored"], again.totals()["duplicates"])
     assert (0, 4) == (csv.totals()["stored"], csv.totals()["duplicates"])
+
+
+def test_rows_without_a_time_in_two_files_are_not_taken_for_the_same_calls(
+    store: Store, tmp_path: Path
+) -> None:
+    """
+    Two runs logging the same rounded latencies and no time keep all their calls.
+    """
+    rows = [_row(None, total_s=1.5), _row(None, total_s=2.0)]
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run2").mkdir()
+    one = _write(tmp_path / "run1" / "results.jsonl", rows)
+    two = _write(tmp_path / "run2" / "results.jsonl", [*rows, _row(None, total_s=3.0)])
+    gz = tmp_path / "run1" / "results.jsonl.gz"
+    gz.write_bytes(gzip.compress(one.read_bytes()))
+
+    report = ingest_paths(store, [one, two, gz])
+
+    assert [2, 3, 0] == [f.stored for f in report.files]
+    assert 2 == report.files[2].duplicates  # the gzipped copy beside the file is the same source

@@ -11,11 +11,13 @@ export and from its Parquet copy is one call.
 
 A source without ids gets one derived from the row itself: an MD5 of the row's call-record
 values, plus its occurrence number among identical rows of the file (``-2``, ``-3``, … from the
-second on). Appending rows to a file therefore derives the same ids for the old rows, a gzipped
-copy derives the same ids as the plain file, the same file read again with an option that
-changes no value (``--unit s`` on seconds) stores nothing new, and two identical rows in one
-file stay two calls. Two routes of one wide CSV read with different ``--map`` differ in their
-values (another model, another latency), so they stay apart. The file's hash, path, format and
+second on); a row with no start time is also scoped by its file (`source_identity`: the path
+without a compression suffix), because rows without a time repeat across files without being
+the same call. Appending rows to a file therefore derives the same ids for the old rows, a
+gzipped copy derives the same ids as the plain file, the same file read again with an option
+that changes no value (``--unit s`` on seconds) stores nothing new, and two identical rows in
+one file stay two calls. Two routes of one wide CSV read with different ``--map`` differ in
+their values (another model, another latency), so they stay apart. The file's hash, format and
 options are deliberately not part of it. Values are written out as text in a
 fixed form (timestamps as epoch microseconds) so that the ids do not depend on DuckDB's hash
 function, which may change between versions.
@@ -27,9 +29,10 @@ import dataclasses
 import json
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from tailkit.formats import ScanOptions
+from tailkit.formats import ScanOptions, literal
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
 
@@ -74,28 +77,44 @@ def _same_scope(new: str, old: str) -> str:
     return " AND ".join(f"{new}.{c} IS NOT DISTINCT FROM {old}.{c}" for c in _SCOPE)
 
 
-def derive_ids(store: Store, ingest_id: int, *, good: str) -> None:
+def derive_ids(store: Store, ingest_id: int, *, source: str, good: str) -> None:
     """
     Give every good row of this ingest without a ``call_id`` one derived from its content.
 
-    The id is a hash of the row's call-record values (not of the file, its name, its format or
-    the options that read it) plus the row's occurrence among identical rows of the file. So
-    the same calls read again, from a copy, a re-compressed file, another format or with options
-    that change no value, are duplicates; two identical rows of one file stay two calls.
+    The id is a hash of the row's call-record values plus the row's occurrence among identical
+    rows of the file; a row without a start time is also scoped by ``source`` (see
+    `source_identity`). So the same calls read again, from a grown or re-compressed file or
+    with options that change no value, are duplicates, and two identical rows of one file stay
+    two calls.
 
     Args:
         store: The store, inside the ingest's transaction.
         ingest_id: The ingest whose rows to number.
+        source: The file's `source_identity`.
         good: SQL condition selecting the rows that are not rejected.
     """
     this = f"ingest_id = {ingest_id} AND call_id IS NULL AND {good}"
-    digest = f"md5({content_text_sql()})"
+    scope = f"CASE WHEN started_at IS NULL THEN {literal(source + chr(30))} ELSE '' END"
+    digest = f"md5({scope} || {content_text_sql()})"
     store.execute(
         "UPDATE calls SET call_id = CASE WHEN d.k > 1 THEN d.h || '-' || d.k ELSE d.h END "
         "FROM (SELECT rid, h, row_number() OVER (PARTITION BY h ORDER BY source_row) AS k "
         f"FROM (SELECT rowid AS rid, source_row, {digest} AS h FROM calls WHERE {this})) d "
         "WHERE calls.rowid = d.rid"
     )
+
+
+def source_identity(path: Path) -> str:
+    """
+    What scopes the derived ids of rows that carry no start time: the file, not its packing.
+
+    The file's absolute path without a compression suffix, so that a log that grew, or its
+    gzipped copy beside it, is the same source. Rows with a start time need no scope: their
+    values tell calls apart. Rows without one often repeat across files (two runs of a
+    benchmark that logs rounded latencies only), and taking those for one call would lose one.
+    """
+    name = str(path.resolve())
+    return name[:-3] if name.lower().endswith(".gz") else name
 
 
 def settle_identity(

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
 from tailkit.formats import REJECT_STATUS, Scan, ScanOptions, literal
-from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity
+from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity, source_identity
 from tailkit.ingest._long_lines import TOO_LONG, too_long_detail
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import IngestRecord, Store
@@ -151,7 +151,7 @@ class FileLoad:
         previous = store.find_ingest(content, self.options_json)
         if previous is not None:
             raise self._again(previous, ingest_id, rows_in)
-        derive_ids(store, ingest_id, good=f"status <> {_REJECT}")
+        derive_ids(store, ingest_id, source=source_identity(self.path), good=f"status <> {_REJECT}")
         self._set_aside_bad_rows(ingest_id)
         duplicates, conflicts = settle_identity(
             store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS
