@@ -107,11 +107,13 @@ def test_generic_csv_drops_credential_columns(store: Store, tmp_path: Path) -> N
     path.write_text(
         "call_id,provider,model,total_s,api_key,prompt,region\n"
         "c1,openai,gpt-4o,1.5,sk-live-SECRET,PROMPT-TEXT,eu\n"
+        "c2,openai,gpt-4o,1.5,sk-live-SECRET,PROMPT-TEXT,eu,one column too many\n"
     )
 
     report = ingest_paths(store, [path])
 
     assert report.ok, report.errors
+    assert {"malformed_row": 1} == report.files[0].reasons
     _assert_clean(store)
     attrs = store.fetchone("SELECT attrs FROM calls")
     assert attrs is not None

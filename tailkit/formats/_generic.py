@@ -238,14 +238,16 @@ class Csv:
             f"rejects_scan={literal(self.rejects_scan)}, rejects_limit=0, "
             f"max_line_size={_MAX_LINE})"
         )
-        public, _ = _public(path, list(typed.items()), options)
+        public, private = _public(path, list(typed.items()), options)
         select, has_id, notes = _scan(path, source, dict(public), options)
+        # A malformed line cannot be split into columns, so one with a credential or content
+        # column in the header is not kept as text at all.
+        raw = "NULL::VARCHAR" if private else "arg_min(csv_line, column_idx)"
         # The reader may log several errors for one line: keep the first, one reject per row.
         rejects = (
             "SELECT line - 1 AS record, 'malformed_row' AS reason, "
             "arg_min(error_type || ': ' || error_message, column_idx) AS detail, "
-            f"arg_min(csv_line, column_idx) AS raw FROM {self.rejects_table} "
-            "GROUP BY line ORDER BY line"
+            f"{raw} AS raw FROM {self.rejects_table} GROUP BY line ORDER BY line"
         )
         return Scan(
             format=self.name,
