@@ -960,6 +960,126 @@ def test_profile_from_stats_refuses_what_it_cannot_replay(stats: Any, message: s
     assert message in str(info.value)
 
 
+# --- bare models ---------------------------------------------------------------------------
+
+
+ROUTES = ("openai/gpt-4.1", "azure/gpt-4.1", "openai/gpt-4.1-mini", "local")
+
+
+def routed(**kw: Any) -> ServeConfig:
+    return ServeConfig(models=dict.fromkeys(ROUTES, fixed()), time_scale=0.01, **kw)
+
+
+@pytest.mark.parametrize(
+    ("asked", "headers", "served"),
+    [
+        ("openai/gpt-4.1-mini", {}, "openai/gpt-4.1-mini"),
+        ("gpt-4.1-mini", {}, "openai/gpt-4.1-mini"),
+        ("local", {}, "local"),
+        ("gpt-4.1", {"x-tailkit-route": "azure/gpt-4.1"}, "azure/gpt-4.1"),
+    ],
+    ids=["route", "bare", "no-provider", "route-header"],
+)
+def test_a_bare_model_is_served_by_its_one_route(
+    asked: str, headers: dict[str, str], served: str
+) -> None:
+    """
+    A model id, or a bare model only one id ends in, is answered and logged as that id.
+    """
+
+    async def main() -> tuple[Reply, Reply, Server]:
+        async with serving(routed()) as server:
+            whole = await chat(server.port, model=asked, headers=headers)
+            streamed = await chat(server.port, model=asked, headers=headers, stream=True)
+        return whole, streamed, server
+
+    whole, streamed, server = asyncio.run(main())
+
+    assert (200, served) == (whole.status, whole.json()["model"])
+    assert 200 == streamed.status
+    assert {served} == {json.loads(e)["model"] for e in streamed.events() if e != "[DONE]"}
+    assert [served, served] == [r.model for r in server.records]
+    asked_attr = None if asked == served else asked
+    assert [asked_attr] * 2 == [r.attrs.get("model_asked") for r in server.records]
+
+
+@pytest.mark.parametrize(
+    ("asked", "headers", "status", "message"),
+    [
+        ("gpt-4.1", {}, 400,
+         "The model 'gpt-4.1' is served by 2 routes: openai/gpt-4.1, azure/gpt-4.1; "
+         "send one of them as the model"),
+        ("gpt-4.1", {"x-tailkit-route": "openai/gpt-4.1-mini"}, 400,
+         "The model 'gpt-4.1' is served by 2 routes: openai/gpt-4.1, azure/gpt-4.1; "
+         "send one of them as the model"),
+        ("gpt-4", {}, 404,
+         "The model 'gpt-4' does not exist; this server has: openai/gpt-4.1, azure/gpt-4.1, "
+         "openai/gpt-4.1-mini, local"),
+    ],
+    ids=["ambiguous", "header-of-another-model", "unknown"],
+)  # fmt: skip
+def test_an_ambiguous_or_unknown_model_lists_the_routes(
+    asked: str, headers: dict[str, str], status: int, message: str
+) -> None:
+    """
+    A bare model two ids end in answers 400 naming both; one none ends in, 404 naming all.
+    """
+
+    async def main() -> tuple[Reply, Server]:
+        async with serving(routed()) as server:
+            return await chat(server.port, model=asked, headers=headers), server
+
+    reply, server = asyncio.run(main())
+
+    assert status == reply.status
+    assert message == reply.json()["error"]["message"]
+    assert "model" == reply.json()["error"]["param"]
+    record = only(server)
+    assert ("error", asked) == (record.status, record.model)
+    assert {400: "model_ambiguous", 404: "model_not_found"}[status] == record.error_type
+
+
+def test_the_readme_adapter_snippet_runs_against_serve_from_stats(tmp_path: Path) -> None:
+    """
+    The README's chat_attempt snippet, its URL changed to serve --from-stats, gets its answer.
+    """
+    from tailkit.adapters.openai import chat_attempt
+    from tailkit.config import load_plan
+    from tailkit.executor import Executor, JsonlSink, Ledger, deadline_after
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 60\nhedge_budget: 0.05\nroutes:\n"
+        "  openai/gpt-4.1-mini: {provider: openai, model: gpt-4.1-mini}\n"
+        "steps:\n  summarize:\n    route: openai/gpt-4.1-mini\n"
+    )
+    ledger = tmp_path / "ledger.jsonl"
+    stats = [dict(row, p99_s=12.0) for row in _STATS_ROWS[:2]]
+    stats.append({"provider": "openai", "model": "gpt-4.1-mini", "p50_s": 2.0, "sigma": 0.3})
+
+    async def main() -> tuple[Any, Server]:
+        messages = [{"role": "user", "content": "Summarise this account in five bullets."}]
+        server = Server(profile_from_stats(stats, time_scale=0.001))
+        async with (
+            server,
+            Executor(load_plan(plan), ledger=Ledger(JsonlSink(ledger))) as executor,
+            chat_attempt(server.url, messages, api_key="sk-test") as call,
+        ):
+            with deadline_after(60):
+                answer = await executor.run_step("summarize", call)
+        return answer, server
+
+    answer, server = asyncio.run(main())
+
+    assert answer.text.startswith(WORDS)
+    assert answer.output_tokens == len(answer.text.split())
+    record = only(server)
+    assert ("ok", "openai/gpt-4.1-mini", "gpt-4.1-mini") == (
+        record.status, record.model, record.attrs["model_asked"]
+    )  # fmt: skip
+    assert "ok" == json.loads(ledger.read_text().splitlines()[-1])["status"]
+
+
 # --- the command ----------------------------------------------------------------------------
 
 

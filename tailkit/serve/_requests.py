@@ -4,7 +4,11 @@ The life of a chat request, from its receipt to its one record: the base of `Ser
 A request is read whole, then *received*: the server notes the time on the loop clock and on
 the wall clock, counts its ``Idempotency-Key``, and turns the ``x-tailkit-*`` headers into a
 deadline (`deadline_from_headers`: the queueing before it arrived counts; one further away than
-`MAX_REMAINING_S` is clamped to it). A bad body answers 400 and an unknown model 404.
+`MAX_REMAINING_S` is clamped to it). A bad body answers 400 and an unknown model 404. A model
+is named by its id (``openai/gpt-4.1``) or, when exactly one id ends in it, by the bare model
+an adapter sends (``gpt-4.1``): the answer and the record then carry the id. A bare model
+that more than one id ends in is resolved by an ``x-tailkit-route`` header naming one of them,
+else answers 400, listing them.
 Otherwise the request takes its draws from the server's one generator (`draw`: fault, stall,
 TTFT, speed, length), the model's tokens-per-minute bucket may refuse it (429 with
 ``Retry-After``), and the answer is sent on the drawn schedule, every sleep scaled by
@@ -26,12 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import math
 import random
 import time
 import uuid
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,9 +52,32 @@ from tailkit.serve._profile import ServeConfig
 from tailkit.serve._stream import answer
 
 
-__all__ = ["Requests"]
+__all__ = ["ROUTE_HEADER", "Requests", "bare_models"]
 
 logger = logging.getLogger("tailkit.serve")
+
+ROUTE_HEADER = "x-tailkit-route"  # the caller's route, e.g. openai/gpt-4.1: picks a bare model's id
+
+
+def bare_models(ids: Iterable[str]) -> dict[str, list[str]]:
+    """
+    The model ids each bare model name stands for: ``gpt-4.1`` for ``openai/gpt-4.1``.
+
+    The bare name is what follows the id's first ``/`` (its provider), so ``together/meta-llama/
+    Llama-3`` is also reached by ``meta-llama/Llama-3``. Ids without a ``/`` have none.
+
+    Args:
+        ids: The configured model ids, in order.
+
+    Returns:
+        Each bare name and the ids, in order, that it names.
+    """
+    routes: dict[str, list[str]] = {}
+    for model_id in ids:
+        _, slash, bare = model_id.partition("/")
+        if slash and bare:
+            routes.setdefault(bare, []).append(model_id)
+    return routes
 
 
 class Requests:
@@ -74,6 +103,26 @@ class Requests:
         self._run_id = uuid.uuid4().hex[:8]  # call ids stay unique across server runs
         self._workers = None if config.workers is None else asyncio.Semaphore(config.workers)
         self._count = 0
+        self._bare = bare_models(config.models)
+
+    def _model_id(self, asked: str, route: str) -> str | list[str]:
+        """
+        The model id ``asked`` names: itself, or the one id its bare name stands for.
+
+        Args:
+            asked: The body's ``model``.
+            route: The ``x-tailkit-route`` header (``""``: none): picks among the ids a bare
+                name stands for.
+
+        Returns:
+            The id; or every id it may stand for (none: unknown; more than one: ambiguous).
+        """
+        if asked in self.config.models:
+            return asked
+        routes = self._bare.get(asked, [])
+        if route in routes:
+            return route
+        return routes[0] if len(routes) == 1 else routes
 
     def _receive(self, request: Request) -> Exchange:
         loop_now, wall = asyncio.get_running_loop().time(), time.time()
@@ -168,15 +217,13 @@ class Requests:
                 conn, ex, 400, body, status="error", error_type="invalid_request"
             )
         ex.model, ex.stream, ex.prompt_tokens = clip(chat.model), chat.stream, chat.prompt_tokens
-        profile = self.config.models.get(chat.model)
-        if profile is None:
-            message = f"The model {ex.model!r} does not exist; this server has: " + ", ".join(
-                self.config.models
-            )
-            body = wire.error(message, "invalid_request_error", "model_not_found", "model")
-            return await self._refuse(
-                conn, ex, 404, body, status="error", error_type="model_not_found"
-            )
+        model_id = self._model_id(chat.model, request.headers.get(ROUTE_HEADER, ""))
+        if isinstance(model_id, list):
+            return await self._unknown_model(conn, ex, model_id)
+        if model_id != chat.model:  # a bare model: answered and recorded as its id
+            ex.attrs["model_asked"] = ex.model
+            ex.model, chat = model_id, dataclasses.replace(chat, model=model_id)
+        profile = self.config.models[model_id]
         scale = self.config.time_scale
         drawn = draw(self._rng, profile, time_scale=scale, max_tokens=chat.max_tokens)
         ex.stalled = drawn.stalled
@@ -193,6 +240,25 @@ class Requests:
                 return await self._rate_limited(conn, ex, profile.faults.tpm_limit, wait_s)
         ex.fault = drawn.fault
         return await self._work(conn, ex, chat, drawn)
+
+    async def _unknown_model(self, conn: Connection, ex: Exchange, routes: list[str]) -> bool:
+        """
+        Answer a model no id matches (404) or a bare model more than one id ends in (400).
+        """
+        if routes:
+            message = (
+                f"The model {ex.model!r} is served by {len(routes)} routes: "
+                f"{', '.join(routes)}; send one of them as the model"
+            )
+            body = wire.error(message, "invalid_request_error", "model_ambiguous", "model")
+            return await self._refuse(
+                conn, ex, 400, body, status="error", error_type="model_ambiguous"
+            )
+        message = f"The model {ex.model!r} does not exist; this server has: " + ", ".join(
+            self.config.models
+        )
+        body = wire.error(message, "invalid_request_error", "model_not_found", "model")
+        return await self._refuse(conn, ex, 404, body, status="error", error_type="model_not_found")
 
     async def _rate_limited(
         self, conn: Connection, ex: Exchange, tokens_per_minute: int, wait_s: float
