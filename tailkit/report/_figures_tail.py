@@ -24,7 +24,7 @@ from tailkit.report._common import (
     seconds_axis,
     times,
 )
-from tailkit.report._routes import Route, TailData
+from tailkit.report._routes import LeftOut, Route, TailData
 
 
 P99_CALLS = min_calls_for_quantile(0.99)  # fewest calls whose p99 has a bounded interval
@@ -58,9 +58,12 @@ def _tail_words(row: dict[str, Any]) -> str:
     return f"its tail is {row.get('best_family') or 'not lognormal'}-shaped, not lognormal"
 
 
-def ccdf_figure(routes: tuple[Route, ...]) -> Figure:
+def ccdf_figure(routes: tuple[Route, ...], left_out: tuple[LeftOut, ...] = ()) -> Figure:
     """
     One panel per route: the survival curve on log-log axes, the lognormal fit and the cap.
+
+    The headline names the heaviest tail of every route with a p99/p50, drawn or not: a route
+    left out (too few calls to draw, or beyond the biggest) can still be the worst.
     """
     from scipy.special import ndtr
 
@@ -98,6 +101,17 @@ def ccdf_figure(routes: tuple[Route, ...]) -> Figure:
     axes.flat[0].legend(fontsize=7, loc="lower left")
     worst = max(routes, key=lambda r: _heaviness(r.row["p99_p50"]))
     title = f"{worst.label} has the heaviest tail: {_ratio_words(worst)}; {_tail_words(worst.row)}"
+    hidden = [
+        r for r in left_out if _heaviness(r.row.get("p99_p50")) > _heaviness(worst.row["p99_p50"])
+    ]
+    if hidden:
+        top = max(hidden, key=lambda r: _heaviness(r.row.get("p99_p50")))
+        ratio = float(top.row["p99_p50"])
+        words = f"p99 is {times(ratio)} its median" if math.isfinite(ratio) else "p99 unbounded"
+        title = (
+            f"{top.label} has the heaviest tail ({words}; not drawn: {top.why}); of the routes "
+            f"drawn, {worst.label}: {_ratio_words(worst)}"
+        )
 
     caption = (
         "Each curve is the share of calls slower than the latency on the x axis (Kaplan-Meier, "

@@ -75,7 +75,9 @@ def write_report(
     data = load_tail_data(store, by=by, where=where, max_routes=max_routes)
     n_calls = sum(int(r.row["n"]) for r in data.routes)
     if data.routes:
-        sections.append(_section("Latency per route", [_figures_tail.ccdf_figure(data.routes)]))
+        sections.append(
+            _section("Latency per route", [_figures_tail.ccdf_figure(data.routes, data.left_out)])
+        )
         sections.append(
             _section(
                 "Does the tail grow with work?",
@@ -97,6 +99,9 @@ def write_report(
                 empty="no route has the 10 finished calls a QQ plot needs",
             )
         )
+    elif data.left_out:
+        note = f"No route has the finished calls a curve needs; {data.left_out_words()}."
+        sections.append(Section("Latency per route", note=note[0].upper() + note[1:]))
     else:
         sections.append(Section("Latency per route", note="No finished calls in the store."))
     sections.append(_workflow_section(store, plan, comparison))
@@ -124,7 +129,13 @@ def write_report(
         for fig in section.figures:
             (out / f"{PNG_PREFIX}{fig.name}.png").write_bytes(fig.png)
     filt = f", filter {where}" if where else ""
-    meta = f"{n_calls:,} calls in the {len(data.routes)} biggest routes by {', '.join(by)}{filt}"
+    shown = len(data.routes)
+    meta = (
+        f"{n_calls:,} calls in {shown} of {shown + len(data.left_out)} routes by "
+        f"{', '.join(by)}{filt}"
+    )
+    if data.left_out:
+        meta += f"; {data.left_out_words()}"
     index = out / "index.html"
     index.write_text(render_html(title, meta, sections), encoding="utf-8")
     return index

@@ -38,6 +38,22 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
+class LeftOut:
+    """
+    A route the per-route figures do not draw, and why.
+
+    Args:
+        label: The route's label.
+        row: Its tail-table row (its p99/p50 may still be known).
+        why: The reason in words.
+    """
+
+    label: str
+    row: dict[str, Any]
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class TailData:
     """
     Everything the tail sections need, from three reads of the store.
@@ -46,11 +62,21 @@ class TailData:
         routes: The biggest routes with latency statistics, biggest first.
         buckets: The tail table by route and both token buckets (rows as dicts).
         verdicts: Per route, whether its tail grows with work (rows as dicts).
+        left_out: The routes of the store not drawn, biggest first, each with its reason.
     """
 
     routes: tuple[Route, ...]
     buckets: list[dict[str, Any]]
     verdicts: list[dict[str, Any]]
+    left_out: tuple[LeftOut, ...] = ()
+
+    def left_out_words(self) -> str:
+        """
+        ``left out: a/b (12 finished calls, fewer than the 50 a curve needs), …``, or ``""``.
+        """
+        if not self.left_out:
+            return ""
+        return "left out: " + "; ".join(f"{r.label} ({r.why})" for r in self.left_out)
 
 
 def _array(values: list[float] | None) -> _Array:
@@ -64,13 +90,22 @@ def load_tail_data(
     The tail table per route and per bucket, and the latencies of the ``max_routes`` biggest.
     """
     whole = tail_report(store, TableQuery(by=by, bucket=(), where=where))
-    rows = [
-        r
-        for r in whole.table.iter_rows(named=True)
-        if r.get("p50_s") is not None and int(r["n_ok"]) >= MIN_ROUTE_CALLS
-    ]
-    rows.sort(key=lambda r: -int(r["n"]))
-    rows = rows[:max_routes]
+    every = sorted(whole.table.iter_rows(named=True), key=lambda r: -int(r["n"]))
+    rows: list[dict[str, Any]] = []
+    left_out: list[LeftOut] = []
+    for r in every:
+        name = label(tuple(r[k] for k in by))
+        finished = int(r["n_ok"])
+        if r.get("p50_s") is None or finished < MIN_ROUTE_CALLS:
+            why = (
+                f"{finished:,} finished call{'s' * (finished != 1)}, fewer than the "
+                f"{MIN_ROUTE_CALLS} a curve needs"
+            )
+            left_out.append(LeftOut(name, r, why))
+        elif len(rows) >= max_routes:
+            left_out.append(LeftOut(name, r, f"beyond the {max_routes} biggest routes"))
+        else:
+            rows.append(r)
     split = tail_report(store, TableQuery(by=by, bucket=("input", "output"), where=where))
     ok = "status = 'ok' AND total_s > 0"
     keys = ", ".join(f'"{k}"' for k in by)
@@ -93,4 +128,5 @@ def load_tail_data(
         tuple(routes),
         list(split.table.iter_rows(named=True)) if len(split.table) else [],
         list(split.verdicts.iter_rows(named=True)) if len(split.verdicts) else [],
+        tuple(left_out),
     )
