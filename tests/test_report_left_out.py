@@ -60,3 +60,17 @@ def test_routes_beyond_the_limit_are_named(store: Store, tmp_path: Path) -> None
     assert 3 == len(data.routes)
     assert ["beyond the 3 biggest routes"] * 2 == [r.why for r in data.left_out][:2]
     assert 3 == len(data.left_out)
+
+
+def test_calls_without_token_counts_draw_no_empty_heatmap(store: Store, tmp_path: Path) -> None:
+    """
+    With no token counts every call is in the `?` bucket: no grid of empty cells, a note.
+    """
+    from tailkit.report._figures_tail import heatmap_figure
+
+    ingest_paths(store, [_calls(tmp_path / "calls.jsonl")])
+    data = load_tail_data(store, by=("provider", "model"), where=None, max_routes=8)
+
+    assert heatmap_figure(data, ("provider", "model")) is None
+    index = write_report(store, tmp_path / "report")
+    assert "calls without token counts have no bucket" in index.read_text(encoding="utf-8")

@@ -18,11 +18,12 @@ import polars as pl
 from tailkit._stats import TailReport
 from tailkit.check import CheckReport
 from tailkit.config import Plan, dump_plan, load_plan
+from tailkit.errors import TailkitError
 from tailkit.replay import ReplayResult
 
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "data_samples"
+PACKAGED = Path(__file__).resolve().parent / "data"  # in a wheel: see pyproject's force-include
+CLONE = Path(__file__).resolve().parents[2] / "data_samples"  # in a clone of the repository
 PRODUCTION = "source <> 'tailkit-executor'"  # the tail table and report leave the replay out
 
 
@@ -102,19 +103,18 @@ def run_demo(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with Store.open(out / "tailkit.duckdb") as store:
+        workflow, samples = find_samples(out, say)
         say("ingest the samples")
-        ingest_paths(
-            store, [SAMPLES / "production" / "calls.parquet", SAMPLES / "llmperf-leaderboard"]
-        )
+        ingest_paths(store, samples)
         say("tail table")
         tails = tail_report(
             store, TableQuery(by=("provider", "model"), bucket=(), where=PRODUCTION)
         )
         if show_table is not None:
             show_table(tails)
-        say("calibrate data_samples/workflow.yaml")
+        say(f"calibrate the sample workflow ({workflow})")
         found = calibrate(
-            store, load_plan(SAMPLES / "workflow.yaml"), runs=calibrate_runs, seed=seed,
+            store, load_plan(workflow), runs=calibrate_runs, seed=seed,
             replicates=REPLICATES if replicates is None else replicates,
         )  # fmt: skip
         plan_path = out / "plan.yaml"
@@ -138,3 +138,37 @@ def run_demo(
             store, out / "report", plan=found.plan, where=PRODUCTION, replay=rehearsal.to_json()
         )
     return DemoResult(out, tails.table, found.plan, rehearsal, checked, checked_without, report)
+
+
+def find_samples(out: Path, say: Callable[[str], None]) -> tuple[Path, list[Path]]:
+    """
+    The sample workflow and the logs to ingest, from the installed package or the clone.
+
+    A wheel ships the workflow and the llmperf measurements as package data, not the 3.4 MB
+    production-like log: that one is generated under ``out/samples`` with the generator and
+    seed of the committed data_samples/production/calls.parquet (the same bytes, about 2 s).
+
+    Args:
+        out: The demo's folder.
+        say: Progress messages.
+
+    Returns:
+        The workflow file, and the production log and llmperf folder to ingest.
+
+    Raises:
+        TailkitError: Neither the package data nor a clone's data_samples/ is there.
+    """
+    base = PACKAGED if (PACKAGED / "workflow.yaml").is_file() else CLONE
+    if not (base / "workflow.yaml").is_file():
+        msg = (
+            f"{PACKAGED / 'workflow.yaml'}: the demo's sample workflow is missing; "
+            "reinstall tailkit (pip install --force-reinstall tailkit) or run from a clone"
+        )
+        raise TailkitError(msg)
+    production = base / "production" / "calls.parquet"
+    if not production.is_file():
+        from tailkit.demo._generate import SAMPLE_ROWS, SAMPLE_SEED, write_sample
+
+        say(f"generate the production-like sample ({SAMPLE_ROWS:,} calls, seed {SAMPLE_SEED})")
+        production = write_sample(out / "samples")[0]
+    return base / "workflow.yaml", [production, base / "llmperf-leaderboard"]

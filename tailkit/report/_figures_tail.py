@@ -151,7 +151,9 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {k: [] for k in shown}
     for row in data.buckets:
         key = tuple(row[k] for k in by)
-        if key in cells and row.get("p99_p50") is not None:
+        # Calls without token counts have no bucket (`?`): they have no cell to draw.
+        known = row["input_bucket"] in in_labels and row["output_bucket"] in out_labels
+        if key in cells and known and row.get("p99_p50") is not None:
             cells[key].append(row)
     shown = [k for k in shown if cells[k]][:6]
     if not shown:

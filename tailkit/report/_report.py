@@ -82,7 +82,8 @@ def write_report(
             _section(
                 "Does the tail grow with work?",
                 [_figures_tail.heatmap_figure(data, by), _figures_tail.growth_figure(data, by)],
-                empty="no route has two token buckets with enough calls for a p99",
+                empty="no route has two token buckets with enough calls for a p99 (calls "
+                "without token counts have no bucket)",
             )
         )
         sections.append(
