@@ -51,9 +51,11 @@ def demo(
     """
     Run the whole tailkit loop on the bundled samples and check the plan's predictions.
 
-    Ingests data_samples/, computes the tail table, calibrates data_samples/workflow.yaml,
-    replays the calls it was calibrated on through the executor and the OpenAI adapter
-    (tailkit replay: --runs without and with the plan), checks the plan against the with-plan
+    Ingests the samples (data_samples/ in a clone; from an installed package, its copy of
+    the workflow and the llmperf data, and the production-like log generated under --out
+    with seed 7), computes the tail table, calibrates the sample workflow, replays the
+    calls it was calibrated on through the executor and the OpenAI adapter (tailkit
+    replay: --runs without and with the plan), checks the plan against the with-plan
     ledger (tailkit check), and writes the report. Prints the result first: each side's miss
     rate, p50, p99 and extra attempts, predicted and observed, and the check's verdict; then
     a short tail table. Everything goes under --out (./tailkit.duckdb is not touched).
