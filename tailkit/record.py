@@ -73,7 +73,7 @@ CALL_COLUMNS: tuple[Column, ...] = (
     Column("ingest_id", "BIGINT", "int", mappable=False),
     Column("attrs", "JSON", "json", mappable=False),
 )
-"""The stored columns of table ``calls``, in order (DESIGN.md §1)."""
+"""The stored columns of table ``calls``, in order (docs/call-record.md)."""
 
 SOURCE_COLUMNS: tuple[Column, ...] = tuple(c for c in CALL_COLUMNS if c.mappable)
 """The columns a source file can provide (everything but provenance and attrs)."""
@@ -131,7 +131,7 @@ def _check_edges(name: str, edges: tuple[int, ...]) -> None:
 @dataclass(frozen=True, slots=True)
 class Buckets:
     """
-    Input and output token bucket edges (DESIGN.md §1); an option, not a constant.
+    Input and output token bucket edges (docs/call-record.md); an option, not a constant.
 
     Args:
         input_edges: Edges for ``input_tokens``.

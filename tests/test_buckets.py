@@ -50,7 +50,7 @@ def test_bucket_order_follows_token_order(edges: tuple[int, ...], a: int, b: int
 
 def test_default_edges_and_labels() -> None:
     """
-    The defaults of DESIGN.md §1, with 600 output tokens starting the long calls.
+    The documented defaults (docs/call-record.md), with 600 output tokens starting the long calls.
     """
     buckets = Buckets()
 

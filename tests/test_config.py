@@ -1,5 +1,5 @@
 """
-The plan file: DESIGN.md §2 parses, every rule names its line and fix, dump and parse round-trip.
+The plan file: the documented example parses, rules name line and fix, dump and parse agree.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tailkit.config import (
 from tailkit.errors import ConfigError
 
 
-DESIGN_EXAMPLE = """\
+DOCUMENTED_EXAMPLE = """\
 tailkit_plan: 1
 workflow: account-brief
 deadline_s: 120                 # end-to-end budget the caller gives us
@@ -100,9 +100,9 @@ def _problems(text: str) -> str:
 
 def test_the_design_example_parses_to_the_dataclasses() -> None:
     """
-    The example of DESIGN.md §2 reads to exactly the documented values, routes in file order.
+    The documented example plan reads to exactly the documented values, routes in file order.
     """
-    plan = parse_plan(DESIGN_EXAMPLE)
+    plan = parse_plan(DOCUMENTED_EXAMPLE)
 
     assert Plan("account-brief", 120.0, ROUTES, {"extract": EXTRACT}, predicted=PREDICTED) == plan
     assert list(ROUTES) == list(plan.routes)
@@ -368,6 +368,6 @@ def test_load_plan_reads_a_file(tmp_path: Path) -> None:
     A plan file loads, from a Path or a str.
     """
     path = tmp_path / "plan.yaml"
-    path.write_text(DESIGN_EXAMPLE, encoding="utf-8")
+    path.write_text(DOCUMENTED_EXAMPLE, encoding="utf-8")
 
-    assert parse_plan(DESIGN_EXAMPLE) == load_plan(path) == load_plan(str(path))
+    assert parse_plan(DOCUMENTED_EXAMPLE) == load_plan(path) == load_plan(str(path))

@@ -165,7 +165,7 @@ def test_a_name_too_long_for_a_plain_key_still_round_trips() -> None:
 
 
 GOLDEN = """\
-# tailkit plan — written by tailkit; fields: README, `tailkit calibrate`
+# tailkit plan — written by tailkit; fields: docs/plan.md
 tailkit_plan: 1
 workflow: account-brief
 deadline_s: 120.0               # end-to-end budget the caller gives us

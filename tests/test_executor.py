@@ -347,7 +347,7 @@ def test_abandoned_losers_finish_and_are_recorded_when_they_land() -> None:
 
 
 def test_cutoff_tightens_when_the_run_is_late() -> None:
-    """A step acts at min(cutoff, deadline - reserve - start) (DESIGN.md §3)."""
+    """A step acts at min(cutoff, deadline - reserve - start) (docs/deadline.md)."""
     text = (
         f"tailkit_plan: 1\nworkflow: t\ndeadline_s: 40\n{ROUTES}steps:\n"
         "  s:\n    route: a/m\n    cutoff_s: 30\n    on_cutoff: hedge\n    hedge_route: b/m\n"

@@ -47,7 +47,7 @@ def test_import_is_cheap(module: str) -> None:
 
 def test_import_contracts_are_kept() -> None:
     """
-    import-linter finds every arrow of DESIGN.md §5 respected.
+    import-linter finds every module boundary in pyproject.toml respected.
     """
     code = "from importlinter.cli import lint_imports_command; lint_imports_command()"
     run = subprocess.run(

@@ -16,7 +16,7 @@ from tailkit.store import SCHEMA_VERSION, Store
 
 def test_new_store_has_the_call_record_and_its_version(tmp_path: Path) -> None:
     """
-    A new file gets calls (DESIGN.md §1 columns), rejects, ingests and its schema version.
+    A new file gets calls (the columns of docs/call-record.md), rejects, ingests and its version.
     """
     with Store.open(tmp_path / "s.duckdb") as store:
         columns = store.fetchall(

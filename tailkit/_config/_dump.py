@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tailkit._config._model import Bounds, PlanPrediction, StepInterval
 
 
-HEADER = "# tailkit plan — written by tailkit; fields: README, `tailkit calibrate`"
+HEADER = "# tailkit plan — written by tailkit; fields: docs/plan.md"
 
 # Plain strings are kept to names made of these characters (route names, models, buckets without
 # spaces); anything else is double-quoted, with YAML's own escapes.

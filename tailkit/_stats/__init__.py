@@ -1,5 +1,5 @@
 """
-The tail table per group and bucket (DESIGN.md §5 module ``stats``).
+The tail table per group and bucket (`tailkit stats`).
 """
 
 from tailkit._stats._api import stats as stats

@@ -34,7 +34,7 @@ def stats(
         bucket: Token buckets to split groups by: ``"input"``, ``"output"``, both or none.
         where: SQL filter on call-record columns, e.g. ``"step = 'extract'"``.
         min_calls: Leave out groups with fewer calls (attempts).
-        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         level: Confidence level of every interval.
 
     Returns:

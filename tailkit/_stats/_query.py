@@ -27,7 +27,7 @@ class TableQuery:
         by: Call-record columns to group by, e.g. ``("provider", "model")``.
         bucket: Token buckets to split groups by: any of ``"input"``, ``"output"``.
         where: An SQL filter on call-record columns, e.g. ``"step = 'extract'"``.
-        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
     """
 
     by: tuple[str, ...] = ("provider", "model")

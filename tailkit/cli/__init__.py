@@ -35,7 +35,8 @@ from tailkit.store import DEFAULT_DB, Store, summarize
 
 app = typer.Typer(
     name="tailkit",
-    help="Measure LLM latency tails and keep workflows inside their deadline.",
+    help="Measure LLM latency tails and keep workflows inside their deadline.\n\n"
+    "Reference: docs/README.md (call record, plan, deadline, ledger, formats).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

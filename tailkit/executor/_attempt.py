@@ -201,7 +201,7 @@ def record_of(
 
 
 def _output_tokens(live: Live) -> int:
-    # provider usage first (DESIGN.md §1), else the content chunks counted
+    # provider usage first (docs/call-record.md), else the content chunks counted
     return live.usage_output if live.usage_output is not None else live.tokens
 
 

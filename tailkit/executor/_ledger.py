@@ -1,5 +1,5 @@
 """
-The ledger: one JSON line per attempt, in the columns of the call record (DESIGN.md §1, §4).
+The ledger: one JSON line per attempt, in the columns of the call record (docs/ledger.md).
 
 Every attempt the executor starts ends in exactly one `AttemptRecord`: a winner, a loser that
 was cancelled (``censored_at_s``: its true latency is longer), a loser that was allowed to finish

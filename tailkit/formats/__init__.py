@@ -1,7 +1,7 @@
 """
 One module per log format, each turning a file into SQL for DuckDB's native readers.
 
-The SQL yields call-record columns (DESIGN.md §1). Formats never run SQL themselves;
+The SQL yields call-record columns (docs/call-record.md). Formats never run SQL themselves;
 `tailkit.ingest` does.
 """
 

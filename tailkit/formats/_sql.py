@@ -432,7 +432,7 @@ anything else finished."""
 def _stored(col: Column) -> str:
     v = f"_tk_v_{col.name}"
     if col.name == "ttft_s":
-        # DESIGN.md §1: TTFT is NULL when unknown - never 0, never equal to the total.
+        # docs/call-record.md: TTFT is NULL when unknown - never 0, never equal to the total.
         return f"CASE WHEN {v} = 0 OR {v} = _tk_v_total_s THEN NULL ELSE {v} END AS ttft_s"
     if col.name == "attempt":
         return "coalesce(TRY_CAST(_tk_v_attempt AS INTEGER), 0) AS attempt"

@@ -64,7 +64,7 @@ def route_sample(
         store: An open store.
         route: Provider and model.
         step: The step (its expected tokens pick the bucket).
-        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         seed: Seed for the cut calls' drawn latencies.
     """
     buckets = buckets or Buckets()
@@ -129,7 +129,7 @@ def load_samples(
     Args:
         store: An open store.
         plan: The workflow.
-        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         min_calls: Fewest calls (finished and cut) a step's routes need.
         candidates: Per step, further routes the calibrator may try; thin ones are left out.
         seed: Seed for the cut calls' drawn latencies.

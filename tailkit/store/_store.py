@@ -63,7 +63,7 @@ def calls_with_buckets_sql(buckets: Buckets | None = None, *, where: str | None 
     SQL for every call with ``gen_s`` and its ``input_bucket`` / ``output_bucket`` labels.
 
     Args:
-        buckets: Bucket edges; the defaults of DESIGN.md §1 when ``None``.
+        buckets: Bucket edges; the defaults of `tailkit.record.Buckets` when ``None``.
         where: An optional SQL filter on the call-record columns.
     """
     names = ", ".join(c.name for c in CALL_COLUMNS)
@@ -256,7 +256,7 @@ class Store:
         Every call with its ``input_bucket`` and ``output_bucket`` labels and ``gen_s``.
 
         Args:
-            buckets: Bucket edges; the defaults of DESIGN.md §1 when ``None``.
+            buckets: Bucket edges; the defaults of `tailkit.record.Buckets` when ``None``.
             where: An optional SQL filter on the call-record columns.
 
         Returns:

@@ -56,7 +56,7 @@ def summarize(store: Store, buckets: Buckets | None = None) -> StoreSummary:
 
     Args:
         store: An open store.
-        buckets: Bucket edges (DESIGN.md §1 defaults when ``None``).
+        buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
     """
     buckets = buckets or Buckets()
     counts = store.counts()
