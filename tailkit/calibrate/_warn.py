@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tailkit.simulate import Draws, run_workflow, workflow_model
+from tailkit.simulate import Draws, run_workflow, widen_fixes, workflow_model
 
 
 if TYPE_CHECKING:
@@ -123,11 +123,13 @@ def _thin(plan: Plan, prediction: Prediction) -> str | None:
         f"calls in bucket {bucket}"
         for (route, bucket, calls), steps in thin
     )
+    thin_steps = dict.fromkeys(name for _, steps in thin for name in steps)
+    widen = widen_fixes(plan.steps[name] for name in thin_steps)
+    fix = f"Ingest more calls of these routes, or {widen[:-2]}" if widen else "Ingest more calls"
     return (
         f"the miss rate's 95% interval is wide, {_span(miss.low, miss.high)} around "
         f"{_pct(miss.value)}, because the samples are thin: {named} (under {THIN_CALLS:,} "
-        "calls, fewer than 10 lie beyond a p99). Ingest more calls of these routes, or widen "
-        "their buckets (--input-edges/--output-edges, or drop expected_tokens.output)"
+        f"calls, fewer than 10 lie beyond a p99). {fix}"
     )
 
 

@@ -157,6 +157,7 @@ def replay(
         Path | None,
         typer.Option(
             "--out",
+            "-o",
             help="Folder for ledger-without-plan.jsonl, ledger-with-plan.jsonl, the outcome "
             "tables and the server's access log (default: a temporary folder).",
         ),

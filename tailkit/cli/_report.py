@@ -11,13 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
-from tailkit.cli._common import DbOption, fail
+from tailkit.cli._common import DbOption, JsonOption, fail
 from tailkit.errors import QueryError, TailkitError
 from tailkit.store import DEFAULT_DB, Store
 
 
 def report(
-    out: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for index.html and the PNGs.")],
     db: DbOption = DEFAULT_DB,
     plan: Annotated[
         Path | None,
@@ -41,6 +41,7 @@ def report(
         Path | None,
         typer.Option("--replay", help="tailkit replay --json output: the replay beside the plan."),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """
     Write an HTML report (figures embedded, opens offline) and its PNGs; print its path.
@@ -48,11 +49,12 @@ def report(
     Latency CCDFs with the lognormal fit, the p99/p50 bucket heatmap and tail growth, TTFT vs
     generation, fit diagnostics; with --plan the workflow DAG and the policy comparison; with
     --replay the replayed figures beside the simulated ones; with executor traces in the
-    store, hedges, skipped actions and observed vs predicted p99.
+    store, hedges, skipped actions and observed vs predicted p99. With --json, print the
+    paths written: {"index": ..., "figures": [...]}.
 
     Example:
 
-        tailkit report --out reports/today/ --db calls.duckdb --plan plan.yaml
+        tailkit report -o reports/today/ --db calls.duckdb --plan plan.yaml
     """
     from tailkit.config import load_plan
     from tailkit.report import write_report
@@ -77,7 +79,13 @@ def report(
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:
         fail(str(exc))
-    typer.echo(str(index))
+    if as_json:
+        from tailkit.report._report import PNG_PREFIX
+
+        figures = sorted(str(p) for p in index.parent.glob(f"{PNG_PREFIX}*.png"))
+        typer.echo(json.dumps({"index": str(index), "figures": figures}, indent=2))
+    else:
+        typer.echo(str(index))
 
 
 def _replay_document(path: Path) -> dict[str, Any]:

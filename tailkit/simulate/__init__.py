@@ -29,6 +29,7 @@ from tailkit.simulate._load import DEFAULT_MIN_CALLS as DEFAULT_MIN_CALLS
 from tailkit.simulate._load import ThinSampleError as ThinSampleError
 from tailkit.simulate._load import load_samples as load_samples
 from tailkit.simulate._load import route_sample as route_sample
+from tailkit.simulate._load import widen_fixes as widen_fixes
 from tailkit.simulate._result import SimResult as SimResult
 from tailkit.simulate._result import StepSummary as StepSummary
 from tailkit.simulate._result import summarize as summarize
@@ -61,5 +62,6 @@ __all__ = [
     "simulate_model",
     "step_routes",
     "summarize",
+    "widen_fixes",
     "workflow_model",
 ]

@@ -45,6 +45,28 @@ def _bucket_filter(buckets: Buckets, step: Step) -> tuple[str, str | None, str]:
     return where, out_label, label
 
 
+def widen_fixes(steps: Iterable[Step]) -> str:
+    """
+    How to widen the buckets of ``steps``, only what applies to their expected tokens.
+
+    Returns:
+        ``"widen the bucket (…), "``, naming ``drop expected_tokens.output`` and the edge
+        options of the token counts the steps set; ``""`` when none sets any (one bucket).
+    """
+    steps = list(steps)
+    has_input = any(step.expected_tokens.input is not None for step in steps)
+    has_output = any(step.expected_tokens.output is not None for step in steps)
+    edges = "/".join(
+        option
+        for option, used in (("--input-edges", has_input), ("--output-edges", has_output))
+        if used
+    )
+    if not edges:
+        return ""
+    fixes = f"drop expected_tokens.output, or set {edges}" if has_output else f"set {edges}"
+    return f"widen the bucket{'s' if len(steps) > 1 else ''} ({fixes}), "
+
+
 def route_sample(
     store: Store,
     route: Route,
@@ -157,9 +179,8 @@ def load_samples(
                 where = _bucket_filter(buckets or Buckets(), step)[2]
                 msg = (
                     f"step {name!r}: route {route} has {calls} calls in bucket {where} "
-                    f"(needs {min_calls}). Ingest more logs for this route, widen the bucket "
-                    "(drop expected_tokens.output, or set --input-edges/--output-edges), "
-                    "or lower --min-calls"
+                    f"(needs {min_calls}). Ingest more logs for this route, "
+                    f"{widen_fixes([step])}or lower --min-calls"
                 )
                 raise ThinSampleError(msg)
     return out
