@@ -1,7 +1,7 @@
 """
 NVIDIA AIPerf per-request records (``artifacts/<run>/profile_export.jsonl``), one per line.
 
-Each line is a ``MetricRecordInfo`` (reference §1.8): ``metadata`` (``x_request_id``,
+Each line is a ``MetricRecordInfo``: ``metadata`` (``x_request_id``,
 ``request_start_ns``, ``request_end_ns``, ``was_cancelled``, ``cancellation_time_ns``, … in epoch
 nanoseconds), ``metrics`` (each ``{value, unit}``, durations in ``ms``) and ``error``
 (``{code, type, message}`` or null). Every metric duration is converted to seconds by its own

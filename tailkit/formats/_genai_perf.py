@@ -2,7 +2,7 @@
 NVIDIA GenAI-Perf raw exports (``artifacts/<run>/profile_export.json``): ``experiments[].requests``.
 
 perf_analyzer writes one JSON document: ``service_kind``, ``endpoint`` and ``experiments``, each
-with its load (``experiment.mode`` / ``value``) and its ``requests`` (reference §1.7). A request
+with its load (``experiment.mode`` / ``value``) and its ``requests``. A request
 holds ``timestamp`` (when it was sent) and ``response_timestamps`` (one per response: streamed
 chunks, the last often ``data: [DONE]``), both in epoch nanoseconds, and
 ``request_inputs.payload``, the request body as a JSON string. The requests are expanded in SQL,

@@ -1,7 +1,7 @@
 """
 GuideLLM reports (``guidellm benchmark --output kind=json``): ``benchmarks[].requests``.
 
-Each benchmark keeps its requests in three groups (reference §1.9): ``successful`` (status
+Each benchmark keeps its requests in three groups: ``successful`` (status
 ok), ``errored`` (status error, or timeout / rate_limited when the error says so) and
 ``incomplete`` (still running when the benchmark ended: status cancelled, right-censored at the
 age it had reached, ``censored_at_s``). The groups are expanded in SQL, one row per request,

@@ -1,5 +1,5 @@
 """
-Helicone request exports: the JSON lines ``npx @helicone/export`` writes (reference §1.4).
+Helicone request exports: the JSON lines ``npx @helicone/export`` writes.
 
 Each line is a ``HeliconeRequest``. Durations are milliseconds: ``delay_ms`` (``latency`` in
 older exports; else ``response_created_at - request_created_at``) and ``time_to_first_token``,

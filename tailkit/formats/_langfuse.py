@@ -1,7 +1,7 @@
 """
 Langfuse observations: the public API's JSON, JSON arrays or lines of them, the Parquet export.
 
-Three shapes hold the same observations (reference §1.3): a page of
+Three shapes hold the same observations: a page of
 ``GET /api/public/observations`` (``{"data": [...], "meta": {...}}``, camelCase), plain JSON
 arrays or JSON lines of observations (one observation or one page per line), and the blob-storage
 export (``observations_v2/*.parquet``, snake_case). Every field is looked up under both spellings,

@@ -2,7 +2,7 @@
 LiteLLM logs: the ``StandardLoggingPayload`` JSON lines and the proxy's spend-log export.
 
 Both shapes are one JSON object per line and go through one reader; which one a file is only
-changes the TTFT rule (reference §1.2):
+changes the TTFT rule:
 
 - ``StandardLoggingPayload`` (bucket loggers, custom callbacks): ``startTime`` / ``endTime`` /
   ``completionStartTime`` are epoch seconds. LiteLLM sets ``completionStartTime`` to ``endTime``

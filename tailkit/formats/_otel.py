@@ -4,7 +4,7 @@ OpenTelemetry GenAI spans in OTLP/JSON files (``--format otel``).
 Reads ``ExportTraceServiceRequest`` objects, one per line (the collector's file exporter) or as
 one JSON document, and maps each inference span onto the call record. Attribute names are
 coalesced across the versions of the GenAI conventions and the OpenLLMetry / OpenInference
-variants (reference §1.1), newest first. Only LLM spans become rows: a span is one when its
+variants, newest first. Only LLM spans become rows: a span is one when its
 ``gen_ai.operation.name`` is chat, text_completion or generate_content, or, without an
 operation name, when OpenInference calls it an LLM span or it names a model. Other spans (HTTP,
 tools, agents, embeddings) are counted by the sniff and skipped, and the count is in the notes.

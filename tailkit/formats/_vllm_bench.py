@@ -3,7 +3,7 @@ vLLM ``vllm bench serve`` results (``--save-result``): one JSON object per run, 
 
 A result holds run fields (``model_id``, ``backend`` / ``endpoint_type``, ``date``, …) and, per
 request, the i-th element of ``input_lens``, ``output_lens``, ``ttfts``, ``itls`` (gaps between
-streamed chunks), ``latencies``, ``start_times`` and ``errors`` (reference §1.6). The arrays are
+streamed chunks), ``latencies``, ``start_times`` and ``errors``. The arrays are
 expanded in SQL, one row per request (``unnest(range(n))`` and ``json_extract(array, i)``);
 ``--append-result`` files (several results, one per line) number their requests on across
 results. SGLang's ``bench_serving`` writes the same arrays.
