@@ -112,7 +112,8 @@ def run_demo(
         )
         if show_table is not None:
             show_table(tails)
-        say(f"calibrate the sample workflow ({workflow})")
+        home = CLONE.parent if workflow.is_relative_to(CLONE) else PACKAGED.parents[2]
+        say(f"calibrate {workflow.relative_to(home).as_posix()}")
         found = calibrate(
             store, load_plan(workflow), runs=calibrate_runs, seed=seed,
             replicates=REPLICATES if replicates is None else replicates,
