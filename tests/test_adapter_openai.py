@@ -250,6 +250,7 @@ def test_streamed_step_end_to_end_sends_the_attempt_and_measures_the_first_token
             "max_tokens": 16} == seen.body  # fmt: skip
     assert "Bearer sk-test" == seen.headers["authorization"]
     assert idempotency_key("r1", "s", 0) == seen.headers["idempotency-key"]
+    assert "fake/m1" == seen.headers["x-tailkit-route"]  # serve picks a shared model's route
     assert left - 0.5 < float(seen.headers["x-tailkit-remaining-s"]) <= left
     assert abs(float(seen.headers["x-tailkit-deadline"]) - (sent_wall + left)) < 0.5
     assert isinstance(result, StreamResult)

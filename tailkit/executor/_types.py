@@ -117,10 +117,14 @@ class Attempt:
 
     def headers(self) -> dict[str, str]:
         """
-        Headers for the outgoing request: the deadline (absolute and remaining) and the key.
+        Headers for the outgoing request: the deadline, the idempotency key and the route.
+
+        ``x-tailkit-route`` (``provider/model``) is ignored by providers; ``tailkit serve`` uses
+        it to pick the route of a model name that several routes share.
         """
         out = deadline_headers(deadline=self.deadline)
         out["Idempotency-Key"] = self.idempotency_key
+        out["x-tailkit-route"] = self.route
         return out
 
 
