@@ -161,3 +161,36 @@ def test_calibrate_thin_bucket_error_suggests_only_what_applies(
         f"Error: step 's': route openai/gpt-4.1 has 60 calls in bucket {bucket} (needs 200). "
         f"Ingest more logs for this route, {fix}or lower --min-calls\n" == result.stderr
     )
+
+
+def test_simulate_takes_deadline_and_budget_like_calibrate(tmp_path: Path) -> None:
+    """
+    `simulate --deadline/--budget` replace the file's values; out of range is one Error line.
+    """
+    workflow = tmp_path / "w.yaml"
+    workflow.write_text(
+        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 60\nhedge_budget: 0.05\nroutes:\n"
+        "  openai/gpt-4.1: {provider: openai, model: gpt-4.1}\n"
+        "steps:\n  s:\n    route: openai/gpt-4.1\n    expected_tokens: {input: 100}\n"
+    )
+    rng = random.Random(2)  # noqa: S311 - seeded test data
+    row = {"provider": "openai", "model": "gpt-4.1", "input_tokens": 100}
+    lines = [json.dumps(row | {"total_s": rng.uniform(1, 3)}) + "\n" for _ in range(300)]
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text("".join(lines))
+    db = tmp_path / "s.duckdb"
+    CliRunner().invoke(app, ["ingest", str(calls), "--db", str(db), "--quiet"])
+
+    def miss(*extra: str) -> float:
+        args = ["simulate", str(workflow), "--db", str(db), "--runs", "2000", "--json", *extra]
+        result = CliRunner().invoke(app, args)
+        assert 0 == result.exit_code, result.output
+        return float(json.loads(result.output)["policies"]["none"]["miss_rate"])
+
+    assert 0.0 == miss()  # every call is under 3 s, the file's deadline is 60 s
+    assert 1.0 == miss("--deadline", "0.5")
+    bad = CliRunner().invoke(app, ["simulate", str(workflow), "--db", str(db), "--budget", "2"])
+    assert 1 == bad.exit_code
+    assert bad.output == (
+        "Error: --budget must be between 0 and 1 (extra attempts per first attempt), got 2.0\n"
+    )

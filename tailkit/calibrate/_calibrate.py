@@ -13,7 +13,6 @@ from tailkit.calibrate._predict import REPLICATE_RUNS, REPLICATES, Prediction, p
 from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
 from tailkit.calibrate._warn import prediction_warnings
 from tailkit.config import Basis, Plan, Step
-from tailkit.errors import ConfigError
 from tailkit.fit import TailKind
 from tailkit.record import Buckets
 from tailkit.simulate import (
@@ -24,6 +23,7 @@ from tailkit.simulate import (
     check_run_count,
     load_samples,
     route_tail_kinds,
+    with_overrides,
     workflow_model,
 )
 from tailkit.store import Store
@@ -137,18 +137,7 @@ def calibrate(
     check_run_count(runs, name="--runs")
     check_run_count(check_runs, name="--check-runs")
     check_run_count(replicate_runs, name="replicate_runs")
-    if budget is not None and not 0.0 <= budget <= 1.0:
-        msg = f"--budget must be between 0 and 1 (extra attempts per first attempt), got {budget}"
-        raise ConfigError(msg)
-    if deadline_s is not None and not deadline_s > 0.0:
-        msg = f"--deadline must be a positive number of seconds, got {deadline_s}"
-        raise ConfigError(msg)
-    plan = workflow_of(plan)
-    plan = dataclasses.replace(
-        plan,
-        hedge_budget=plan.hedge_budget if budget is None else budget,
-        deadline_s=plan.deadline_s if deadline_s is None else deadline_s,
-    )
+    plan = with_overrides(workflow_of(plan), deadline_s=deadline_s, budget=budget)
     hedges = {
         name: hedge_candidates(plan, step) if step.idempotent else ()
         for name, step in plan.steps.items()

@@ -96,17 +96,21 @@ def _seconds(value: float) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
 
 
+BudgetOption = Annotated[
+    float | None,
+    typer.Option(help="Extra attempts per first attempt allowed (default: the file's)."),
+]
+DeadlineOption = Annotated[
+    float | None, typer.Option(help="End-to-end deadline in seconds (default: the file's).")
+]
+
+
 def calibrate(
     workflow: Annotated[Path, typer.Argument(help="The workflow (or plan) YAML file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan.")],
     db: DbOption = DEFAULT_DB,
-    budget: Annotated[
-        float | None,
-        typer.Option(help="Extra attempts per first attempt allowed (default: the file's)."),
-    ] = None,
-    deadline: Annotated[
-        float | None, typer.Option(help="End-to-end deadline in seconds (default: the file's).")
-    ] = None,
+    budget: BudgetOption = None,
+    deadline: DeadlineOption = None,
     runs: RunsOption = 20_000,
     check_runs: Annotated[
         int, typer.Option("--check-runs", help="Fresh runs that check the plan found.", min=1)
@@ -185,6 +189,8 @@ def calibrate(
 def simulate(
     plan_file: Annotated[Path, typer.Argument(help="The plan (or workflow) YAML file.")],
     db: DbOption = DEFAULT_DB,
+    budget: BudgetOption = None,
+    deadline: DeadlineOption = None,
     runs: RunsOption = 100_000,
     seed: SeedOption = 0,
     min_calls: MinCalls = 200,
@@ -198,18 +204,19 @@ def simulate(
 
     Every policy runs on the same random numbers against the store's measured latency; the
     table shows each one's deadline miss rate, end-to-end p50/p90/p99 and extra attempts.
+    --deadline and --budget replace the file's, as for calibrate.
 
     Example:
 
-        tailkit simulate plan.yaml --runs 200000
+        tailkit simulate plan.yaml --runs 200000 --deadline 45
     """
     from tailkit.config import load_plan
-    from tailkit.simulate import check_run_count, compare_policies, load_samples
+    from tailkit.simulate import check_run_count, compare_policies, load_samples, with_overrides
 
     buckets = buckets_of(input_edges, output_edges)
     try:
         check_run_count(runs, name="--runs")
-        plan = load_plan(plan_file)
+        plan = with_overrides(load_plan(plan_file), deadline_s=deadline, budget=budget)
         with Store.open(db, read_only=True) as store:
             samples = load_samples(
                 store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency

@@ -12,6 +12,7 @@ from tailkit.simulate._api import check_run_count as check_run_count
 from tailkit.simulate._api import compare_policies as compare_policies
 from tailkit.simulate._api import simulate as simulate
 from tailkit.simulate._api import simulate_model as simulate_model
+from tailkit.simulate._api import with_overrides as with_overrides
 from tailkit.simulate._build import POLICIES as POLICIES
 from tailkit.simulate._build import POLICY_TITLES as POLICY_TITLES
 from tailkit.simulate._build import SampleKey as SampleKey
@@ -63,5 +64,6 @@ __all__ = [
     "step_routes",
     "summarize",
     "widen_fixes",
+    "with_overrides",
     "workflow_model",
 ]

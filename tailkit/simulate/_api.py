@@ -44,6 +44,33 @@ def check_run_count(runs: int, *, name: str = "runs") -> None:
         raise ConfigError(msg)
 
 
+def with_overrides(plan: Plan, *, deadline_s: float | None, budget: float | None) -> Plan:
+    """
+    ``plan`` with the deadline and hedge budget given on the command line, if any.
+
+    Args:
+        plan: The plan (or workflow) as loaded.
+        deadline_s: ``--deadline``: end-to-end seconds (``None``: the plan's).
+        budget: ``--budget``: extra attempts per first attempt, in [0, 1] (``None``: the plan's).
+
+    Raises:
+        ConfigError: A value out of range, with the option's name.
+    """
+    import dataclasses
+
+    if budget is not None and not 0.0 <= budget <= 1.0:
+        msg = f"--budget must be between 0 and 1 (extra attempts per first attempt), got {budget}"
+        raise ConfigError(msg)
+    if deadline_s is not None and not deadline_s > 0.0:
+        msg = f"--deadline must be a positive number of seconds, got {deadline_s}"
+        raise ConfigError(msg)
+    return dataclasses.replace(
+        plan,
+        hedge_budget=plan.hedge_budget if budget is None else budget,
+        deadline_s=plan.deadline_s if deadline_s is None else deadline_s,
+    )
+
+
 def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) -> SimResult:
     """
     Simulate ``runs`` runs of a workflow model, 32,768 runs at a time.
