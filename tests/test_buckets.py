@@ -72,6 +72,7 @@ def test_bad_edges_are_refused(text: str, message: str) -> None:
         Buckets(Buckets.parse_edges(text))
 
 
+@pytest.mark.slow
 @given(
     edges=_EDGES,
     counts=st.lists(st.one_of(st.none(), st.integers(0, 300_000)), min_size=1, max_size=30),

@@ -114,6 +114,7 @@ def test_bad_input_is_one_error_line(here: Path, args: list[str], message: str) 
     assert message == result.stderr
 
 
+@pytest.mark.slow
 def test_samples_ingest_end_to_end(tmp_path: Path) -> None:
     """
     The README's main command on the bundled samples stores every call once.

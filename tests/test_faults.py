@@ -238,6 +238,7 @@ def test_a_429_storm_does_not_amplify() -> None:
     assert len(ledger) <= 2 * firsts + hedges  # one retry each, at most, and the hedges
 
 
+@pytest.mark.slow
 def test_a_thousand_concurrent_runs_through_one_process() -> None:
     """1,000 runs at once against one server: all by their deadline, nothing left open."""
 

@@ -166,6 +166,7 @@ _RECORD = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(_RECORD, min_size=1, max_size=5), sets=st.booleans())
 def test_arbitrary_records_are_accounted_for(records: list[object], sets: bool) -> None:

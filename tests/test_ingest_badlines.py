@@ -257,6 +257,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

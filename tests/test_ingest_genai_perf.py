@@ -153,6 +153,7 @@ _EXPERIMENT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     experiments=st.lists(_EXPERIMENT, min_size=1, max_size=3),

@@ -157,6 +157,7 @@ _BENCH = st.fixed_dictionaries(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     benches=st.lists(st.one_of(_BENCH, _BENCH, _VALUE), min_size=1, max_size=3),

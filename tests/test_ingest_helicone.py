@@ -171,6 +171,7 @@ _RECORD = st.fixed_dictionaries(
 _LINE = _RECORD.map(json.dumps) | st.sampled_from(['{"request_id": "torn', "[1]", "null", "{}"])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -281,6 +281,7 @@ _OBSERVATION = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(_OBSERVATION, max_size=6), page=st.booleans())
 def test_arbitrary_observations_are_accounted_for(

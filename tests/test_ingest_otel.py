@@ -9,6 +9,8 @@ import tempfile
 
 from pathlib import Path
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -281,6 +283,7 @@ _REQUEST = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(
     max_examples=20,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

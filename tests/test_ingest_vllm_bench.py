@@ -190,6 +190,7 @@ _RESULT = st.fixed_dictionaries(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(results=st.lists(_RESULT, min_size=1, max_size=3))
 def test_arbitrary_results_are_accounted_for(results: list[dict[str, object]]) -> None:

@@ -47,6 +47,7 @@ def _true_miss_rate() -> float:
     return simulate_model(workflow_model(CHAIN, samples), runs=400_000, seed=5).miss_rate
 
 
+@pytest.mark.slow
 def test_interval_covers_the_true_miss_rate_at_about_its_level() -> None:
     """Simulate, fit, recover: 95% intervals from 300 calls cover the true miss rate."""
     trials, truth = 60, _true_miss_rate()

@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tailkit.adapters.openai import chat_attempt
 from tailkit.config import parse_plan
 from tailkit.errors import AllAttemptsFailed, StepTimeout
@@ -119,6 +121,7 @@ def tool_lateness_s(tool_log: Path) -> list[float]:
     return lateness
 
 
+@pytest.mark.slow
 def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path: Path) -> None:
     """Independent clocks: orphaned successes, re-planned duplicates, a queue that eats budgets."""
     from tailkit.races import find_races
@@ -135,6 +138,7 @@ def test_two_clocks_orphan_successes_duplicate_work_and_grow_the_queue(tmp_path:
     assert report.t_zero_gap.p99 > CALL_S * SCALE  # queued longer than the caller's whole budget
 
 
+@pytest.mark.slow
 def test_a_propagated_deadline_leaves_no_orphans_and_no_duplicates(tmp_path: Path) -> None:
     """One deadline carried by every request: no orphans, no re-plans, no duplicate work."""
     from tailkit.races import find_races
@@ -163,6 +167,7 @@ def test_a_propagated_deadline_leaves_no_orphans_and_no_duplicates(tmp_path: Pat
     assert all(c.late_s is not None and c.late_s <= bound for c in report.abandoned)
 
 
+@pytest.mark.slow
 def test_the_report_has_a_races_section(tmp_path: Path) -> None:
     """`tailkit report --races HARNESS TOOL` adds the races section with its finding."""
     from typer.testing import CliRunner

@@ -147,6 +147,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bare", "full"])
 def test_every_image_is_an_embedded_png(reports: dict[str, Path], name: str) -> None:
     """
@@ -166,6 +167,7 @@ def test_every_image_is_an_embedded_png(reports: dict[str, Path], name: str) -> 
     assert len(page.images) == len(list(index.parent.glob("fig_*.png")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bare", "full"])
 def test_every_figure_has_a_title_and_a_caption(reports: dict[str, Path], name: str) -> None:
     """
@@ -180,6 +182,7 @@ def test_every_figure_has_a_title_and_a_caption(reports: dict[str, Path], name: 
         assert figure["caption"].count(". ") == 0, figure
 
 
+@pytest.mark.slow
 def test_the_page_is_self_contained(reports: dict[str, Path]) -> None:
     """
     No script and no external URL: only in-page anchors and data URIs.
@@ -192,6 +195,7 @@ def test_the_page_is_self_contained(reports: dict[str, Path]) -> None:
     assert not re.search(r"https?://", text)
 
 
+@pytest.mark.slow
 def test_sections_without_data_say_so(reports: dict[str, Path]) -> None:
     """
     Without a plan or traces, those sections are a one-line note, not an empty plot.
@@ -208,6 +212,7 @@ def test_sections_without_data_say_so(reports: dict[str, Path]) -> None:
     assert not names & {"fig_workflow_dag", "fig_policy_ccdf", "fig_trace_hedges"}
 
 
+@pytest.mark.slow
 def test_plan_and_traces_add_their_figures(reports: dict[str, Path]) -> None:
     """
     A plan adds the DAG and policy comparison; traces add hedges and observed vs predicted p99.
@@ -227,6 +232,7 @@ def test_plan_and_traces_add_their_figures(reports: dict[str, Path]) -> None:
     assert any(t.startswith("The plan misses the 90 s deadline in ") for t in titles)
 
 
+@pytest.mark.slow
 def test_cli_prints_the_path(reports: dict[str, Path], tmp_path: Path) -> None:
     """
     `tailkit report` writes the page and prints exactly its path.
@@ -241,6 +247,7 @@ def test_cli_prints_the_path(reports: dict[str, Path], tmp_path: Path) -> None:
     assert f"{out / 'index.html'}\n" == result.output
 
 
+@pytest.mark.slow
 def test_cli_bad_filter_is_an_error_line(reports: dict[str, Path], tmp_path: Path) -> None:
     """
     An invalid --where is one `Error:` line and exit code 1, not a traceback.
@@ -267,6 +274,7 @@ def _page_errors(stderr: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_real_browser_renders_the_page(reports: dict[str, Path], tmp_path: Path) -> None:
     """
     Headless chromium loads index.html without console errors and takes a real screenshot.
