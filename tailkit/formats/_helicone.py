@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tailkit.formats._generic import JsonLines
-from tailkit.formats._litellm import Ref, host_provider, json_lines_scan, mapped_status
-from tailkit.formats._mapping import Scan, ScanOptions, refuse_fixed
+from tailkit.formats._litellm import Ref, host_provider, json_lines_scan
+from tailkit.formats._mapping import Scan, ScanOptions, mapped_status, refuse_fixed
 from tailkit.formats._sql import RawColumn
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from tailkit.formats import _lines as lines
 from tailkit.formats._generic import JsonLines
-from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, refuse_fixed
+from tailkit.formats._mapping import SET_MODEL, Scan, ScanOptions, mapped_status, refuse_fixed
 from tailkit.formats._scrub import is_secret, scrub, scrub_json
 from tailkit.formats._sql import REJECT_STATUS, RawColumn, ident, literal, normalize_sql
 
@@ -43,21 +43,6 @@ def sniffed_keys(sniffed: Sequence[tuple[Any, ...]]) -> list[str]:
     The top-level keys of the objects sampled by `JsonLines.sniff_sql`, in order.
     """
     return [key for key, _ in lines.sniffed_types(sniffed)]
-
-
-def mapped_status(text: str, options: ScanOptions) -> str | None:
-    """
-    SQL for the status ``--status-map`` gives the source value ``text``; NULL when unmapped.
-
-    Values match ignoring case and surrounding spaces. ``None`` without ``--status-map``.
-    """
-    if not options.status_map:
-        return None
-    whens = " ".join(
-        f"WHEN {literal(value.strip().lower())} THEN {literal(status)}"
-        for value, status in options.status_map.items()
-    )
-    return f"CASE lower(trim(CAST({text} AS VARCHAR))) {whens} END"
 
 
 def json_lines_scan(

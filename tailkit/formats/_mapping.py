@@ -270,17 +270,28 @@ def with_status_map(raw: Mapping[str, RawColumn], options: ScanOptions) -> dict[
     """
     out = dict(raw)
     source = out.get("status")
-    if source is None or not options.status_map:
+    mapped = None if source is None else mapped_status(source.expr, options)
+    if source is None or mapped is None:
         return out
-    text = f"CAST({source.expr} AS VARCHAR)"
+    out["status"] = RawColumn(
+        f"coalesce({mapped}, CAST({source.expr} AS VARCHAR))", "VARCHAR", source.label
+    )
+    return out
+
+
+def mapped_status(text: str, options: ScanOptions) -> str | None:
+    """
+    SQL for the status ``--status-map`` gives the source value ``text``; NULL when unmapped.
+
+    Values match ignoring case and surrounding spaces. ``None`` without ``--status-map``.
+    """
+    if not options.status_map:
+        return None
     whens = " ".join(
         f"WHEN {literal(value.strip().lower())} THEN {literal(status)}"
         for value, status in options.status_map.items()
     )
-    out["status"] = RawColumn(
-        f"CASE lower(trim({text})) {whens} ELSE {text} END", "VARCHAR", source.label
-    )
-    return out
+    return f"CASE lower(trim(CAST({text} AS VARCHAR))) {whens} END"
 
 
 def read_type(target: str | None, sniffed: str) -> str:

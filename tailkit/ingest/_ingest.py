@@ -36,7 +36,7 @@ from tailkit.formats import (
     detect_format,
     read_head,
 )
-from tailkit.formats._paths import sql_path as _sql_path
+from tailkit.formats._paths import sql_path
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
@@ -285,7 +285,7 @@ def _load_file(
     """
     fmt_name, why = detected
     fmt = FORMATS[fmt_name]
-    literal_path = sql_path(read_path)
+    literal_path = sql_path(str(read_path))
     with _real_name(path, literal_path):
         sniff = fmt.sniff_sql(literal_path)
         try:
@@ -347,13 +347,6 @@ def _already_ingested(
         reasons=again.reasons, ingest_id=ingest_id, already_ingested=previous,
         already_rejected=rejected, notes=notes,
     )  # fmt: skip
-
-
-def sql_path(path: Path) -> str:
-    """
-    ``path`` as DuckDB's readers must be given it to read that one file and no other.
-    """
-    return _sql_path(str(path))
 
 
 @contextlib.contextmanager
