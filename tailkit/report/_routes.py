@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from tailkit._stats import TableQuery, tail_report
 from tailkit.report._common import label
-from tailkit.store import Store
+from tailkit.store import OK_CALL, Store
 
 
 _Array = npt.NDArray[np.float64]
@@ -107,7 +107,7 @@ def load_tail_data(
         else:
             rows.append(r)
     split = tail_report(store, TableQuery(by=by, bucket=("input", "output"), where=where))
-    ok = "status = 'ok' AND total_s > 0"
+    ok = OK_CALL
     keys = ", ".join(f'"{k}"' for k in by)
     sql = (
         f"SELECT {keys}, list(total_s) FILTER ({ok}), "

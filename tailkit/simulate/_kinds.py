@@ -14,7 +14,7 @@ import numpy as np
 
 from tailkit.config import Plan
 from tailkit.fit import TailKind, hedge_evidence, tail_kind
-from tailkit.store import Store, repeat_attempts_sql
+from tailkit.store import OK_CALL, Store, repeat_attempts_sql
 
 
 __all__ = ["route_tail_kinds"]
@@ -46,7 +46,7 @@ def route_tail_kinds(store: Store, plan: Plan, routes: Iterable[str]) -> dict[st
             "SELECT * FROM (SELECT CASE WHEN status = 'ok' THEN total_s END AS total_s, "
             "censored_at_s, output_tokens, input_tokens, epoch(started_at) AS started_s, "
             "CASE WHEN status = 'ok' THEN ttft_s END AS ttft_s FROM calls "
-            f"WHERE {where} AND ((status = 'ok' AND total_s > 0) OR censored_at_s > 0)) "
+            f"WHERE {where} AND (({OK_CALL}) OR censored_at_s > 0)) "
             f"USING SAMPLE reservoir({MAX_CALLS} ROWS) REPEATABLE (0)"
         )
         column = {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tailkit.store._summary import OK_CALL
+
 
 __all__ = ["ESCAPE_RANK", "MIN_REFERENCE", "repeat_attempts_sql"]
 
@@ -42,7 +44,7 @@ def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
         f"AND {key} IN (SELECT _key FROM fresh)), "
         "ref AS (SELECT provider, model, step, "
         f"quantile_cont(total_s, {ESCAPE_RANK}) AS _p75 FROM {source_sql} "
-        "WHERE attempt = 0 AND status = 'ok' AND total_s > 0 "
+        f"WHERE attempt = 0 AND {OK_CALL} "
         "AND (provider, model) IN (SELECT (provider, model) FROM fresh) GROUP BY ALL "
         f"HAVING count(*) >= {MIN_REFERENCE}) "
         f"SELECT {keys}count(*) AS pairs, "
