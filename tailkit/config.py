@@ -16,6 +16,7 @@ Example::
         step = plan.steps[name]
         print(name, step.route, step.cutoff_s, step.on_cutoff)
     Path("plan.yaml").write_text(dump_plan(plan), encoding="utf-8")
+    rehearsal = scale_plan(plan, 0.01)  # for a server run with --time-scale 0.01
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tailkit._config._model import (
     StepPrediction,
     Tokens,
 )
+from tailkit._config._scale import scale_plan
 
 
 __all__ = [
@@ -54,4 +56,5 @@ __all__ = [
     "dump_plan",
     "load_plan",
     "parse_plan",
+    "scale_plan",
 ]
