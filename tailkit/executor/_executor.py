@@ -9,17 +9,20 @@ import hashlib
 import math
 import os
 import random
+import time
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from tailkit.config import Plan
+from tailkit.config import Plan, scale_plan
 from tailkit.errors import ConfigError
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
 from tailkit.executor._deadline import current_deadline
 from tailkit.executor._events import Observer
 from tailkit.executor._ledger import Ledger
+from tailkit.executor._scale import check_time_scale
 from tailkit.executor._shared import RunBook, Shared, StepPolicy
 from tailkit.executor._step import StepRun
 from tailkit.executor._types import AttemptFn
@@ -58,6 +61,19 @@ class Executor:
         observer: Who watches it: an `Observer` with an event hook and/or OpenTelemetry
             tracing (``None``: ``Observer()``, which traces when OpenTelemetry's API is
             installed and has no hook).
+        time_scale: Real seconds per plan second, for a rehearsal against a time-scaled
+            server: pass the server's ``--time-scale`` (``0.01``: 100 times faster). The
+            executor runs ``scale_plan(plan, time_scale)`` (deadline, cutoffs, predictions),
+            scales the retry jitter and ``run(deadline_s=...)`` alike, and writes its ledger
+            and `RunResult` times back in plan seconds, so a rehearsal's ledger ingests like a
+            production one. In (0, 10]; ``1`` (the default) changes nothing.
+
+    Raises:
+        ConfigError: ``policies`` names a step the plan lacks, or ``time_scale`` is not in
+            (0, 10].
+
+    ``executor.plan`` is the plan the steps run (the one given, or its scaled copy when
+    ``time_scale`` is not 1); ``executor.profile_plan`` is the one given, in plan seconds.
 
     Use it as ``async with Executor(...) as executor:`` (or call `aclose` when done): leaving
     waits for the losing attempts still finishing (``StepPolicy(losers="finish")``) and closes
@@ -81,23 +97,29 @@ class Executor:
         policies: Mapping[str, StepPolicy] | None = None,
         seed: int | None = None,
         observer: Observer | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         unknown = sorted(set(policies or {}) - set(plan.steps))
         if unknown:
             known = ", ".join(plan.steps)
             msg = f"policies name unknown step(s) {', '.join(unknown)}; the plan has {known}"
             raise ConfigError(msg)
-        self.plan = plan
+        self.time_scale = check_time_scale(time_scale)
+        self.profile_plan = plan
+        # the plan the steps run, in real seconds: the same object in production
+        self.plan = plan if self.time_scale == 1.0 else scale_plan(plan, self.time_scale)
         self.shared = Shared(
-            plan,
+            self.plan,
             budget or HedgeBudget(plan.hedge_budget),
             throttle or ProviderThrottle(),
             ledger or Ledger(),
             dict(policies or {}),
             rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
             observer=Observer() if observer is None else observer,
+            time_scale=self.time_scale,
+            origin=datetime.fromtimestamp(time.time(), UTC),
         )
-        self.reserve_s = reserves(plan)
+        self.reserve_s = reserves(self.plan)
         self.order = plan.order()
         self.dependents = {name: plan.dependents(name) for name in self.order}
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+import time
 
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from tailkit.config import Plan
@@ -73,6 +75,10 @@ class Shared:
     Also what it learns as it runs: each route's recent successful durations (the typical
     duration a Retry-After must leave room for when the plan predicts none), and the losing
     attempts left to finish (an executor's `aclose` waits for them).
+
+    A rehearsal's ``time_scale`` (real seconds per profile second, 1 in production) scales the
+    retry jitter, and its ledger lines go back to profile seconds around ``origin`` (see
+    `tailkit.executor._scale`); ``plan`` is then the scaled plan the steps run.
     """
 
     plan: Plan
@@ -85,6 +91,8 @@ class Shared:
     seen: dict[str, deque[float]] = field(default_factory=dict)
     abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
     observer: Observer = field(default_factory=lambda: Observer(tracing=False))
+    time_scale: float = 1.0
+    origin: datetime = field(default_factory=lambda: datetime.fromtimestamp(time.time(), UTC))
 
     def ok(self, attempt: Attempt, seconds: float) -> None:
         """
@@ -104,9 +112,9 @@ class Shared:
 
     def jitter(self, seconds: float) -> float:
         """
-        A random wait in [0, seconds).
+        A random wait in [0, seconds) profile seconds, in real seconds (times the time scale).
         """
-        return self.rng.uniform(0.0, seconds) if seconds > 0.0 else 0.0
+        return self.rng.uniform(0.0, seconds * self.time_scale) if seconds > 0.0 else 0.0
 
 
 class RunBook:

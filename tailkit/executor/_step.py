@@ -64,6 +64,7 @@ from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._deadline import executor_cuts, executor_cutting, now
 from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
+from tailkit.executor._scale import profile_record
 from tailkit.executor._shared import DEFAULT_POLICY, RunBook, Shared
 from tailkit.executor._telemetry import StepTelemetry
 from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failure
@@ -157,6 +158,8 @@ class StepRun(ExtraAttempts):
                          winner=kw.get("winner", False))  # fmt: skip
             return
         record = record_of(live, status=status, at=at, **kw)
+        if self.s.time_scale != 1.0:  # a rehearsal: its ledger speaks profile seconds
+            record = profile_record(record, self.s.time_scale, self.s.origin)
         self.s.ledger.write(record)
         if self.tel is not None:
             self.tel.attempt_ended(live, record, kw.get("error"))

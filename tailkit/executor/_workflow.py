@@ -49,8 +49,9 @@ class RunResult:
         failed: Steps that ended in an error (`StepTimeout`, `AllAttemptsFailed`, …), by name.
         skipped: Steps that never started: a required step they need failed.
         cancelled: Steps still running (or waiting) when the deadline passed.
-        elapsed_s: Seconds from the run's start to its end.
-        deadline_s: The run's budget in seconds.
+        elapsed_s: Seconds from the run's start to its end (plan seconds: a time-scaled
+            executor divides what it measured by its time scale).
+        deadline_s: The run's budget in (plan) seconds.
         denials: Extra attempts the run's cutoffs called for but did not get, by reason:
             ``budget`` (the hedge budget refused) and ``throttle`` (the hedge provider was
             throttled).
@@ -99,10 +100,11 @@ async def run_workflow(
         attempt_fns: One attempt function per step name, or one for every step (it reads
             ``attempt.step``).
         run_id: The run's id.
-        deadline_s: The run's budget in seconds (``None``: the plan's ``deadline_s``); never
-            later than a deadline already in force.
+        deadline_s: The run's budget in plan seconds (``None``: the plan's ``deadline_s``);
+            never later than a deadline already in force. A time-scaled executor scales it
+            like the plan, and reports the `RunResult`'s seconds back in plan seconds.
     """
-    plan = executor.plan
+    plan = executor.profile_plan
     fns = _resolve(executor.order, attempt_fns)
     budget_s = plan.deadline_s if deadline_s is None else deadline_s
     return await _Run(executor, fns, run_id, budget_s).go()
@@ -117,9 +119,10 @@ class _Run:
         self, executor: Executor, fns: dict[str, AttemptFn], run_id: str, budget_s: float
     ) -> None:
         self.executor, self.plan, self.fns, self.run_id = executor, executor.plan, fns, run_id
-        self.budget_s = budget_s
+        self.budget_s = budget_s  # plan seconds
+        self.scale = executor.time_scale  # real seconds per plan second
         self.started = now()
-        self.deadline = min(self.started + budget_s, current_deadline())
+        self.deadline = min(self.started + budget_s * self.scale, current_deadline())
         self.results: dict[str, Any] = {}
         self.failed: dict[str, BaseException] = {}
         self.finished: list[str] = []
@@ -167,7 +170,7 @@ class _Run:
             failed=self.failed,
             skipped=tuple(self.skipped),
             cancelled=tuple(cancelled),
-            elapsed_s=now() - self.started,
+            elapsed_s=(now() - self.started) / self.scale,
             deadline_s=self.budget_s,
             denials=dict(self.book.denials),
         )

@@ -1,12 +1,10 @@
 """
 One side of a replay: the workflow run N times through the executor and the HTTP adapter.
 
-The server is time-scaled (``factor`` real seconds per profile second), so the plan runs scaled
-too: its deadline and cutoffs are multiplied by the same factor. The ledger is written back in
-profile seconds -- durations divided by the factor, and every instant moved to the same
-distance from the side's start, divided by the factor -- so that the traces, the plan's
-predictions and the production calls all speak one unit, and ``tailkit check`` reads the
-ledger like any production ledger.
+The server is time-scaled (``factor`` real seconds per profile second), so the executor runs
+with the same ``time_scale``: it scales the plan (`tailkit.config.scale_plan`) and writes the
+ledger back in profile seconds, so that the traces, the plan's predictions and the production
+calls all speak one unit, and ``tailkit check`` reads the ledger like any production ledger.
 """
 
 from __future__ import annotations
@@ -16,18 +14,16 @@ import dataclasses
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tailkit.config import Plan, Step
+from tailkit.config import Plan
 from tailkit.executor import Attempt, Executor, JsonlSink, Ledger, StepPolicy
-from tailkit.executor._ledger import AttemptRecord
 from tailkit.serve import INVALID_MARK
 from tailkit.simulate import SampleKey
 
 
-__all__ = ["MESSAGES", "SideRun", "run_side", "scaled_plan"]
+__all__ = ["MESSAGES", "SideRun", "run_side"]
 
 MESSAGES = [{"role": "user", "content": "Write the next part of the account brief."}]
 
@@ -48,59 +44,6 @@ class SideRun:
     runs: int
     denials: int
     ledger: Path
-
-
-def scaled_plan(plan: Plan, factor: float) -> Plan:
-    """
-    The plan with every duration multiplied by ``factor`` (to run on a time-scaled server).
-    """
-
-    def times(step: Step) -> Step:
-        fields = ("ttft_cutoff_s", "stall_cutoff_s", "cutoff_s")
-        values = {f: getattr(step, f) * factor for f in fields if getattr(step, f) is not None}
-        predicted = step.predicted
-        if predicted is not None:
-            predicted = dataclasses.replace(
-                predicted, p50_s=predicted.p50_s * factor, p99_s=predicted.p99_s * factor
-            )
-        return dataclasses.replace(step, predicted=predicted, **values)
-
-    steps = {name: times(step) for name, step in plan.steps.items()}
-    return dataclasses.replace(plan, deadline_s=plan.deadline_s * factor, steps=steps)
-
-
-class ProfileSink(JsonlSink):
-    """
-    A JSON-lines ledger in profile seconds (the executor measured scaled real seconds).
-
-    Args:
-        path: The ledger file.
-        factor: Real seconds per profile second.
-        origin: The instant that stays put; every other instant moves to ``origin +
-            (instant - origin) / factor``.
-    """
-
-    def __init__(self, path: Path, factor: float, origin: datetime) -> None:
-        super().__init__(path)
-        self._factor = factor
-        self._origin = origin
-
-    def _instant(self, value: datetime) -> datetime:
-        return self._origin + (value - self._origin) / self._factor
-
-    def write(self, line: str, record: AttemptRecord) -> None:
-        def back(value: float | None) -> float | None:
-            return None if value is None else value / self._factor
-
-        rescaled = dataclasses.replace(
-            record,
-            ttft_s=back(record.ttft_s),
-            total_s=back(record.total_s),
-            censored_at_s=back(record.censored_at_s),
-            started_at=self._instant(record.started_at),
-            deadline_at=None if record.deadline_at is None else self._instant(record.deadline_at),
-        )
-        super().write(rescaled.to_json(), rescaled)
 
 
 def _valid(result: Any) -> bool:
@@ -138,17 +81,14 @@ async def run_side(
         offset_s: Real seconds before the first run starts (to interleave two sides).
         progress: Called once per finished run.
     """
-    from datetime import UTC
-
     import httpx
 
     from tailkit.adapters.openai import chat_attempt
 
-    scaled = scaled_plan(plan, factor)
     ledger_path.unlink(missing_ok=True)
-    ledger = Ledger(ProfileSink(ledger_path, factor, datetime.now(UTC)))
+    ledger = Ledger(JsonlSink(ledger_path))
     policies = {name: StepPolicy(validator=_valid) for name in plan.steps}
-    executor = Executor(scaled, ledger=ledger, policies=policies)
+    executor = Executor(plan, ledger=ledger, policies=policies, time_scale=factor)
     # No pool limit: httpx's default of 100 connections would queue attempts in the client,
     # and the time spent waiting for a connection would count as the provider's latency.
     pool = httpx.Limits(max_connections=None, max_keepalive_connections=64)
