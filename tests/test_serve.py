@@ -904,7 +904,7 @@ _STATS_ROWS = [
 
 def test_profile_from_stats_maps_each_row(tmp_path: Path) -> None:
     """
-    Stats rows become profiles keyed provider/model; rows without latency are left out.
+    Stats rows become quantile-grid tables keyed provider/model; rows without latency are left out.
     """
     path = tmp_path / "stats.json"
     path.write_text(json.dumps({"table": _STATS_ROWS, "verdicts": []}))
@@ -913,38 +913,27 @@ def test_profile_from_stats_maps_each_row(tmp_path: Path) -> None:
 
     assert ["openai/gpt-4.1", "azure/gpt-4.1"] == list(cfg.models)
     assert 0.1 == cfg.time_scale
-    assert (
-        ModelProfile(
-            ttft_median_s=0.8,
-            ttft_sigma=0.35,  # ln(3.0 / 0.8) / z(0.99) = 0.57, capped at the lognormal sigma
-            tokens_per_s=80.0,
-            # ln(p50 / p10) / z(0.9) = 0.22, wider than sqrt(0.35² - 0.3²) = 0.18
-            gen_sigma=math.log(80 / 60) / 1.2815515655446004,
-            output_tokens=720,  # 9 s of generation at 80 tokens/s
-            stall_share=0.03,
-            stall_factor=4.0,
-        )
-        == cfg.models["openai/gpt-4.1"]
-    )
-    assert (
-        ModelProfile(
-            ttft_median_s=0.5,  # 10 % of the p50
-            ttft_sigma=0.5,
-            tokens_per_s=80.0,  # the default
-            gen_sigma=math.sqrt(0.5**2 - 0.3**2),  # the whole latency's spread: 0.4
-            output_tokens=360,  # (5 s - 0.5 s) at 80 tokens/s
-        )
-        == cfg.models["azure/gpt-4.1"]
-    )
-    assert cfg == profile_from_stats(_STATS_ROWS, time_scale=0.1)
+    streamed, whole = (cfg.models[name].outcomes for name in cfg.models)
+    assert streamed is not None
+    assert whole is not None
+    assert 720 == streamed.output_tokens  # 9 s of generation at 80 tokens/s
+    assert 200 == whole.output_tokens  # unknown speed: the default length
+    # entry i sits at probability (i + 0.5) / 1000: the measured p50 and p99 lie between
+    assert streamed.total_s[499] <= 10.0 <= streamed.total_s[500]
+    assert streamed.total_s[989] <= 40.0 <= streamed.total_s[990]
+    assert streamed.ttft_s[499] <= 0.8 <= streamed.ttft_s[500]
+    assert streamed.ttft_s[989] <= 3.0 <= streamed.ttft_s[990]
+    assert whole.total_s[499] <= 5.0 <= whole.total_s[500]
+    assert [0.1 * t for t in whole.total_s] == list(whole.ttft_s)  # 10 % of the total
+    assert {"o"} == set(streamed.kinds) == set(whole.kinds)  # failures are not replayed
+    again = profile_from_stats(_STATS_ROWS, time_scale=0.1)  # the parsed rows, alike
+    tables = [again.models[name].outcomes for name in again.models]
+    assert [streamed.total_s, whole.total_s] == [t.total_s for t in tables if t is not None]
 
 
 @pytest.mark.parametrize(
     ("stats", "message"),
     [
-        ([{"model": "m", "output_bucket": "0-64", "p50_s": 1.0},
-          {"model": "m", "output_bucket": "64-256", "p50_s": 2.0}],
-         "model 'm' appears in more than one stats row"),
         ([{"provider": "p", "p50_s": 1.0}], "a stats row has no model"),
         ([_STATS_ROWS[2]], "no stats row has latency to replay"),
         ({"rows": []}, "stats JSON must hold a 'table' list of rows"),
@@ -952,7 +941,7 @@ def test_profile_from_stats_maps_each_row(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_profile_from_stats_refuses_what_it_cannot_replay(stats: Any, message: str) -> None:
     """
-    Bucketed tables, rows without a model and tables without latency name the fix.
+    Rows without a model and tables without latency name the fix.
     """
     with pytest.raises(ConfigError, match="--bucket none --json") as info:
         profile_from_stats(stats)

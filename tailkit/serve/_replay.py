@@ -1,45 +1,46 @@
 """
 A serve profile from measured latency: replay ``tailkit stats`` output on loopback.
 
-``tailkit stats --by provider,model --bucket none --json`` describes each route with quantiles,
-a lognormal fit and a transient-tail mixture. A `ModelProfile` needs medians and log-scale
-spreads, so each row is mapped best effort (the README lists the rules):
+``tailkit stats --by provider,model --bucket none --json`` describes each route with quantiles
+of its total latency and of its time to first token. Each route becomes a model whose requests
+draw from those quantiles (see `tailkit.serve._grid`):
 
 - the model id is ``provider/model`` (or ``model`` when the table is grouped by model alone);
-- ``ttft_median_s`` is ``ttft_p50_s`` (unknown TTFT, from non-streamed logs: 10 % of ``p50_s``);
-- ``tokens_per_s`` is ``tokens_per_s_p50``; ``gen_sigma`` comes from how far the slow calls'
-  speed (``tokens_per_s_p10``) sits below it, ``ln(p50 / p10) / z(0.9)``, widened when decode
-  is most of the latency so that length and speed together spread like the lognormal fit of
-  the whole latency: ``sqrt(sigma² - 0.3²)`` (0.3: the output length's own spread);
-- ``ttft_sigma`` is ``ln(ttft_p99_s / ttft_p50_s) / z(0.99)``, at most the lognormal ``sigma``
-  of the whole latency: the TTFT's p99 holds the stalls, which the stall share replays;
-- ``output_tokens`` is ``gen_p50_s * tokens_per_s_p50`` (or ``(p50_s - ttft) * speed``);
-- ``stall_share`` and ``stall_factor`` are ``transient_share`` and ``transient_scale`` when
-  the row's ``transient`` verdict is true and its mixture found a separate tail
-  (``transient_mixture``, where the table has it), else no stalls.
+- the total latency runs through the row's ``p50_s``, ``p90_s``, ``p95_s`` and ``p99_s`` (and
+  any other ``pNN_s`` column; an unbounded one, ``inf`` where cut calls hide it, is left out),
+  spread below the lowest as the lognormal ``sigma`` says and past the highest as its last
+  segment goes on, no steeper than the curve's average;
+- the TTFT runs through ``ttft_p50_s`` and ``ttft_p99_s`` (and any other ``ttft_pNN_s``), at
+  the same probability as the total and never after it (unknown TTFT, from non-streamed logs:
+  10 % of the total);
+- the answer's length is ``gen_p50_s * tokens_per_s_p50`` tokens (else 200), spread evenly
+  between the TTFT and the total;
+- a table split by token bucket gives each route the mixture of its rows, weighted by their
+  calls (finished and cut).
 
-Failures are not replayed (the table's ``failed_share`` mixes errors, 429s and cuts): add
-``faults`` to a YAML profile for those.
+Failures are not replayed (the table's ``failed_share`` mixes errors, 429s and cuts), nor are
+fault shares: add ``faults`` to a YAML profile for those.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 
 from collections.abc import Mapping
 from typing import Any
 
 from tailkit.errors import ConfigError
-from tailkit.serve._draw import OUTPUT_SIGMA
-from tailkit.serve._outcomes import load_outcomes, read_json
+from tailkit.serve._grid import QuantileCurve, grid
+from tailkit.serve._outcomes import Outcomes, load_outcomes, read_json
 from tailkit.serve._profile import ModelProfile, ServeConfig
 
 
 __all__ = ["profile_from_stats", "serve_outcomes"]
 
-_Z90 = 1.2815515655446004  # standard normal quantile at 0.9
-_Z99 = 2.3263478740408408  # ... at 0.99
+Point = tuple[float, float]  # (probability, seconds)
+_DEFAULT_TOKENS = 200
 _FIX = "write it with: tailkit stats --by provider,model --bucket none --json > stats.json"
 
 
@@ -69,47 +70,83 @@ def _model_id(row: Mapping[str, Any]) -> str:
     return f"{provider}/{model}" if isinstance(provider, str) and provider else model
 
 
-def _profile(row: Mapping[str, Any]) -> ModelProfile | None:
-    p50 = _finite(row, "p50_s")
-    ttft = _finite(row, "ttft_p50_s")
-    if p50 is None and ttft is None:
-        return None  # failures only: nothing to replay
-    default = ModelProfile()
-    if ttft is None or ttft <= 0:
-        ttft = 0.1 * p50 if p50 else default.ttft_median_s
-    speed = _finite(row, "tokens_per_s_p50")
-    slow = _finite(row, "tokens_per_s_p10")
-    gen_sigma = default.gen_sigma
-    if speed is None or speed <= 0:
-        speed = default.tokens_per_s
-    elif slow is not None and 0 < slow <= speed:
-        gen_sigma = math.log(speed / slow) / _Z90
+# p50_s, p90_s, p95_s, p99_s (and ttft_…): any such column a table carries (p999_s: 0.999)
+_TOTAL = re.compile(r"p([0-9]{2,})_s")
+_TTFT = re.compile(r"ttft_p([0-9]{2,})_s")
+
+
+def _known(row: Mapping[str, Any], column: re.Pattern[str]) -> list[Point]:
+    """
+    The ``(probability, seconds)`` quantiles the row knows in ``column``: finite and positive.
+    """
+    points = []
+    for name in row:
+        found = column.fullmatch(str(name))
+        value = _finite(row, name) if found else None
+        if found and value is not None and value > 0 and int(found[1]) > 0:
+            points.append((int(found[1]) / 10 ** len(found[1]), value))
+    return points
+
+
+def _weight(row: Mapping[str, Any]) -> int:
+    """
+    The calls a row's quantiles describe (finished and cut), at least 1: its mixture weight.
+    """
+    n, n_ok, cut = _finite(row, "n"), _finite(row, "n_ok"), _finite(row, "censored_share")
+    if n_ok is None:
+        return max(round(n or 1), 1)
+    return max(round(n_ok + (cut or 0.0) * (n or 0.0)), 1)
+
+
+def _entries(row: Mapping[str, Any]) -> tuple[list[float], list[float]] | None:
+    """
+    A row's grid: TTFT and total at the same ``GRID_SIZE`` probabilities; ``None`` without p50.
+    """
+    total = _known(row, _TOTAL)
+    if not any(p == 0.5 for p, _ in total):
+        return None  # failures only, or too few finished calls: nothing to replay
     sigma = _finite(row, "sigma")
-    ttft_p99 = _finite(row, "ttft_p99_s")
-    ttft_sigma = default.ttft_sigma if sigma is None else sigma
-    if ttft_p99 is not None and ttft_p99 >= ttft:
-        ttft_sigma = min(ttft_sigma, math.log(ttft_p99 / ttft) / _Z99)
-    gen = _finite(row, "gen_p50_s")
-    if gen is None and p50 is not None:
-        gen = max(p50 - ttft, 0.0)
-    tokens = default.output_tokens if gen is None else max(round(gen * speed), 1)
-    if sigma is not None and gen is not None and gen >= ttft:
-        # Decode is most of the latency: its log-spread (length and speed together) is the
-        # fitted sigma, when that is wider than the speed quantiles alone say.
-        gen_sigma = max(gen_sigma, math.sqrt(max(sigma**2 - OUTPUT_SIGMA**2, 0.0)))
-    stall_share, stall_factor = 0.0, default.stall_factor
-    share, scale = _finite(row, "transient_share"), _finite(row, "transient_scale")
-    separate = row.get("transient_mixture", True) is True  # tables before it had no such column
-    if row.get("transient") is True and separate and share is not None and scale is not None:
-        stall_share, stall_factor = min(max(share, 0.0), 1.0), max(scale, 1.0)
-    return ModelProfile(
-        ttft_median_s=ttft,
-        ttft_sigma=ttft_sigma,
-        tokens_per_s=speed,
-        gen_sigma=gen_sigma,
-        output_tokens=tokens,
-        stall_share=stall_share,
-        stall_factor=stall_factor,
+    totals = grid(QuantileCurve(tuple(total), low_sigma=sigma))
+    ttft = _known(row, _TTFT)
+    if not any(p == 0.5 for p, _ in ttft):
+        return [0.1 * t for t in totals], totals
+    firsts = grid(QuantileCurve(tuple(ttft), low_sigma=sigma))
+    return [min(f, t) for f, t in zip(firsts, totals, strict=True)], totals
+
+
+def _tokens(row: Mapping[str, Any]) -> int | None:
+    gen, speed = _finite(row, "gen_p50_s"), _finite(row, "tokens_per_s_p50")
+    if gen is None or speed is None or gen <= 0 or speed <= 0:
+        return None
+    return max(round(gen * speed), 1)
+
+
+def _outcomes(rows: list[Mapping[str, Any]]) -> Outcomes | None:
+    """
+    One route's table: each of its rows' grids, weighted by the row's calls.
+    """
+    ttfts: list[float] = []
+    totals: list[float] = []
+    counts: list[int] = []
+    tokens: list[tuple[int, int]] = []
+    for row in rows:
+        entries = _entries(row)
+        if entries is None:
+            continue
+        weight = _weight(row)
+        ttfts += entries[0]
+        totals += entries[1]
+        counts += [weight] * len(entries[1])
+        if (length := _tokens(row)) is not None:
+            tokens.append((weight, length))
+    if not totals:
+        return None
+    return Outcomes(
+        ttft_s=tuple(ttfts),
+        total_s=tuple(totals),
+        kinds="o" * len(totals),
+        output_tokens=max(tokens)[1] if tokens else _DEFAULT_TOKENS,
+        counts=None if len(set(counts)) == 1 else tuple(counts),
     )
 
 
@@ -119,39 +156,34 @@ def profile_from_stats(
     time_scale: float = 1.0,
 ) -> ServeConfig:
     """
-    A serve profile that replays measured latency, one model per row of a ``tailkit stats`` table.
+    A serve profile that replays measured latency, one model per route of a ``tailkit stats`` table.
 
-    The mapping from columns to profile fields is best effort (see the module docstring and
-    the README); failures are not replayed.
+    Each request draws its TTFT and total from the route's measured quantiles (see the module
+    docstring and the README); rows of one route (token buckets) are mixed by their calls.
+    Failures are not replayed.
 
     Args:
-        stats_json: The output of ``tailkit stats --by provider,model --bucket none --json``:
-            the parsed document, its ``table`` list, or the path of the file.
+        stats_json: The output of ``tailkit stats --by provider,model --bucket none --json``
+            (or split by bucket): the parsed document, its ``table`` list, or the file's path.
         time_scale: Real seconds per profile second (0.01 replays 100 times faster).
 
     Returns:
-        One `ModelProfile` per row with latency, keyed ``provider/model``; seed 0.
+        One `ModelProfile` with a quantile-grid `Outcomes` table per route with latency,
+        keyed ``provider/model``; seed 0.
 
     Raises:
-        ConfigError: The file cannot be read, a row has no model, the same model appears in
-            two rows (the table is split by token bucket), or no row has any latency.
+        ConfigError: The file cannot be read, a row has no model, or no row has latency.
     """
-    models: dict[str, ModelProfile] = {}
-    seen: set[str] = set()
+    routes: dict[str, list[Mapping[str, Any]]] = {}
     for row in _rows(stats_json):
-        name = _model_id(row)
-        if name in seen:
-            msg = (
-                f"model {name!r} appears in more than one stats row (split by token bucket or "
-                f"another column); {_FIX}"
-            )
-            raise ConfigError(msg)
-        seen.add(name)
-        profile = _profile(row)
-        if profile is not None:
-            models[name] = profile
+        routes.setdefault(_model_id(row), []).append(row)
+    models: dict[str, ModelProfile] = {}
+    for name, rows in routes.items():
+        table = _outcomes(rows)
+        if table is not None:
+            models[name] = ModelProfile(outcomes=table)
     if not models:
-        msg = f"no stats row has latency to replay (p50_s or ttft_p50_s); {_FIX}"
+        msg = f"no stats row has latency to replay (p50_s); {_FIX}"
         raise ConfigError(msg)
     return ServeConfig(models=models, time_scale=time_scale)
 
