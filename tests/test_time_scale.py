@@ -358,3 +358,13 @@ def test_run_deadline_s_is_in_plan_seconds(monkeypatch: pytest.MonkeyPatch) -> N
     assert (got.finished, got.cancelled) == (want.finished, want.cancelled)
     assert got.cancelled == ("late",)
     assert all(_close(r.deadline_at, EPOCH + timedelta(seconds=4), 0.01) for r in ledger)
+
+
+def test_the_plan_page_names_every_scaled_field() -> None:
+    """docs/plan.md's rehearsal section names every field scale_plan scales."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "plan.md").read_text("utf-8")
+    section = page.split("## Rehearsing against a time-scaled server", 1)[1].split("\n## ", 1)[0]
+    names = {name for fields in SECONDS_FIELDS.values() for name in fields}
+    assert [name for name in sorted(names) if f"`{name}`" not in section] == []
