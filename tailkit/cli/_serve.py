@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -48,16 +49,37 @@ def _config(
     )
 
 
-async def _run(server: Server) -> None:
+def _started(server: Server) -> dict[str, object]:
+    """
+    What ``serve --json`` prints once it listens: where, which routes, how fast, which seed.
+    """
+    config = server.config
+    return {
+        "url": server.url,
+        "host": server.host,
+        "port": server.port,
+        "routes": list(config.models),
+        "time_scale": config.time_scale,
+        "seed": config.seed,
+    }
+
+
+async def _run(server: Server, *, as_json: bool) -> None:
     async with server:
         config = server.config
-        typer.echo(
-            f"tailkit serve: {len(config.models)} model(s) at {server.url} "
-            f"(time scale {config.time_scale:g}, seed {config.seed}); Ctrl-C stops"
-        )
-        for name in config.models:
-            typer.echo(f"  {name}")
+        if as_json:
+            typer.echo(json.dumps(_started(server)))
+        else:
+            typer.echo(
+                f"tailkit serve: {len(config.models)} model(s) at {server.url} "
+                f"(time scale {config.time_scale:g}, seed {config.seed}); Ctrl-C stops"
+            )
+            for name in config.models:
+                typer.echo(f"  {name}")
         await asyncio.Event().wait()
+
+
+_CAUSES = ("refused", "idle", "flooded")
 
 
 def _stopped(server: Server) -> str:
@@ -78,6 +100,20 @@ def _stopped(server: Server) -> str:
     return line
 
 
+def _stopped_json(server: Server) -> str:
+    """
+    The last line with ``--json``: the same counts, as one JSON object.
+    """
+    early = server.closed_early
+    return json.dumps(
+        {
+            "stopped": True,
+            "chat_requests": server.counts.total(),
+            "closed_early": {cause: early[cause] for cause in _CAUSES},
+        }
+    )
+
+
 def serve(
     profile: Annotated[
         Path | None, typer.Option("--profile", help="The serve profile (YAML) to serve.")
@@ -86,7 +122,8 @@ def serve(
         Path | None,
         typer.Option(
             "--from-stats",
-            help="Replay `tailkit stats --by provider,model --bucket none --json` output.",
+            help="Replay the measured quantiles of each route in `tailkit stats --by "
+            "provider,model --bucket none --json` output.",
         ),
     ] = None,
     outcomes: Annotated[
@@ -135,6 +172,14 @@ def serve(
             "--max-body-mib", help="The largest request body, in MiB (larger: 413).", min=1
         ),
     ] = 8,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON line once listening (url, host, port, routes, time_scale, "
+            "seed) and one when stopped, for scripts.",
+        ),
+    ] = False,
 ) -> None:
     """
     Serve an OpenAI-compatible chat API on loopback, with a latency tail and faults.
@@ -151,7 +196,7 @@ def serve(
 
         tailkit serve --from-stats stats.json --port 8001 --log access.jsonl
 
-        tailkit serve --outcomes demo/replay/outcomes.json --port 0
+        tailkit serve --outcomes demo/replay/outcomes.json --port 0 --json
     """
     from tailkit.serve import Limits, Server
 
@@ -169,9 +214,9 @@ def serve(
         fail(str(exc))
     server = Server(config, port=port, access_log=log, limits=limits)
     try:
-        asyncio.run(_run(server))
+        asyncio.run(_run(server, as_json=as_json))
     except KeyboardInterrupt:
-        typer.echo(_stopped(server))
+        typer.echo(_stopped_json(server) if as_json else _stopped(server))
     except TailkitError as exc:
         fail(str(exc))
     except OSError as exc:
