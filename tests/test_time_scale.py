@@ -368,3 +368,24 @@ def test_the_plan_page_names_every_scaled_field() -> None:
     section = page.split("## Rehearsing against a time-scaled server", 1)[1].split("\n## ", 1)[0]
     names = {name for fields in SECONDS_FIELDS.values() for name in fields}
     assert [name for name in sorted(names) if f"`{name}`" not in section] == []
+
+
+def test_events_stay_on_the_real_clock_while_the_ledger_is_in_plan_seconds() -> None:
+    """The event hook sees the measured 0.01 s; the ledger line of the same attempt says 1 s."""
+    from tailkit.executor import Event, Observer
+    from tests._fakeloop import run
+
+    seen: list[Event] = []
+    sink = MemorySink()
+    plan = parse_plan(PLAN)
+
+    async def main() -> None:
+        executor = Executor(plan, ledger=Ledger(sink), observer=Observer(seen.append,
+                            tracing=False), time_scale=0.01)  # fmt: skip
+        async with executor:
+            await executor.run_step("flaky", provider(0.01), run_id="r")
+
+    run(main())
+    ended = [e for e in seen if e.kind == "attempt_ended"]
+    assert [e.detail["total_s"] for e in ended] == [pytest.approx(0.005)] * 2
+    assert [r.total_s for r in sink.records] == [pytest.approx(0.5)] * 2

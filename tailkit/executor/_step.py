@@ -158,9 +158,10 @@ class StepRun(ExtraAttempts):
                          winner=kw.get("winner", False))  # fmt: skip
             return
         record = record_of(live, status=status, at=at, **kw)
-        if self.s.time_scale != 1.0:  # a rehearsal: its ledger speaks profile seconds
-            record = profile_record(record, self.s.time_scale, self.s.origin)
-        self.s.ledger.write(record)
+        if self.s.time_scale == 1.0:
+            self.s.ledger.write(record)
+        else:  # a rehearsal: its ledger speaks plan seconds, its events and spans real ones
+            self.s.ledger.write(profile_record(record, self.s.time_scale, self.s.origin))
         if self.tel is not None:
             self.tel.attempt_ended(live, record, kw.get("error"))
 
