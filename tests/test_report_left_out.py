@@ -17,11 +17,11 @@ from tailkit.store import Store
 
 
 def _calls(path: Path) -> Path:
-    """Five steady routes of 300 calls, and a sixth of 30 calls with by far the heaviest tail."""
+    """Five steady routes of 300 calls, and a sixth of 12 calls with by far the heaviest tail."""
     rng = np.random.default_rng(17)
     rows = []
     for m in range(6):
-        n, sigma = (30, 1.6) if m == 5 else (300, 0.3)
+        n, sigma = (12, 1.6) if m == 5 else (300, 0.3)
         rows += [
             {"provider": "openai", "model": f"model-{m}", "total_s": float(t)}
             for t in rng.lognormal(0.0, sigma, n)
@@ -34,7 +34,7 @@ def test_a_route_too_small_to_draw_is_named_and_can_still_be_the_heaviest(
     store: Store, tmp_path: Path
 ) -> None:
     """
-    6 routes with a limit of 8: the one with 30 calls is not drawn, but it is said, with why.
+    6 routes with a limit of 8: the one with 12 calls is not drawn, but it is said, with why.
     """
     ingest_paths(store, [_calls(tmp_path / "calls.jsonl")])
 
@@ -43,9 +43,9 @@ def test_a_route_too_small_to_draw_is_named_and_can_still_be_the_heaviest(
 
     assert 5 == len(data.routes)
     assert ["openai/model-5"] == [r.label for r in data.left_out]
-    assert "30 finished calls, fewer than the 50 a curve needs" == data.left_out[0].why
+    assert "12 finished calls, fewer than the 20 a curve needs" == data.left_out[0].why
     html = index.read_text(encoding="utf-8")
-    assert "1,500 calls in 5 of 6 routes by provider, model; left out: openai/model-5 (30" in html
+    assert "1,500 calls in 5 of 6 routes by provider, model; left out: openai/model-5 (12" in html
     assert "openai/model-5 has the heaviest tail" in html
 
 

@@ -5,15 +5,29 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tailkit.cli._common import DbOption, JsonOption, fail
+from tailkit.cli._common import (
+    DbOption,
+    InputEdges,
+    JsonOption,
+    OutputEdges,
+    buckets_of,
+    fail,
+)
 from tailkit.errors import QueryError, TailkitError
 from tailkit.store import DEFAULT_DB, Store
+
+
+if TYPE_CHECKING:
+    from tailkit.report import ReportResult
 
 
 def report(
@@ -41,27 +55,48 @@ def report(
         Path | None,
         typer.Option("--replay", help="tailkit replay --json output: the replay beside the plan."),
     ] = None,
+    min_calls: Annotated[
+        int,
+        typer.Option(
+            "--min-calls",
+            help="Fewest calls a step's route needs in its bucket for the policy comparison "
+            "(--plan).",
+            min=2,
+        ),
+    ] = 200,  # tailkit.simulate.DEFAULT_MIN_CALLS, without importing numpy for --help
+    input_edges: InputEdges = None,
+    output_edges: OutputEdges = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress and no findings on stderr.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """
-    Write an HTML report (figures embedded, opens offline) and its PNGs; print its path.
+    Write an HTML report (figures embedded, opens offline) and its PNGs.
 
-    Latency CCDFs with the lognormal fit, the p99/p50 bucket heatmap and tail growth, TTFT vs
-    generation, fit diagnostics; with --plan the workflow DAG and the policy comparison; with
-    --replay the replayed figures beside the simulated ones; with executor traces in the
-    store, hedges, skipped actions and observed vs predicted p99. With --json, print the
-    paths written: {"index": ..., "figures": [...]}.
+    Latency CCDFs with the lognormal fit, the p99/p50 bucket heatmap and
+    tail growth, TTFT vs generation, fit diagnostics; with --plan the
+    workflow DAG and the policy comparison; with --replay the replayed
+    figures beside the simulated ones; with executor traces in the store,
+    hedges, skipped actions and observed vs predicted p99.
+
+    Prints the path of index.html on stdout, and the page's findings on
+    stderr (progress too, on a terminal; --quiet for neither). With --json,
+    prints the paths and the findings as one JSON document: index, figures,
+    headline, calls, routes, heaviest_tail, left_out, plan, sections.
 
     Example:
 
         tailkit report -o reports/today/ --db calls.duckdb --plan plan.yaml
     """
     from tailkit.config import load_plan
-    from tailkit.report import write_report
+    from tailkit.report import write_report_result
 
     names = tuple(n.strip() for n in by.split(",") if n.strip())
     if not names:
         fail(f"--by takes comma-separated column names, got {by!r}")
+    buckets = buckets_of(input_edges, output_edges)
+    say = _progress(enabled=not quiet and os.isatty(2))
     try:
         loaded = load_plan(plan) if plan is not None else None
         found = None
@@ -71,21 +106,48 @@ def report(
             found = find_races(*races)
         rehearsal = _replay_document(replay) if replay is not None else None
         with Store.open(db, read_only=True) as store:
-            index = write_report(
+            result = write_report_result(
                 store, out, plan=loaded, by=names, title=title, where=where,
-                max_routes=max_routes, races=found, replay=rehearsal,
+                max_routes=max_routes, races=found, replay=rehearsal, buckets=buckets,
+                min_calls=min_calls, progress=say,
             )  # fmt: skip
     except QueryError as exc:
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:
         fail(str(exc))
     if as_json:
-        from tailkit.report._report import PNG_PREFIX
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    if not quiet:
+        typer.echo(summary(result), err=True, nl=False)
+    typer.echo(str(result.index))
 
-        figures = sorted(str(p) for p in index.parent.glob(f"{PNG_PREFIX}*.png"))
-        typer.echo(json.dumps({"index": str(index), "figures": figures}, indent=2))
-    else:
-        typer.echo(str(index))
+
+def summary(result: ReportResult) -> str:
+    """
+    The findings as text: the page's headline line, then one indented line per finding.
+    """
+    return "".join(
+        f"{line}\n" for line in [result.headline, *(f"  {f}" for f in result.findings())]
+    )
+
+
+def _progress(*, enabled: bool) -> Callable[[str], None] | None:
+    """
+    ``> phase  (3 s)`` lines on stderr as each phase starts, as `tailkit demo` prints them.
+    """
+    if not enabled:
+        return None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        elapsed = time.perf_counter() - started
+        console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]", highlight=False)
+
+    return say
 
 
 def _replay_document(path: Path) -> dict[str, Any]:

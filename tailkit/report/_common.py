@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 
 DPI = 100
+PNG_PREFIX = "fig_"  # the report's own PNGs: only these are replaced in its folder
 PALETTE = (
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 )  # fmt: skip

@@ -68,11 +68,12 @@ def qq_figure(routes: tuple[Route, ...]) -> Figure | None:
         ax.set_visible(False)
     rejected = [r.label for r in shown if r.row.get("fit") != "fits"]
     transient = [r.label for r in shown if r.row.get("transient_mixture")]
-    fits = (
-        f"the lognormal is rejected for all {len(shown)} routes"
-        if len(rejected) == len(shown)
-        else f"the lognormal fits {len(shown) - len(rejected)} of {len(shown)} routes"
-    )
+    if len(shown) == 1:
+        fits = f"the lognormal {'is rejected for' if rejected else 'fits'} {shown[0].label}"
+    elif len(rejected) == len(shown):
+        fits = f"the lognormal is rejected for all {len(shown)} routes"
+    else:
+        fits = f"the lognormal fits {len(shown) - len(rejected)} of {len(shown)} routes"
     title = (
         fits[0].upper()
         + fits[1:]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tailkit.fit import min_calls_for_quantile
-from tailkit.record import Buckets, bucket_label
+from tailkit.record import bucket_label
 from tailkit.report._common import (
     PALETTE,
     Figure,
@@ -24,7 +24,7 @@ from tailkit.report._common import (
     seconds_axis,
     times,
 )
-from tailkit.report._routes import LeftOut, Route, TailData
+from tailkit.report._routes import LeftOut, Route, TailData, heaviness
 
 
 P99_CALLS = min_calls_for_quantile(0.99)  # fewest calls whose p99 has a bounded interval
@@ -99,31 +99,44 @@ def ccdf_figure(routes: tuple[Route, ...], left_out: tuple[LeftOut, ...] = ()) -
     for ax in axes.flat[len(routes) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7, loc="lower left")
-    worst = max(routes, key=lambda r: _heaviness(r.row["p99_p50"]))
-    title = f"{worst.label} has the heaviest tail: {_ratio_words(worst)}; {_tail_words(worst.row)}"
-    hidden = [
-        r for r in left_out if _heaviness(r.row.get("p99_p50")) > _heaviness(worst.row["p99_p50"])
-    ]
-    if hidden:
-        top = max(hidden, key=lambda r: _heaviness(r.row.get("p99_p50")))
-        ratio = float(top.row["p99_p50"])
-        words = f"p99 is {times(ratio)} its median" if math.isfinite(ratio) else "p99 unbounded"
-        title = (
-            f"{top.label} has the heaviest tail ({words}; not drawn: {top.why}); of the routes "
-            f"drawn, {worst.label}: {_ratio_words(worst)}"
-        )
-
     caption = (
         "Each curve is the share of calls slower than the latency on the x axis (Kaplan-Meier, "
         "so cut calls count); where the solid curve lies above the dashed lognormal fit, the "
         "tail is heavier than a lognormal; the grey line is the 1% level (p99), the dotted "
         "line the cap at which calls were cut."
     )
-    return finish(fig, name="latency_ccdf", title=title, caption=caption)
+    return finish(fig, name="latency_ccdf", title=headline(routes, left_out), caption=caption)
 
 
-def _heaviness(value: Any) -> float:
-    return 0.0 if value is None or math.isnan(float(value)) else float(value)
+def headline(routes: tuple[Route, ...], left_out: tuple[LeftOut, ...] = ()) -> str:
+    """
+    The latency section's finding: the heaviest tail over every route, drawn or not.
+
+    One route: its own tail. A route left out (too few calls to draw, or beyond the biggest)
+    can still be the worst: it is named first, with why it is not drawn.
+    """
+    top = TailData(routes, [], [], left_out).heaviest()
+    hidden = top[2] if top is not None else None
+    hidden_words = (
+        f"{hidden.label} has the heaviest tail ({_row_ratio_words(hidden.row)}; not drawn: "
+        f"{hidden.why})"
+        if hidden is not None
+        else ""
+    )
+    if not routes:
+        return hidden_words or "No route has a p99/p50 to compare"
+    worst = max(routes, key=lambda r: heaviness(r.row["p99_p50"]))
+    words = f"{_ratio_words(worst)}; {_tail_words(worst.row)}"
+    if hidden_words:
+        return f"{hidden_words}; of the routes drawn, {worst.label}: {_ratio_words(worst)}"
+    if len(routes) == 1 and not left_out:
+        return f"{worst.label}: {words}"
+    return f"{worst.label} has the heaviest tail: {words}"
+
+
+def _row_ratio_words(row: dict[str, Any]) -> str:
+    ratio = float(row["p99_p50"])
+    return f"p99 is {times(ratio)} its median" if math.isfinite(ratio) else "p99 unbounded"
 
 
 def _ratio_words(route: Route) -> str:
@@ -145,7 +158,7 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
     """
     p99/p50 per input x output bucket for each route, with the calls behind every cell.
     """
-    buckets = Buckets()
+    buckets = data.edges
     in_labels, out_labels = _labels(buckets.input_edges), _labels(buckets.output_edges)
     shown = [r.key for r in data.routes]
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {k: [] for k in shown}
@@ -156,7 +169,8 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
         if key in cells and known and row.get("p99_p50") is not None:
             cells[key].append(row)
     shown = [k for k in shown if cells[k]][:6]
-    if not shown:
+    # a grid of counts without one coloured cell is an empty plot: the section's note says why
+    if not any(_enough(r) for k in shown for r in cells[k]):
         return None
     from matplotlib.colors import LogNorm
 
@@ -173,7 +187,7 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
                 continue
             i, j = in_labels.index(row["input_bucket"]), out_labels.index(row["output_bucket"])
             n, ratio = int(row["n_ok"]), float(row["p99_p50"])
-            enough = n >= P99_CALLS and math.isfinite(ratio)
+            enough = _enough(row)
             grid[i, j] = ratio if enough else np.nan
             text = f"{times(ratio)}\nn={n}" if enough else f"n={n}"
             # white on the dark half of the colour map, grey where there is no colour
@@ -194,17 +208,21 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
         bar = fig.colorbar(image, ax=axes, shrink=0.6, label="p99 / p50 (×)")
         bar.set_ticks([1, 2, 3, 5, 10], labels=["1×", "2×", "3×", "5×", "≥10×"])
         bar.ax.minorticks_off()
-    title = (
-        f"The widest tail is {best[1]}: p99 is {times(best[0])} the median"
-        if best[0]
-        else f"No token bucket has the {P99_CALLS} calls a p99 needs"
-    )
+    title = f"The widest tail is {best[1]}: p99 is {times(best[0])} the median"
     caption = (
         "Each cell is one input × output token bucket of a route: its colour and number are "
         f"p99/p50 (darker is a heavier tail) and n its finished calls; cells with fewer than "
         f"{P99_CALLS} calls (the fewest that bound a p99) show only their count."
     )
     return finish(fig, name="bucket_heatmap", title=title, caption=caption)
+
+
+def _enough(row: dict[str, Any]) -> bool:
+    """
+    Whether a bucket's p99/p50 is worth a colour: finite, over enough calls for a p99.
+    """
+    ratio = row.get("p99_p50")
+    return ratio is not None and int(row["n_ok"]) >= P99_CALLS and math.isfinite(float(ratio))
 
 
 def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
@@ -267,22 +285,24 @@ def phase_figure(routes: tuple[Route, ...]) -> Figure | None:
     shown = [r for r in routes if r.ttft_s.size >= 2 and r.row.get("ttft_p99_s") is not None]
     if not shown:
         return None
-    fig = new_figure(10.5, 0.5 * len(shown) + 1.8)
+    fig = new_figure(10.5, 0.5 * len(shown) + 2.1)
     ax = fig.subplots()
     y = np.arange(len(shown))
     for offset, (phase, color) in enumerate((("ttft", PALETTE[0]), ("gen", PALETTE[3]))):
-        p50 = [float(r.row[f"{phase}_p50_s"]) for r in shown]
-        p99 = [float(r.row[f"{phase}_p99_s"]) for r in shown]
+        p50 = np.array([float(r.row[f"{phase}_p50_s"]) for r in shown])
+        p99 = np.array([float(r.row[f"{phase}_p99_s"]) for r in shown])
         yy = y + (offset - 0.5) * 0.35
         name = "time to first token" if phase == "ttft" else "generation (after first token)"
-        ax.hlines(yy, p50, p99, color=color, lw=4, alpha=0.5, label=f"{name}: p50 → p99")
+        ax.barh(yy, p99 - p50, 0.18, left=p50, color=color, alpha=0.5,
+                label=f"{name}: p50 → p99")  # fmt: skip
         ax.plot(p99, yy, "|", color=color, ms=10, mew=2)
     ax.set_yticks(y, [r.label for r in shown], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
     seconds_axis(ax.xaxis)
     ax.set_xlabel("seconds (p50 to p99 of each phase)")
-    ax.legend(fontsize=8, loc="lower right")
+    # Outside the axes, under them: a legend inside would cover some route's bar.
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)
     for yi, r in zip(y, shown, strict=True):
         where = f"tail in {r.row['tail_phase']}"
         ax.text(1.01, float(yi), where, transform=ax.get_yaxis_transform(), fontsize=7,

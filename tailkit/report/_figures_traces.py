@@ -105,7 +105,8 @@ def hedge_figure(traces: Traces) -> Figure:
     left.set_xticks(x, [s.step for s in steps], fontsize=8, rotation=20)
     left.set_ylabel("share (0 to 1)")
     left.set_ylim(0, 1.05)
-    left.legend(fontsize=7, loc="upper right")
+    # above the bars, not on them: a rate of 1 reaches the top of the axes
+    left.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
     events = [("abandoned completions", sum(s.abandoned for s in steps))]
     events += [(f"skipped: {why}", n) for why, n in traces.skipped]
     names, counts = zip(*events, strict=True)
@@ -157,7 +158,7 @@ def p99_figure(traces: Traces, plan: Plan | None) -> Figure | None:
                label="predicted p99 (plan)")  # fmt: skip
     ax.set_xticks(x, [f"{s.step}\n{s.runs} runs" for s in steps], fontsize=8)
     ax.set_ylabel("step latency p99 (s)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
     over = [
         s.step
         for s, o in zip(steps, observed, strict=True)

@@ -5,8 +5,10 @@ The workflow: the plan's DAG with each step's cutoff and action, and the policy 
 from __future__ import annotations
 
 import math
+import textwrap
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +23,12 @@ from tailkit.report._common import (
     seconds_axis,
 )
 from tailkit.simulate import POLICY_TITLES, SimResult
+
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.text import Text
 
 
 def _action(step: Step) -> str:
@@ -39,9 +47,35 @@ def _depths(plan: Plan) -> dict[str, int]:
     return depth
 
 
+BOX_CHARS = 30  # a box line longer than this wraps (names and routes can be any length)
+_GAP_IN = 0.35  # free space between two boxes, inches
+
+
+def _wrapped(text: str) -> str:
+    return "\n".join(
+        textwrap.fill(line, BOX_CHARS, break_on_hyphens=True) for line in text.splitlines()
+    )
+
+
 def dag_figure(plan: Plan) -> Figure:
     """
     The steps left to right by dependency depth, each with its route, cutoff, action and p99.
+    """
+    fig, title = dag_plot(plan)
+    caption = (
+        "Boxes are steps (arrows point from a step to the steps waiting on it), each with its "
+        "route, what it does at its cutoff (red boxes act, blue ones wait) and its predicted "
+        "p99 latency."
+    )
+    return finish(fig, name="workflow_dag", title=title, caption=caption)
+
+
+def dag_plot(plan: Plan) -> tuple[MplFigure, str]:
+    """
+    The DAG's matplotlib figure and its title; the figure grows until no two boxes touch.
+
+    Long lines wrap at `BOX_CHARS`; the boxes are then measured, and the figure made wide
+    enough for the widest box in every column and tall enough for the tallest in every row.
     """
     depth = _depths(plan)
     layers: dict[int, list[str]] = {}
@@ -63,8 +97,8 @@ def dag_figure(plan: Plan) -> Figure:
             acting.setdefault(step.on_cutoff, []).append(name)
         p99 = f"\npredicted p99 {seconds(step.predicted.p99_s)}" if step.predicted else ""
         optional = "" if step.required else " (optional)"
-        text = f"{name}{optional}\n{step.route}\n{_action(step)}{p99}"
-        boxes[name] = ax.text(x, y, text, ha="center", va="center", fontsize=7.5,
+        text = _wrapped(f"{name}{optional}\n{step.route}\n{_action(step)}{p99}")
+        boxes[name] = ax.text(x, y, text, ha="center", va="center", fontsize=7.5, parse_math=False,
                 bbox={"boxstyle": "round,pad=0.4", "fc": "#fde9d9" if acts else "#eef2f7",
                       "ec": PALETTE[1] if acts else "0.5"})  # fmt: skip
     for name, step in plan.steps.items():
@@ -81,6 +115,7 @@ def dag_figure(plan: Plan) -> Figure:
     ax.set_xlim(-0.55, max(layers) + 0.55)
     ax.set_ylim(-tallest / 2 - 0.2, tallest / 2 + 0.2)
     ax.axis("off")
+    _fit_boxes(fig, ax, list(boxes.values()), columns=len(layers), rows=tallest)
     n_acting = sum(len(v) for v in acting.values())
     how = ", ".join(f"{len(v)} {a}" for a, v in acting.items())
     title = (
@@ -90,12 +125,29 @@ def dag_figure(plan: Plan) -> Figure:
         else f"{plan.workflow}: no step needs a cutoff to meet its {seconds(plan.deadline_s)} "
         "deadline"
     )
-    caption = (
-        "Boxes are steps (arrows point from a step to the steps waiting on it), each with its "
-        "route, what it does at its cutoff (red boxes act, blue ones wait) and its predicted "
-        "p99 latency."
-    )
-    return finish(fig, name="workflow_dag", title=title, caption=caption)
+    return fig, title
+
+
+def _fit_boxes(fig: MplFigure, ax: Axes, boxes: list[Text], *, columns: int, rows: int) -> None:
+    """
+    Grow ``fig`` until a column (a row) is as wide (tall) as the widest (tallest) box and a gap.
+    """
+    for _ in range(3):  # the layout moves a little as the figure grows: measure again
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        dpi = fig.dpi
+        sizes = [b.get_bbox_patch().get_window_extent(renderer) for b in boxes]  # type: ignore[union-attr]
+        need_w = max(e.width for e in sizes) / dpi + _GAP_IN
+        need_h = max(e.height for e in sizes) / dpi + _GAP_IN
+        area = ax.get_window_extent(renderer)
+        unit_w = area.width / dpi / (columns - 1 + 1.1)
+        unit_h = area.height / dpi / (rows + 0.4)
+        grow_w = max(0.0, (need_w - unit_w) * (columns + 0.1))
+        grow_h = max(0.0, (need_h - unit_h) * (rows + 0.4))
+        if grow_w < 0.01 and grow_h < 0.01:
+            return
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + grow_w + 0.05, height + grow_h + 0.05)
 
 
 def policy_figure(comparison: Mapping[str, SimResult]) -> Figure:

@@ -9,6 +9,7 @@ the page shows.
 from __future__ import annotations
 
 import math
+import re
 
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -94,6 +95,18 @@ def _figure(sides: Sequence[Mapping[str, Any]], verdict: str) -> Figure:
     )
 
 
+_OPTION = re.compile(r"(?<![\w-])(?<!tailkit replay )--(?=[a-z])")
+
+
+def from_replay(note: str) -> str:
+    """
+    A note of ``tailkit replay``, its options named with their command (not the report's).
+
+    ``rerun with a larger --time-scale`` -> ``rerun with a larger tailkit replay --time-scale``.
+    """
+    return _OPTION.sub("tailkit replay --", note)
+
+
 def replay_section(replay: Mapping[str, Any] | None) -> Section:
     """
     The section for a ``ReplayResult.to_json()`` document (``None``: a note that there is none).
@@ -108,7 +121,7 @@ def replay_section(replay: Mapping[str, Any] | None) -> Section:
         f"error {1000 * (fidelity.get('error_s') or 0.0):.1f} ms (profile seconds) at time "
         f"scale {fidelity.get('time_scale', float('nan')):g}."
     )
-    notes = [note, *replay.get("notes", [])]
+    notes = [note, *(from_replay(str(n)) for n in replay.get("notes", []))]
     return Section(
         _TITLE,
         figures=(_figure(sides, str(replay["verdict"])),),

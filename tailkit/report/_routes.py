@@ -4,19 +4,22 @@ The per-route data the tail figures draw: the tail table rows and each route's l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tailkit._stats import TableQuery, tail_report
+from tailkit.record import Buckets
 from tailkit.report._common import label
 from tailkit.store import OK_CALL, Store
 
 
 _Array = npt.NDArray[np.float64]
-MIN_ROUTE_CALLS = 50  # fewer finished calls draw no curve worth reading (a p95 needs 72)
+MIN_ROUTE_CALLS = 20  # fewer finished calls draw no curve worth reading (its last step is 5%)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +66,28 @@ class TailData:
         buckets: The tail table by route and both token buckets (rows as dicts).
         verdicts: Per route, whether its tail grows with work (rows as dicts).
         left_out: The routes of the store not drawn, biggest first, each with its reason.
+        edges: The token bucket edges of ``buckets``.
     """
 
     routes: tuple[Route, ...]
     buckets: list[dict[str, Any]]
     verdicts: list[dict[str, Any]]
     left_out: tuple[LeftOut, ...] = ()
+    edges: Buckets = field(default_factory=Buckets)
+
+    def heaviest(self) -> tuple[str, dict[str, Any], LeftOut | None] | None:
+        """
+        The route with the largest p99/p50 over every route, drawn or not (``None``: no ratio).
+
+        Returns:
+            Its label, its tail-table row, and its `LeftOut` record when it is not drawn.
+        """
+        every: list[tuple[str, dict[str, Any], LeftOut | None]] = [
+            (r.label, r.row, None) for r in self.routes
+        ]
+        every += [(r.label, r.row, r) for r in self.left_out]
+        known = [e for e in every if heaviness(e[1].get("p99_p50")) > 0]
+        return max(known, key=lambda e: heaviness(e[1].get("p99_p50"))) if known else None
 
     def left_out_words(self) -> str:
         """
@@ -76,7 +95,20 @@ class TailData:
         """
         if not self.left_out:
             return ""
-        return "left out: " + "; ".join(f"{r.label} ({r.why})" for r in self.left_out)
+        # routes with the same reason (beyond the biggest) are listed once, with it
+        by_why: dict[str, list[str]] = {}
+        for r in self.left_out:
+            by_why.setdefault(r.why, []).append(r.label)
+        return "left out: " + "; ".join(
+            f"{', '.join(names)} ({why})" for why, names in by_why.items()
+        )
+
+
+def heaviness(value: Any) -> float:
+    """
+    A p99/p50 ratio to rank tails by: unknown (``None``, NaN) ranks last, unbounded first.
+    """
+    return 0.0 if value is None or math.isnan(float(value)) else float(value)
 
 
 def _array(values: list[float] | None) -> _Array:
@@ -84,12 +116,20 @@ def _array(values: list[float] | None) -> _Array:
 
 
 def load_tail_data(
-    store: Store, *, by: tuple[str, ...], where: str | None, max_routes: int
+    store: Store,
+    *,
+    by: tuple[str, ...],
+    where: str | None,
+    max_routes: int,
+    buckets: Buckets | None = None,
 ) -> TailData:
     """
     The tail table per route and per bucket, and the latencies of the ``max_routes`` biggest.
+
+    ``buckets``: the token bucket edges (the defaults of `Buckets` when ``None``).
     """
-    whole = tail_report(store, TableQuery(by=by, bucket=(), where=where))
+    edges = buckets or Buckets()
+    whole = tail_report(store, TableQuery(by=by, bucket=(), where=where, buckets=edges))
     every = sorted(whole.table.iter_rows(named=True), key=lambda r: -int(r["n"]))
     rows: list[dict[str, Any]] = []
     left_out: list[LeftOut] = []
@@ -106,7 +146,9 @@ def load_tail_data(
             left_out.append(LeftOut(name, r, f"beyond the {max_routes} biggest routes"))
         else:
             rows.append(r)
-    split = tail_report(store, TableQuery(by=by, bucket=("input", "output"), where=where))
+    split = tail_report(
+        store, TableQuery(by=by, bucket=("input", "output"), where=where, buckets=edges)
+    )
     ok = OK_CALL
     keys = ", ".join(f'"{k}"' for k in by)
     sql = (
@@ -114,7 +156,8 @@ def load_tail_data(
         "list(censored_at_s) FILTER (censored_at_s > 0), "
         f"list(ttft_s) FILTER ({ok} AND ttft_s > 0 AND total_s >= ttft_s), "
         f"list(total_s - ttft_s) FILTER ({ok} AND ttft_s > 0 AND total_s >= ttft_s) "
-        f"FROM {TableQuery(by=by, bucket=(), where=where).source_sql()} GROUP BY ALL"
+        f"FROM {TableQuery(by=by, bucket=(), where=where, buckets=edges).source_sql()} "
+        "GROUP BY ALL"
     )
     lists = {tuple(r[: len(by)]): r[len(by) :] for r in store.fetchall(sql)}
     routes = []
@@ -129,4 +172,5 @@ def load_tail_data(
         list(split.table.iter_rows(named=True)) if len(split.table) else [],
         list(split.verdicts.iter_rows(named=True)) if len(split.verdicts) else [],
         tuple(left_out),
+        edges,
     )
