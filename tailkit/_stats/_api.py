@@ -21,7 +21,7 @@ def stats(
     by: Sequence[str] = ("provider", "model"),
     bucket: Sequence[str] = ("input", "output"),
     where: str | None = None,
-    min_calls: int = 1,
+    min_group: int = 1,
     buckets: Buckets | None = None,
     level: float = 0.95,
 ) -> pl.DataFrame:
@@ -33,7 +33,7 @@ def stats(
         by: Call-record columns to group by.
         bucket: Token buckets to split groups by: ``"input"``, ``"output"``, both or none.
         where: SQL filter on call-record columns, e.g. ``"step = 'extract'"``.
-        min_calls: Leave out groups with fewer calls (attempts).
+        min_group: Leave out groups with fewer calls (attempts).
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         level: Confidence level of every interval.
 
@@ -46,6 +46,6 @@ def stats(
     """
     query = TableQuery(by=tuple(by), bucket=tuple(bucket), where=where, buckets=buckets)
     if isinstance(db, Store):
-        return tail_table(db, query, min_calls=min_calls, level=level)
+        return tail_table(db, query, min_group=min_group, level=level)
     with Store.open(db, read_only=True) as store:
-        return tail_table(store, query, min_calls=min_calls, level=level)
+        return tail_table(store, query, min_group=min_group, level=level)

@@ -105,7 +105,7 @@ def tail_report(
     store: Store,
     query: TableQuery | None = None,
     *,
-    min_calls: int = 1,
+    min_group: int = 1,
     level: float = 0.95,
     fit_max_n: int = 2000,
     window_s: float = 60.0,
@@ -116,7 +116,7 @@ def tail_report(
     Args:
         store: An open store.
         query: Grouping, buckets and filter (provider x model x both buckets by default).
-        min_calls: Leave out groups with fewer calls (attempts) than this.
+        min_group: Leave out groups with fewer calls (attempts) than this.
         level: Confidence level of every interval.
         fit_max_n: Largest seeded subsample per group for the iterative fits (goodness of
             fit and the transient-tail mixture).
@@ -135,7 +135,7 @@ def tail_report(
     routes = RouteAccumulator(len(query.by), window_s=window_s, level=level)
     for agg in groups.iter_rows(named=True):
         n, n_ok, n_censored = int(agg["n"]), int(agg["n_ok"]), int(agg["n_censored"])
-        if n < min_calls:
+        if n < min_group:
             continue
         key = tuple(agg[k] for k in keys)
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
@@ -172,14 +172,14 @@ def tail_table(
     store: Store,
     query: TableQuery | None = None,
     *,
-    min_calls: int = 1,
+    min_group: int = 1,
     level: float = 0.95,
     fit_max_n: int = 2000,
 ) -> pl.DataFrame:
     """
     The tail table alone (see `tail_report`).
     """
-    return tail_report(store, query, min_calls=min_calls, level=level, fit_max_n=fit_max_n).table
+    return tail_report(store, query, min_group=min_group, level=level, fit_max_n=fit_max_n).table
 
 
 @dataclass(slots=True)

@@ -27,14 +27,16 @@ from tailkit.cli._common import (
     fail,
     scan_options,
 )
+from tailkit.cli._help import HelpGroup, HelpTyper
 from tailkit.cli._progress import IngestProgress
 from tailkit.errors import QueryError, TailkitError
 from tailkit.ingest import IngestReport, expand_paths, ingest_paths
 from tailkit.store import DEFAULT_DB, Store, summarize
 
 
-app = typer.Typer(
+app = HelpTyper(
     name="tailkit",
+    cls=HelpGroup,
     help="Measure LLM latency tails and keep workflows inside their deadline.\n\n"
     "Reference: docs/README.md (call record, plan, deadline, ledger, formats).",
     no_args_is_help=True,
@@ -72,11 +74,14 @@ def _nothing_stored(report: IngestReport, db: Path) -> str | None:
 @app.command()
 def ingest(
     paths: Annotated[
-        list[str] | None, typer.Argument(help="Files, folders or glob patterns.")
+        list[str] | None, typer.Argument(metavar="PATHS", help="Files, folders or glob patterns.")
     ] = None,
     db: DbOption = DEFAULT_DB,
     format: Annotated[
-        str, typer.Option("--format", help="auto, or a format name (see --list-formats).")
+        str,
+        typer.Option(
+            "--format", metavar="NAME", help="auto, or a format name (see --list-formats)."
+        ),
     ] = "auto",
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the formats it reads, then exit.")
@@ -182,8 +187,10 @@ def summary(
 @app.command()
 def rejects(
     db: DbOption = DEFAULT_DB,
-    reason: Annotated[str | None, typer.Option(help="Only this reason.")] = None,
-    file: Annotated[str | None, typer.Option(help="Only rows from this source file.")] = None,
+    reason: Annotated[str | None, typer.Option(metavar="REASON", help="Only this reason.")] = None,
+    file: Annotated[
+        str | None, typer.Option(metavar="FILE", help="Only rows from this source file.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many rows.")] = 20,
     as_json: JsonOption = False,
 ) -> None:
@@ -236,21 +243,31 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
 def stats(
     db: DbOption = DEFAULT_DB,
     by: Annotated[
-        str, typer.Option(help="Group by these call-record columns, comma-separated.")
+        str,
+        typer.Option(
+            metavar="COLUMNS", help="Group by these call-record columns, comma-separated."
+        ),
     ] = "provider,model",
     bucket: Annotated[
-        str, typer.Option(help="Split groups by token buckets: input, output, both, or none.")
+        str,
+        typer.Option(
+            metavar="BUCKETS", help="Split groups by token buckets: input, output, both, or none."
+        ),
     ] = "input,output",
-    where: Annotated[str | None, typer.Option(help="SQL filter on call-record columns.")] = None,
-    min_calls: Annotated[
-        int, typer.Option("--min-calls", help="Leave out groups with fewer calls.")
+    where: Annotated[
+        str | None, typer.Option(metavar="SQL", help="SQL filter on call-record columns.")
+    ] = None,
+    min_group: Annotated[
+        int, typer.Option("--min-group", metavar="N", help="Leave out groups with fewer calls.")
     ] = 1,
+    min_calls: Annotated[int | None, typer.Option("--min-calls", hidden=True)] = None,
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")] = False,
     parquet: Annotated[
-        Path | None, typer.Option("--parquet", help="Write the table to this Parquet file.")
+        Path | None,
+        typer.Option("--parquet", metavar="FILE", help="Write the table to this Parquet file."),
     ] = None,
 ) -> None:
     """
@@ -273,12 +290,17 @@ def stats(
     from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
 
+    if min_calls is not None:
+        fail(
+            f"stats has no --min-calls (calibrate's floor for a step's route); to leave out "
+            f"groups with fewer calls use --min-group {min_calls}"
+        )
     buckets = buckets_of(input_edges, output_edges)
     bucket_names = ("input", "output") if bucket.strip() == "both" else _names(bucket, "--bucket")
     try:
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
         with Store.open(db, read_only=True) as store:
-            report = tail_report(store, query, min_calls=min_calls)
+            report = tail_report(store, query, min_group=min_group)
     except QueryError as exc:
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:

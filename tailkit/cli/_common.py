@@ -13,25 +13,38 @@ from tailkit.formats import ScanOptions
 from tailkit.record import Buckets
 
 
-DbOption = Annotated[Path, typer.Option("--db", help="The DuckDB store file.", show_default=True)]
+DbOption = Annotated[
+    Path, typer.Option("--db", metavar="FILE", help="The DuckDB store file.", show_default=True)
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 InputEdges = Annotated[
     str | None,
-    typer.Option("--input-edges", help="Input-token bucket edges, e.g. 0,1k,4k,16k,64k."),
+    typer.Option(
+        "--input-edges", metavar="EDGES", help="Input-token bucket edges, e.g. 0,1k,4k,16k,64k."
+    ),
 ]
 OutputEdges = Annotated[
     str | None,
-    typer.Option("--output-edges", help="Output-token bucket edges, e.g. 0,64,256,600,1200,2400."),
+    typer.Option(
+        "--output-edges",
+        metavar="EDGES",
+        help="Output-token bucket edges, e.g. 0,64,256,600,1200,2400.",
+    ),
 ]
 MapOption = Annotated[
     list[str] | None,
-    typer.Option("--map", help="FIELD=SOURCE_COLUMN, e.g. total_s=latency (repeatable)."),
+    typer.Option(
+        "--map",
+        metavar="FIELD=COLUMN",
+        help="Read FIELD from this column, e.g. total_s=latency (repeatable).",
+    ),
 ]
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        help="FIELD=VALUE for every row, e.g. provider=openai (repeatable); refused when the "
+        metavar="FIELD=VALUE",
+        help="Give every row this value, e.g. provider=openai (repeatable); refused when the "
         "file has that column (see --set-over).",
     ),
 ]
@@ -39,7 +52,8 @@ SetOverOption = Annotated[
     list[str] | None,
     typer.Option(
         "--set-over",
-        help="FIELD=VALUE for every row, replacing the file's own FIELD column, e.g. "
+        metavar="FIELD=VALUE",
+        help="Give every row this value, replacing the file's own FIELD column, e.g. "
         "provider=azure (repeatable).",
     ),
 ]
@@ -47,13 +61,14 @@ StatusMapOption = Annotated[
     list[str] | None,
     typer.Option(
         "--status-map",
-        help="VALUE=STATUS: read this status value as one of ok, error, timeout, cancelled, "
+        metavar="VALUE=STATUS",
+        help="Read this status value as one of ok, error, timeout, cancelled, "
         "invalid, rate_limited, e.g. 429=rate_limited (repeatable; case-insensitive). "
         "true/false, 1/0 and yes/no are read as ok/error without it.",
     ),
 ]
 UnitOption = Annotated[
-    str | None, typer.Option("--unit", help="Unit of duration columns: s or ms.")
+    str | None, typer.Option("--unit", metavar="s|ms", help="Unit of duration columns: s or ms.")
 ]
 
 

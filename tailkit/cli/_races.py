@@ -85,24 +85,42 @@ def _render(report: RaceReport) -> None:
 
 
 def races(
-    harness_log: Annotated[str, typer.Argument(help="The caller's log, e.g. the ledger.")],
-    tool_log: Annotated[str, typer.Argument(help="The callee's log, e.g. the access log.")],
+    harness_log: Annotated[
+        str, typer.Argument(metavar="HARNESS_LOG", help="The caller's log, e.g. the ledger.")
+    ],
+    tool_log: Annotated[
+        str, typer.Argument(metavar="TOOL_LOG", help="The callee's log, e.g. the access log.")
+    ],
     harness_map: Annotated[
         list[str] | None,
-        typer.Option("--harness-map", help="FIELD=SOURCE_COLUMN for the harness log (repeatable)."),
+        typer.Option(
+            "--harness-map",
+            metavar="FIELD=COLUMN",
+            help="Read FIELD from this column of the harness log (repeatable).",
+        ),
     ] = None,
     tool_map: Annotated[
         list[str] | None,
-        typer.Option("--tool-map", help="FIELD=SOURCE_COLUMN for the tool log (repeatable)."),
+        typer.Option(
+            "--tool-map",
+            metavar="FIELD=COLUMN",
+            help="Read FIELD from this column of the tool log (repeatable).",
+        ),
     ] = None,
     window: Annotated[
         float,
-        typer.Option("--window", help="Seconds after a send in which a receive may pair by time."),
+        typer.Option(
+            "--window",
+            metavar="SECONDS",
+            help="Seconds after a send in which a receive may pair by time.",
+        ),
     ] = 1.0,
     side_effecting: Annotated[
         list[str] | None,
         typer.Option(
-            "--side-effecting", help="A step whose calls are not idempotent (repeatable)."
+            "--side-effecting",
+            metavar="STEP",
+            help="A step whose calls are not idempotent (repeatable).",
         ),
     ] = None,
     as_json: JsonOption = False,
