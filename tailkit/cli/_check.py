@@ -100,13 +100,20 @@ def render(report: CheckReport, console: Console) -> None:
 
 
 def check(
-    plan: Annotated[str, typer.Argument(help="The calibrated plan (YAML).")],
+    plan: Annotated[str, typer.Argument(metavar="PLAN", help="The calibrated plan (YAML).")],
     ledgers: Annotated[
-        list[str], typer.Argument(help="The executor's ledger(s), or any log ingest reads.")
+        list[str],
+        typer.Argument(
+            metavar="LEDGERS", help="The executor's ledger(s), or any log ingest reads."
+        ),
     ],
     format: Annotated[
         str,
-        typer.Option("--format", help="auto, or a format name (tailkit ingest --list-formats)."),
+        typer.Option(
+            "--format",
+            metavar="NAME",
+            help="auto, or a format name (tailkit ingest --list-formats).",
+        ),
     ] = "auto",
     map_: MapOption = None,
     set_: SetOption = None,
@@ -114,15 +121,24 @@ def check(
     status_map: StatusMapOption = None,
     unit: UnitOption = None,
     tolerance: Annotated[
-        float, typer.Option("--tolerance", help="Relative difference that still holds.")
+        float,
+        typer.Option(
+            "--tolerance", metavar="FRACTION", help="Relative difference that still holds."
+        ),
     ] = 0.15,
     min_runs: Annotated[
         int, typer.Option("--min-runs", help="Fewer runs (or step calls): can't tell.", min=1)
     ] = 30,
     level: Annotated[
-        float, typer.Option("--level", help="Confidence level of the observed intervals.")
+        float,
+        typer.Option(
+            "--level", metavar="FRACTION", help="Confidence level of the observed intervals."
+        ),
     ] = 0.95,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print the verdict line only, no table.")
+    ] = False,
 ) -> None:
     """
     Check a calibrated plan's predictions against the ledgers of its production runs.
@@ -166,6 +182,8 @@ def check(
         _bad_input(str(exc))
     if as_json:
         typer.echo(report.to_json())
+    elif quiet:
+        typer.echo(report.summary())
     else:
         render(report, Console(width=200) if not os.isatty(1) else Console())
     raise typer.Exit(report.exit_code)

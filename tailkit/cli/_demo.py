@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from tailkit._stats import TailReport
 
 
-OutOption = Annotated[Path, typer.Option("--out", "-o", help="Folder for everything it writes.")]
+OutOption = Annotated[
+    Path, typer.Option("--out", "-o", metavar="DIR", help="Folder for everything it writes.")
+]
 RunsOption = Annotated[
     int, typer.Option(help="Workflow runs per side (without / with the plan).", min=1)
 ]
@@ -29,6 +31,7 @@ ScaleOption = Annotated[
     float | None,
     typer.Option(
         "--time-scale",
+        metavar="FACTOR",
         help="Real seconds per profile second when replaying (default: chosen so the "
         "replay's timing error stays under 2% of the smallest cutoff).",
     ),
@@ -47,6 +50,10 @@ def demo(
     quick: QuickOption = False,
     seed: SeedOption = 0,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print the check's verdict and the report's path only."),
+    ] = False,
 ) -> None:
     """
     Run the whole tailkit loop on the bundled samples and check the plan's predictions.
@@ -75,12 +82,12 @@ def demo(
     shown: list[TailReport] = []
 
     def say(message: str) -> None:
-        if not as_json:
+        if not (as_json or quiet):
             elapsed = time.perf_counter() - started
             console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]")
 
     try:
-        with ReplayProgress(enabled=not as_json and os.isatty(2)) as bar:
+        with ReplayProgress(enabled=not (as_json or quiet) and os.isatty(2)) as bar:
             result = run_demo(
                 out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
                 calibrate_runs=4000 if quick else 20_000, replicates=20 if quick else None,
@@ -92,8 +99,11 @@ def demo(
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
-    render_replay(result.replay, console)
     check = result.check
+    if quiet:
+        typer.echo(f"tailkit check on the with-plan ledger: {check.summary()}; {result.report}")
+        return
+    render_replay(result.replay, console)
     counts = check.counts()
     console.print(
         f"tailkit check on the with-plan ledger: [bold]{check.verdict}[/bold] "

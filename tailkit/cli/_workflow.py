@@ -35,6 +35,7 @@ Latency = Annotated[
     str,
     typer.Option(
         "--latency",
+        metavar="empirical|lognormal",
         help="empirical: resample the measured calls; lognormal: each route's fitted lognormal.",
     ),
 ]
@@ -98,16 +99,23 @@ def _seconds(value: float) -> str:
 
 BudgetOption = Annotated[
     float | None,
-    typer.Option(help="Extra attempts per first attempt allowed (default: the file's)."),
+    typer.Option(
+        metavar="FRACTION", help="Extra attempts per first attempt allowed (default: the file's)."
+    ),
 ]
 DeadlineOption = Annotated[
-    float | None, typer.Option(help="End-to-end deadline in seconds (default: the file's).")
+    float | None,
+    typer.Option(metavar="SECONDS", help="End-to-end deadline in seconds (default: the file's)."),
 ]
 
 
 def calibrate(
-    workflow: Annotated[Path, typer.Argument(help="The workflow (or plan) YAML file.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the plan.")],
+    workflow: Annotated[
+        Path, typer.Argument(metavar="WORKFLOW", help="The workflow (or plan) YAML file.")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="FILE", help="Where to write the plan.")
+    ],
     db: DbOption = DEFAULT_DB,
     budget: BudgetOption = None,
     deadline: DeadlineOption = None,
@@ -130,6 +138,10 @@ def calibrate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print nothing but errors and warnings (stderr)."),
+    ] = False,
 ) -> None:
     """
     Choose each step's cutoff and action so the workflow keeps its deadline; write the plan.
@@ -153,7 +165,10 @@ def calibrate(
     buckets = buckets_of(input_edges, output_edges)
     try:
         plan = load_plan(workflow)
-        with Store.open(db, read_only=True) as store, _SearchProgress(enabled=not as_json) as bar:
+        with (
+            Store.open(db, read_only=True) as store,
+            _SearchProgress(enabled=not (as_json or quiet)) as bar,
+        ):
             found = run_calibration(
                 store, plan, budget=budget, deadline_s=deadline, runs=runs,
                 check_runs=check_runs, seed=seed, buckets=buckets, min_calls=min_calls,
@@ -167,7 +182,18 @@ def calibrate(
         fail(f"{out}: cannot write the plan: {exc.strerror or exc}: choose another --out")
     if as_json:
         typer.echo(json.dumps(_calibration_json(found, policies, out), indent=2))
-        return
+    elif not quiet:
+        _print_calibration(found, policies, out, runs=runs, check_runs=check_runs)
+    for warning in found.warnings:
+        typer.echo(f"Warning: {warning}", err=True)
+
+
+def _print_calibration(
+    found: Calibration, policies: dict[str, SimResult], out: Path, *, runs: int, check_runs: int
+) -> None:
+    """
+    The plan table, the policy comparison, how the search went and where the plan is.
+    """
     console = _console()
     _plan_table(found.plan, console, kinds=found.tail_kinds)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
@@ -175,19 +201,20 @@ def calibrate(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
         f"({runs:,} runs each); checked on {check_runs:,} fresh runs"
     )
-    if replicates:
+    prediction = found.prediction
+    if prediction.replicates:
         console.print(
-            f"the plan's intervals: 95%, from {replicates:,} bootstrap replicates of the "
-            f"measured calls ({found.prediction.replicate_runs:,} runs each); other rows: "
+            f"the plan's intervals: 95%, from {prediction.replicates:,} bootstrap replicates of "
+            f"the measured calls ({prediction.replicate_runs:,} runs each); other rows: "
             "± one Monte Carlo standard error"
         )
     console.print(f"wrote {out}")
-    for warning in found.warnings:
-        typer.echo(f"Warning: {warning}", err=True)
 
 
 def simulate(
-    plan_file: Annotated[Path, typer.Argument(help="The plan (or workflow) YAML file.")],
+    plan_file: Annotated[
+        Path, typer.Argument(metavar="PLAN", help="The plan (or workflow) YAML file.")
+    ],
     db: DbOption = DEFAULT_DB,
     budget: BudgetOption = None,
     deadline: DeadlineOption = None,
@@ -198,6 +225,9 @@ def simulate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print the plan's line only, no table.")
+    ] = False,
 ) -> None:
     """
     Simulate a plan next to no cutoffs, sequential retry at p95 and hedging at p95 everywhere.
@@ -228,8 +258,26 @@ def simulate(
         payload = {"plan": str(plan_file), "workflow": plan.workflow,
                    "policies": {k: v.as_dict() for k, v in policies.items()}}  # fmt: skip
         typer.echo(json.dumps(payload, indent=2))
-        return
-    _policy_table(plan, policies, _console())
+    elif quiet:
+        typer.echo(policy_line(plan, policies))
+    else:
+        _policy_table(plan, policies, _console())
+
+
+def policy_line(plan: Plan, policies: dict[str, SimResult]) -> str:
+    """
+    The plan's (else no cutoffs') simulated figures in one line, for ``--quiet``.
+    """
+    from tailkit.simulate import POLICY_TITLES
+
+    key = "plan" if "plan" in policies else next(iter(policies))
+    result = policies[key]
+    return (
+        f"{POLICY_TITLES.get(key, key)}: miss rate {result.miss_rate:.2%} ± "
+        f"{result.miss_rate_se:.2%}, p50 {_seconds(result.p50_s)} s, p99 "
+        f"{_seconds(result.p99_s)} s, extra attempts {result.extra_attempts:.1%} "
+        f"({result.runs:,} runs, deadline {plan.deadline_s:g} s)"
+    )
 
 
 def _calibration_json(

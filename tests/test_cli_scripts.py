@@ -1,0 +1,241 @@
+"""
+The CLI for scripts and people: --json alone on stdout, --quiet, --min-group, advice that applies.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+
+from typer.testing import CliRunner
+
+from tailkit.cli import app
+
+
+COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+CALIBRATE_FAST = ["--runs", "2000", "--check-runs", "2000", "--replicates", "0"]
+WORKFLOW = (
+    "tailkit_plan: 1\nworkflow: t\ndeadline_s: 10\nhedge_budget: 0.05\nroutes:\n"
+    "  openai/gpt-4.1: {provider: openai, model: gpt-4.1}\n"
+    "steps:\n  s:\n    route: openai/gpt-4.1\n    expected_tokens: TOKENS\n"
+)
+
+
+@dataclass(frozen=True)
+class World:
+    """
+    Files of one small seeded world: its calls, store, workflow, calibrated plan and ledger.
+    """
+
+    dir: Path
+    calls: Path
+    db: Path
+    workflow: Path
+    plan: Path
+    ledger: Path
+
+
+def _invoke(*args: str | Path | int) -> typer.testing.Result:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """
+    300 seeded calls of one route (bucket in 0-1k / out 0-64), a plan, and a 40-run ledger.
+    """
+    tmp = tmp_path_factory.mktemp("scripts")
+    rng = random.Random(3)  # noqa: S311 - seeded test data
+    calls, ledger = tmp / "calls.jsonl", tmp / "ledger.jsonl"
+    base = {"provider": "openai", "model": "gpt-4.1", "status": "ok"}
+    calls.write_text(
+        "".join(
+            json.dumps(base | {
+                "started_at": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+                "total_s": round(rng.lognormvariate(0.5, 0.4), 3), "ttft_s": 0.2,
+                "input_tokens": 100, "output_tokens": 50,
+            }) + "\n"
+            for i in range(300)
+        )
+    )  # fmt: skip
+    ledger.write_text(
+        "".join(
+            json.dumps(base | {
+                "call_id": f"r{r}-s-1", "run_id": f"r{r}", "step": "s", "attempt": 1,
+                "role": "primary", "started_at": f"2026-01-02T00:{r:02d}:00Z",
+                "total_s": round(rng.lognormvariate(0.5, 0.4), 3), "winner": True,
+                "idempotency_key": f"r{r}-s",
+            }) + "\n"
+            for r in range(40)
+        )
+    )  # fmt: skip
+    db, workflow, plan = tmp / "calls.duckdb", tmp / "workflow.yaml", tmp / "plan.yaml"
+    workflow.write_text(WORKFLOW.replace("TOKENS", "{input: 100, output: 50}"))
+    assert 0 == _invoke("ingest", calls, "--db", db, "-q").exit_code
+    result = _invoke("calibrate", workflow, "-o", plan, "--db", db, *CALIBRATE_FAST, "-q")
+    assert 0 == result.exit_code, result.output
+    return World(tmp, calls, db, workflow, plan, ledger)
+
+
+JSON_ARGS: dict[str, Callable[[World], list[str | Path]]] = {
+    "ingest": lambda w: ["ingest", w.calls, "--db", w.dir / "again.duckdb"],
+    "summary": lambda w: ["summary", "--db", w.db],
+    "rejects": lambda w: ["rejects", "--db", w.db],
+    "stats": lambda w: ["stats", "--db", w.db],
+    "calibrate": lambda w: ["calibrate", w.workflow, "-o", w.dir / "j.yaml", "--db", w.db],
+    "simulate": lambda w: ["simulate", w.plan, "--db", w.db, "--runs", "2000"],
+    "races": lambda w: ["races", w.ledger, w.ledger],
+    "check": lambda w: ["check", w.plan, w.ledger],
+}
+"""Arguments of each command whose result a script reads (demo, report, replay: own tests)."""
+
+
+def test_every_command_a_script_reads_has_json() -> None:
+    """
+    --json exists on each command whose result a script reads.
+    """
+    with_json = {n for n, c in COMMANDS.items() if any("--json" in p.opts for p in c.params)}
+
+    assert {*JSON_ARGS, "demo", "report", "replay"} <= with_json
+
+
+@pytest.mark.parametrize("command", list(JSON_ARGS))
+def test_json_is_alone_on_stdout(world: World, command: str) -> None:
+    """
+    `--json` prints one JSON document on stdout and nothing else (progress goes to stderr).
+    """
+    fast = CALIBRATE_FAST if command == "calibrate" else []
+    result = _invoke(*JSON_ARGS[command](world), *fast, "--json")
+
+    assert 0 == result.exit_code, result.output
+    json.loads(result.stdout)
+
+
+def test_every_quiet_option_has_the_short_form_q() -> None:
+    """
+    --quiet is on the commands whose output is long, always with -q.
+    """
+    quiet = {n: set(p.opts) for n, c in COMMANDS.items() for p in c.params if "--quiet" in p.opts}
+
+    assert {"ingest", "calibrate", "simulate", "demo", "check"} <= set(quiet)
+    assert all({"--quiet", "-q"} == opts for opts in quiet.values())
+
+
+def test_calibrate_quiet_prints_nothing_and_writes_the_plan(world: World) -> None:
+    """
+    The result of `calibrate -q` is the plan file: stdout stays empty.
+    """
+    out = world.dir / "quiet-plan.yaml"
+
+    result = _invoke("calibrate", world.workflow, "-o", out, "--db", world.db, *CALIBRATE_FAST,
+                     "-q")  # fmt: skip
+
+    assert (0, "") == (result.exit_code, result.stdout)
+    assert out.read_text() == world.plan.read_text()
+
+
+def test_simulate_quiet_prints_the_plans_line(world: World) -> None:
+    """
+    `simulate -q`: one line, the plan's miss rate, p50, p99 and extra attempts.
+    """
+    result = _invoke("simulate", world.plan, "--db", world.db, "--runs", "2000", "-q")
+
+    assert 0 == result.exit_code, result.output
+    assert (
+        "the plan: miss rate 0.00% ± 0.05%, p50 1.7 s, p99 4.4 s, extra attempts 0.0% "
+        "(2,000 runs, deadline 10 s)\n"
+    ) == result.stdout
+
+
+def test_check_quiet_prints_the_verdict_line(world: World) -> None:
+    """
+    `check -q`: the verdict sentence only, and the exit code of the verdict.
+    """
+    result = _invoke("check", world.plan, world.ledger, "-q")
+
+    assert 0 == result.exit_code, result.output
+    assert "holds: 4 of 7 lines hold (3 can't tell), over 40 runs\n" == result.stdout
+
+
+def test_stats_min_group_leaves_out_small_groups(world: World) -> None:
+    """
+    `stats --min-group N` keeps the 300-call group at 300 and leaves it out at 301.
+    """
+
+    def groups(n: int) -> int:
+        result = _invoke("stats", "--db", world.db, "--bucket", "none", "--min-group", n, "--json")
+        assert 0 == result.exit_code, result.output
+        return len(json.loads(result.stdout)["table"])
+
+    assert (1, 0) == (groups(300), groups(301))
+
+
+def test_stats_min_calls_is_refused_naming_min_group(world: World) -> None:
+    """
+    `stats --min-calls` (calibrate's meaning) fails with one line that names --min-group.
+    """
+    result = _invoke("stats", "--db", world.db, "--min-calls", "5")
+
+    assert 1 == result.exit_code
+    assert (
+        "Error: stats has no --min-calls (calibrate's floor for a step's route); to leave out "
+        "groups with fewer calls use --min-group 5\n"
+    ) == result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tokens", "bucket", "fix"),
+    [
+        ("{input: 100, output: 50}", "in 0-1k / out 0-64",
+         "widen the bucket (drop expected_tokens.output, or set --input-edges/--output-edges), "),
+        ("{input: 100}", "in 0-1k / out any", "widen the bucket (set --input-edges), "),
+        ("{}", "in any / out any", ""),
+    ],
+    ids=["both", "input-only", "none"],
+)  # fmt: skip
+def test_simulate_thin_bucket_error_suggests_only_what_applies(
+    world: World, tokens: str, bucket: str, fix: str
+) -> None:
+    """
+    The thin-sample error of simulate names the bucket and only the fixes that apply.
+    """
+    workflow = world.dir / "thin.yaml"
+    workflow.write_text(WORKFLOW.replace("TOKENS", tokens))
+
+    result = _invoke("simulate", workflow, "--db", world.db, "--min-calls", "400")
+
+    assert 1 == result.exit_code
+    assert (
+        f"Error: step 's': route openai/gpt-4.1 has 300 calls in bucket {bucket} (needs 400). "
+        f"Ingest more logs for this route, {fix}or lower --min-calls\n"
+    ) == result.stderr
+
+
+def test_replay_thin_bucket_error_names_replays_options(world: World) -> None:
+    """
+    The replay command refuses a thin route before serving, naming options replay has.
+    """
+    plan = world.dir / "cut-plan.yaml"
+    text = world.plan.read_text()
+    plan.write_text(
+        text.replace("\n    cutoff_s: null ", "\n    cutoff_s: 4.0 ").replace(
+            "\n    on_cutoff: wait ", "\n    on_cutoff: retry "
+        )
+    )
+    assert plan.read_text() != text
+
+    result = _invoke("replay", plan, "--db", world.db, "--min-calls", "400", "--runs", "5")
+
+    assert 1 == result.exit_code
+    assert (
+        "Error: step 's': route openai/gpt-4.1 has 300 calls in bucket in 0-1k / out 0-64 "
+        "(needs 400). Ingest more logs for this route, widen the bucket (drop "
+        "expected_tokens.output, or set --input-edges/--output-edges), or lower --min-calls\n"
+    ) == result.stderr
