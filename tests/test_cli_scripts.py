@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -239,3 +240,20 @@ def test_replay_thin_bucket_error_names_replays_options(world: World) -> None:
         "(needs 400). Ingest more logs for this route, widen the bucket (drop "
         "expected_tokens.output, or set --input-edges/--output-edges), or lower --min-calls\n"
     ) == result.stderr
+
+
+@pytest.mark.slow
+def test_demo_quiet_prints_the_verdict_and_the_report(tmp_path: Path) -> None:
+    """
+    `demo --quick -q`: one line, the check's verdict on the with-plan ledger and the report.
+    """
+    out = tmp_path / "demo"
+
+    result = _invoke("demo", "--quick", "-q", "-o", out)
+
+    assert 0 == result.exit_code, result.output
+    assert re.fullmatch(
+        r"(holds|drifted): \d+ of \d+ lines.*, over 30 runs \(tailkit check, with-plan "
+        rf"ledger\); report: {re.escape(str(out / 'report' / 'index.html'))}\n",
+        result.stdout,
+    )

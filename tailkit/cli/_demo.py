@@ -101,7 +101,7 @@ def demo(
         return
     check = result.check
     if quiet:
-        typer.echo(f"tailkit check on the with-plan ledger: {check.summary()}; {result.report}")
+        typer.echo(f"{check.summary()} (tailkit check, with-plan ledger); report: {result.report}")
         return
     render_replay(result.replay, console)
     counts = check.counts()
