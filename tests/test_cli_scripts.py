@@ -257,3 +257,15 @@ def test_demo_quiet_prints_the_verdict_and_the_report(tmp_path: Path) -> None:
         rf"ledger\); report: {re.escape(str(out / 'report' / 'index.html'))}\n",
         result.stdout,
     )
+
+
+def test_races_bad_window_names_the_option(world: World) -> None:
+    """
+    A --window that is not a positive number is refused by its option name, in one line.
+    """
+    result = _invoke("races", world.ledger, world.ledger, "--window", "0")
+
+    assert (1, "Error: --window must be a positive number of seconds, got 0\n") == (
+        result.exit_code,
+        result.stderr,
+    )

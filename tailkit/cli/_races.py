@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from typing import TYPE_CHECKING, Annotated
@@ -140,6 +141,8 @@ def races(
     """
     from tailkit.races import find_races
 
+    if not (math.isfinite(window) and window > 0):
+        fail(f"--window must be a positive number of seconds, got {window:g}")
     try:
         report = find_races(
             harness_log,
