@@ -38,6 +38,7 @@ def test_the_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) 
         names = set(archive.namelist())
     assert "tailkit/demo/data/workflow.yaml" in names
     assert "tailkit/demo/data/llmperf-leaderboard/NOTICE.md" in names
+    assert {f"tailkit/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} <= names
     assert not any(name.endswith((".parquet", ".jsonl.gz")) for name in names)
     assert wheel.stat().st_size < 2_000_000
     # the dependencies come from this interpreter's site-packages; tailkit from the wheel
@@ -69,3 +70,12 @@ def test_the_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) 
         ROOT / "data_samples" / "production" / "calls.parquet"
     ).read_bytes()
     assert (out / "report" / "index.html").stat().st_size > 10_000
+
+    pages = subprocess.run(
+        [venv / "bin" / "tailkit", "docs", "plan", "--path"],
+        capture_output=True, text=True, cwd=cwd, env=env, check=True,
+    )  # fmt: skip
+    assert Path(pages.stdout.strip()).is_relative_to(venv)
+    assert Path(pages.stdout.strip()).read_text(encoding="utf-8") == (
+        ROOT / "docs" / "plan.md"
+    ).read_text(encoding="utf-8")

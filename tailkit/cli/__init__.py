@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tailkit.cli import _check, _demo, _races, _render, _replay, _report, _serve, _workflow
+from tailkit.cli import _check, _demo, _docs, _races, _render, _replay, _report, _serve, _workflow
 from tailkit.cli._common import (
     DbOption,
     InputEdges,
@@ -38,7 +38,7 @@ app = HelpTyper(
     name="tailkit",
     cls=HelpGroup,
     help="Measure LLM latency tails and keep workflows inside their deadline.\n\n"
-    "Reference: docs/README.md (call record, plan, deadline, ledger, formats).",
+    "Reference: `tailkit docs` (call record, plan, deadline, ledger, formats).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -326,6 +326,7 @@ app.command(name="report")(_report.report)
 app.command(name="races")(_races.races)
 app.command(name="replay")(_replay.replay)
 app.command(name="check")(_check.check)
+app.command(name="docs")(_docs.docs)
 
 
 def main() -> None:
