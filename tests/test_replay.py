@@ -317,3 +317,20 @@ def test_cli_replay_refuses_a_plan_without_cutoffs(
     result = CliRunner().invoke(app, ["replay", str(tmp_path / "nope.yaml"), "--db", str(db)])
     assert 1 == result.exit_code
     assert "nope.yaml" in result.output
+
+
+def test_quiet_prints_the_verdict_line_only() -> None:
+    """`replay -q` prints the verdict and whether the plan helps, as the table's last line."""
+    from types import SimpleNamespace
+
+    from tailkit.cli._replay import verdict_line
+
+    helps = SimpleNamespace(verdict="agrees", plan_helps=True)
+    not_helps = SimpleNamespace(verdict="can't tell", plan_helps=False)
+
+    assert "replay agrees with the simulation; the plan lowers misses without raising p99" == (
+        verdict_line(helps)  # type: ignore[arg-type]
+    )
+    assert "replay can't tell with the simulation; the plan does NOT help here" == (
+        verdict_line(not_helps)  # type: ignore[arg-type]
+    )

@@ -120,11 +120,18 @@ def render_replay(result: ReplayResult, console: Console) -> None:
             "borderline: outside its own 95% interval, inside the one that holds for all eight "
             "figures together (one replay in three shows such a figure by chance)"
         )
-    helps = "lowers misses without raising p99" if result.plan_helps else "does NOT help here"
-    console.print(f"replay {verdict} with the simulation; the plan {helps}")
+    console.print(verdict_line(result, verdict))
     console.print(result.fidelity.describe())
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def verdict_line(result: ReplayResult, verdict: str | None = None) -> str:
+    """
+    The replay's verdict and whether the plan helps, in one line (``verdict``: as drawn).
+    """
+    helps = "lowers misses without raising p99" if result.plan_helps else "does NOT help here"
+    return f"replay {verdict or result.verdict} with the simulation; the plan {helps}"
 
 
 MAX_REPLAY_RUNS = 100_000
@@ -148,6 +155,7 @@ def replay(
         float | None,
         typer.Option(
             "--time-scale",
+            metavar="FACTOR",
             help="Real seconds per profile second (default: chosen so the replay's timing "
             "error stays under 2% of the smallest cutoff).",
         ),
@@ -158,6 +166,7 @@ def replay(
         typer.Option(
             "--out",
             "-o",
+            metavar="DIR",
             help="Folder for ledger-without-plan.jsonl, ledger-with-plan.jsonl, the outcome "
             "tables and the server's access log (default: a temporary folder).",
         ),
@@ -168,6 +177,10 @@ def replay(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print the verdict's line only, no table or progress."),
+    ] = False,
 ) -> None:
     """
     Rehearse a plan against the calls it was calibrated on, and compare with its predictions.
@@ -195,7 +208,7 @@ def replay(
         plan = load_plan(plan_path)
         with (
             Store.open(db, read_only=True) as store,
-            ReplayProgress(enabled=not as_json and os.isatty(2)) as bar,
+            ReplayProgress(enabled=not (as_json or quiet) and os.isatty(2)) as bar,
         ):
             result = run_replay(
                 store, plan, runs=runs, time_scale=time_scale, seed=seed, out_dir=out,
@@ -205,6 +218,8 @@ def replay(
         fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
+    elif quiet:
+        typer.echo(verdict_line(result))
     else:
         render_replay(result, Console(width=None if os.isatty(1) else 120))
         typer.echo(f"ledgers: {result.sides[0].ledger} and {result.sides[1].ledger}")

@@ -116,12 +116,14 @@ def _stopped_json(server: Server) -> str:
 
 def serve(
     profile: Annotated[
-        Path | None, typer.Option("--profile", help="The serve profile (YAML) to serve.")
+        Path | None,
+        typer.Option("--profile", metavar="FILE", help="The serve profile (YAML) to serve."),
     ] = None,
     from_stats: Annotated[
         Path | None,
         typer.Option(
             "--from-stats",
+            metavar="FILE",
             help="Replay the measured quantiles of each route in `tailkit stats --by "
             "provider,model --bucket none --json` output.",
         ),
@@ -130,21 +132,31 @@ def serve(
         Path | None,
         typer.Option(
             "--outcomes",
+            metavar="FILE",
             help="Replay measured outcome tables (JSON, as tailkit replay --out DIR writes).",
         ),
     ] = None,
     port: Annotated[
-        int, typer.Option("--port", help="TCP port on 127.0.0.1 (0: any free port).", min=0)
+        int,
+        typer.Option(
+            "--port", metavar="PORT", help="TCP port on 127.0.0.1 (0: any free port).", min=0
+        ),
     ] = 8000,
     time_scale: Annotated[
         float | None,
         typer.Option(
-            "--time-scale", help="Real seconds per profile second (default: the profile's, or 1)."
+            "--time-scale",
+            metavar="FACTOR",
+            help="Real seconds per profile second (default: the profile's, or 1).",
         ),
     ] = None,
     log: Annotated[
         Path | None,
-        typer.Option("--log", help="Append each request's call record (JSON lines) to this file."),
+        typer.Option(
+            "--log",
+            metavar="FILE",
+            help="Append each request's call record (JSON lines) to this file.",
+        ),
     ] = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed (default: the profile's, or 0).")
@@ -153,6 +165,7 @@ def serve(
         float,
         typer.Option(
             "--idle-timeout",
+            metavar="SECONDS",
             help="Real seconds a connection may wait for a whole next request, and a client "
             "may take to read what is written to it, before the connection is closed "
             "(inf: no limit).",
@@ -169,7 +182,10 @@ def serve(
     max_body_mib: Annotated[
         int,
         typer.Option(
-            "--max-body-mib", help="The largest request body, in MiB (larger: 413).", min=1
+            "--max-body-mib",
+            metavar="MIB",
+            help="The largest request body, in MiB (larger: 413).",
+            min=1,
         ),
     ] = 8,
     as_json: Annotated[
