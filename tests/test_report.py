@@ -5,6 +5,7 @@ The HTML report: embedded PNGs, titles and captions, notes, the CLI and a real b
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import struct
 import subprocess
 
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -235,7 +237,7 @@ def test_plan_and_traces_add_their_figures(reports: dict[str, Path]) -> None:
 @pytest.mark.slow
 def test_cli_prints_the_path(reports: dict[str, Path], tmp_path: Path) -> None:
     """
-    `tailkit report` writes the page and prints exactly its path.
+    `tailkit report` writes the page and prints exactly its path on stdout, findings on stderr.
     """
     out = tmp_path / "cli"
     result = CliRunner().invoke(
@@ -244,7 +246,8 @@ def test_cli_prints_the_path(reports: dict[str, Path], tmp_path: Path) -> None:
     )  # fmt: skip
 
     assert 0 == result.exit_code, result.output
-    assert f"{out / 'index.html'}\n" == result.output
+    assert f"{out / 'index.html'}\n" == result.stdout
+    assert result.stderr.startswith("43,516 calls in 2 of 3 routes by provider, model, filter ")
 
 
 @pytest.mark.slow
@@ -274,27 +277,80 @@ def _page_errors(stderr: str) -> list[str]:
     ]
 
 
-@pytest.mark.slow
-def test_a_real_browser_renders_the_page(reports: dict[str, Path], tmp_path: Path) -> None:
+def _chromium() -> str:
     """
-    Headless chromium loads index.html without console errors and takes a real screenshot.
+    The chromium binary, or a skip (a failure in CI, which installs it).
     """
     chromium = str(CHROMIUM) if CHROMIUM.exists() else shutil.which("chromium")
     if chromium is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium package")
         pytest.skip("chromium is not installed (CI installs it)")
-    shot = tmp_path / "report.png"
-    run = subprocess.run(
+    return chromium
+
+
+def _headless(chromium: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
-            "--v=0", f"--screenshot={shot}", "--window-size=1400,2000",
-            reports["full"].resolve().as_uri(),
+            "--v=0", "--window-size=1400,2000", *args,
         ],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
+
+
+# Added to a copy of the page (the report itself has no script): after load, every element
+# that is wider than its box or sticks out of <main>, and every image that did not decode.
+_LAYOUT_CHECK = """<script>
+window.addEventListener('load', () => {
+  const main = document.querySelector('main').getBoundingClientRect();
+  const bad = [];
+  for (const el of document.querySelectorAll('main *')) {
+    const r = el.getBoundingClientRect();
+    const name = el.tagName.toLowerCase() + ' ' + (el.textContent || '').trim().slice(0, 50);
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) bad.push('wider: ' + name);
+    if (r.width > 0 && (r.left < main.left - 1 || r.right > main.right + 1)) {
+      bad.push('outside main: ' + name);
+    }
+  }
+  for (const img of document.images) {
+    if (!img.complete || img.naturalWidth === 0) bad.push('not decoded: ' + img.alt);
+  }
+  document.body.setAttribute('data-layout', JSON.stringify({bad, images: document.images.length}));
+});
+</script>"""
+
+
+@pytest.mark.slow
+def test_no_element_overflows_in_a_real_browser(reports: dict[str, Path], tmp_path: Path) -> None:
+    """
+    In headless chromium no element of the page is wider than its box or sticks out of main.
+    """
+    chromium = _chromium()
+    page = tmp_path / "check.html"
+    html = reports["full"].read_text(encoding="utf-8")
+    page.write_text(html.replace("</body>", _LAYOUT_CHECK + "</body>"), encoding="utf-8")
+
+    run = _headless(chromium, tmp_path, "--dump-dom", page.resolve().as_uri())
+
+    assert 0 == run.returncode, run.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', run.stdout)
+    assert found is not None, run.stdout[-2000:]
+    layout = json.loads(unescape(found.group(1)))
+    assert [] == layout["bad"]
+    assert len(_page(reports["full"]).images) == layout["images"]
+
+
+@pytest.mark.slow
+def test_a_real_browser_renders_the_page(reports: dict[str, Path], tmp_path: Path) -> None:
+    """
+    Headless chromium loads index.html without console errors and takes a real screenshot.
+    """
+    chromium = _chromium()
+    shot = tmp_path / "report.png"
+    run = _headless(chromium, tmp_path, f"--screenshot={shot}", reports["full"].resolve().as_uri())
 
     assert 0 == run.returncode, run.stderr[-2000:]
     assert [] == _page_errors(run.stderr)

@@ -333,3 +333,37 @@ def test_workflow_boxes_hold_their_text_and_do_not_touch() -> None:
         assert _inside(box, page), text.get_text()
     touching = [(i, j) for i in range(len(boxes)) for j in range(i) if _overlap(boxes[i], boxes[j])]
     assert [] == touching
+
+
+def test_trace_legends_cover_no_bar_and_zero_counts_draw_no_panel(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hedges and p99 per step: legends off the bars; no abandoned or skipped: one panel only."""
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.legend import Legend
+    from matplotlib.patches import Rectangle
+
+    from tailkit.report import _figures_traces
+
+    ingest_paths(store, [_ledger(tmp_path / "ledger.jsonl", runs=12)], format="trace")
+    traces = _figures_traces.load_traces(store)
+    assert traces is not None
+    drawn: list[MplFigure] = []
+
+    def keep(fig: MplFigure, **kwargs: str) -> object:
+        drawn.append(fig)
+        return finish(fig, **kwargs)
+
+    monkeypatch.setattr(_figures_traces, "finish", keep)
+    hedges = _figures_traces.hedge_figure(traces)
+    assert _figures_traces.p99_figure(traces, None) is not None
+
+    assert 1 == len(drawn[0].axes)
+    assert hedges.caption.startswith("Bars: per step, the share of logical calls")
+    for fig in drawn:
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        bars = [p for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle)]
+        assert bars
+        for legend in fig.findobj(Legend):
+            box = legend.get_window_extent(renderer)
+            assert not [b for b in bars if _overlap(box, b.get_window_extent(renderer))]

@@ -288,9 +288,11 @@ def phase_figure(routes: tuple[Route, ...]) -> Figure | None:
     fig = new_figure(10.5, 0.5 * len(shown) + 2.1)
     ax = fig.subplots()
     y = np.arange(len(shown))
+    ends: list[float] = []
     for offset, (phase, color) in enumerate((("ttft", PALETTE[0]), ("gen", PALETTE[3]))):
         p50 = np.array([float(r.row[f"{phase}_p50_s"]) for r in shown])
         p99 = np.array([float(r.row[f"{phase}_p99_s"]) for r in shown])
+        ends += [float(v) for v in (*p50, *p99) if math.isfinite(v) and v > 0]
         yy = y + (offset - 0.5) * 0.35
         name = "time to first token" if phase == "ttft" else "generation (after first token)"
         ax.barh(yy, p99 - p50, 0.18, left=p50, color=color, alpha=0.5,
@@ -299,6 +301,8 @@ def phase_figure(routes: tuple[Route, ...]) -> Figure | None:
     ax.set_yticks(y, [r.label for r in shown], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    if ends:  # every bar whole: a log axis's autoscale can cut a bar's start
+        ax.set_xlim(min(ends) / 1.3, max(ends) * 1.3)
     seconds_axis(ax.xaxis)
     ax.set_xlabel("seconds (p50 to p99 of each phase)")
     # Outside the axes, under them: a legend inside would cover some route's bar.

@@ -94,8 +94,15 @@ def hedge_figure(traces: Traces) -> Figure:
     """
     Per step, the hedge rate and the hedges' win rate; beside it, abandoned and skipped counts.
     """
+    events = [("abandoned completions", sum(s.abandoned for s in traces.steps))]
+    events += [(f"skipped: {why}", n) for why, n in traces.skipped]
     fig = new_figure(10.5, 4.2)
-    left, right = fig.subplots(1, 2, width_ratios=(3, 2))
+    # all counts zero is no picture: the title says it, the rates get the whole width
+    left, right = (
+        fig.subplots(1, 2, width_ratios=(3, 2))
+        if any(n for _, n in events)
+        else (fig.subplots(), None)
+    )
     steps = traces.steps
     x = np.arange(len(steps))
     rate = [s.hedges / max(s.calls, 1) for s in steps]
@@ -107,15 +114,15 @@ def hedge_figure(traces: Traces) -> Figure:
     left.set_ylim(0, 1.05)
     # above the bars, not on them: a rate of 1 reaches the top of the axes
     left.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
-    events = [("abandoned completions", sum(s.abandoned for s in steps))]
-    events += [(f"skipped: {why}", n) for why, n in traces.skipped]
-    names, counts = zip(*events, strict=True)
-    right.barh(range(len(events)), counts, color=[PALETTE[4]] + [PALETTE[3]] * len(traces.skipped))
-    right.set_yticks(range(len(events)), names, fontsize=7.5)
-    right.invert_yaxis()
-    right.set_xlabel("attempts (count)")
-    for i, n in enumerate(counts):
-        right.text(n, i, f" {n}", va="center", fontsize=8)
+    if right is not None:
+        names, counts = zip(*events, strict=True)
+        colors = [PALETTE[4]] + [PALETTE[3]] * len(traces.skipped)
+        right.barh(range(len(events)), counts, color=colors)
+        right.set_yticks(range(len(events)), names, fontsize=7.5)
+        right.invert_yaxis()
+        right.set_xlabel("attempts (count)")
+        for i, n in enumerate(counts):
+            right.text(n, i, f" {n}", va="center", fontsize=8)
     calls = sum(s.calls for s in steps)
     hedges = sum(s.hedges for s in steps)
     won = sum(s.hedge_wins for s in steps)
@@ -126,11 +133,16 @@ def hedge_figure(traces: Traces) -> Figure:
         f"{_count(events[0][1], 'completion')} abandoned, "
         f"{_count(skipped, 'action')} skipped by budget or throttle"
     )
+    rates = (
+        "per step, the share of logical calls that started a hedge and the share of hedges "
+        "that returned first (a low win rate means hedges start too early)"
+    )
     caption = (
-        "Left: per step, the share of logical calls that started a hedge and the share of "
-        "hedges that returned first (a low win rate means hedges start too early); right: "
-        "attempts that finished after nobody waited, and cutoff actions the executor skipped "
-        "(hedge budget spent, provider throttled)."
+        f"Left: {rates}; right: attempts that finished after nobody waited, and cutoff "
+        "actions the executor skipped (hedge budget spent, provider throttled)."
+        if right is not None
+        else f"Bars: {rates}; no attempt finished after nobody waited, and the executor "
+        "skipped no cutoff action."
     )
     return finish(fig, name="trace_hedges", title=title, caption=caption)
 

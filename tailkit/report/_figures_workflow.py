@@ -37,7 +37,8 @@ def _action(step: Step) -> str:
         return "waits (no cutoff)"
     clock = "if no first token by" if step.signal == "ttft" else "at"
     target = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(step.on_cutoff)
-    return f"{step.on_cutoff} {clock} {seconds(cutoff)}" + (f"\n→ {target}" if target else "")
+    when = seconds(cutoff).replace(" ", _NBSP)
+    return f"{step.on_cutoff} {clock} {when}" + (f"\n→ {target}" if target else "")
 
 
 def _depths(plan: Plan) -> dict[str, int]:
@@ -47,7 +48,8 @@ def _depths(plan: Plan) -> dict[str, int]:
     return depth
 
 
-BOX_CHARS = 30  # a box line longer than this wraps (names and routes can be any length)
+BOX_CHARS = 34  # a box line longer than this wraps (names and routes can be any length)
+_NBSP = "\u00a0"  # keeps a number with its unit when a line wraps
 _GAP_IN = 0.35  # free space between two boxes, inches
 
 
@@ -95,7 +97,11 @@ def dag_plot(plan: Plan) -> tuple[MplFigure, str]:
         acts = step.on_cutoff != "wait"
         if acts:
             acting.setdefault(step.on_cutoff, []).append(name)
-        p99 = f"\npredicted p99 {seconds(step.predicted.p99_s)}" if step.predicted else ""
+        p99 = (
+            f"\npredicted p99 {seconds(step.predicted.p99_s).replace(' ', _NBSP)}"
+            if step.predicted
+            else ""
+        )
         optional = "" if step.required else " (optional)"
         text = _wrapped(f"{name}{optional}\n{step.route}\n{_action(step)}{p99}")
         boxes[name] = ax.text(x, y, text, ha="center", va="center", fontsize=7.5, parse_math=False,

@@ -22,7 +22,8 @@ h3 { font-size: 16px; margin: 18px 0 6px; }
 p.meta { color: #5b6570; margin: 0 0 16px; }
 p.note { color: #5b6570; font-style: italic; }
 figure { margin: 0 0 28px; }
-figure img { display: block; width: 100%; height: auto; border: 1px solid #e3e6ea; }
+figure img { display: block; box-sizing: border-box; width: 100%; height: auto;
+             border: 1px solid #e3e6ea; }
 figcaption { color: #3b444e; font-size: 14px; margin-top: 6px; }
 nav ol { columns: 2; padding-left: 20px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
