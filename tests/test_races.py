@@ -345,3 +345,22 @@ def test_cli_missing_file_is_an_error(tmp_path: Path) -> None:
 
     assert result.exit_code == 1
     assert result.output.startswith("Error: ")
+
+
+def test_cli_unit_advice_names_the_side_and_its_option(tmp_path: Path) -> None:
+    """
+    A tool log in milliseconds: the error names --tool-unit, which then reads it.
+    """
+    harness = _write(tmp_path / "h.jsonl", [_harness(CALLS[0], 0)])
+    row = {"call_id": "x1", "model": "m", "provider": "p", "status": "ok",
+           "started_at": _at(0.1, tool=True).isoformat(), "total_s": 1500}  # fmt: skip
+    tool = tmp_path / "t.jsonl"
+    tool.write_text(json.dumps(row) + "\n")
+
+    refused = runner.invoke(app, ["races", str(harness), str(tool)])
+    read = runner.invoke(app, ["races", str(harness), str(tool), "--tool-unit", "ms", "--json"])
+
+    assert 1 == refused.exit_code
+    assert "pass --tool-unit ms, or --tool-unit s if they really are seconds" in refused.output
+    assert 0 == read.exit_code, read.output
+    assert 1 == json.loads(read.output)["matched_by"]["time_window"]

@@ -8,6 +8,7 @@ import json
 import math
 import os
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -85,6 +86,15 @@ def _render(report: RaceReport) -> None:
         console.print(plans)
 
 
+def _unit_advice(message: str, harness_log: str) -> str:
+    """
+    Ingest's unit advice in races' words: ``--harness-unit`` or ``--tool-unit``.
+    """
+    path = message.split(": ", 1)[0]
+    harness = Path(path).resolve() == Path(harness_log).resolve()
+    return message.replace("--unit", "--harness-unit" if harness else "--tool-unit")
+
+
 def races(
     harness_log: Annotated[
         str, typer.Argument(metavar="HARNESS_LOG", help="The caller's log, e.g. the ledger.")
@@ -107,6 +117,14 @@ def races(
             metavar="FIELD=COLUMN",
             help="Read FIELD from this column of the tool log (repeatable).",
         ),
+    ] = None,
+    harness_unit: Annotated[
+        str | None,
+        typer.Option("--harness-unit", metavar="s|ms", help="Unit of the harness log's durations."),
+    ] = None,
+    tool_unit: Annotated[
+        str | None,
+        typer.Option("--tool-unit", metavar="s|ms", help="Unit of the tool log's durations."),
     ] = None,
     window: Annotated[
         float,
@@ -139,6 +157,7 @@ def races(
 
         tailkit races ledger.jsonl access.jsonl --side-effecting pay --window 0.5
     """
+    from tailkit.errors import UnitError
     from tailkit.races import find_races
 
     if not (math.isfinite(window) and window > 0):
@@ -147,13 +166,17 @@ def races(
         report = find_races(
             harness_log,
             tool_log,
-            caller_options=ScanOptions(mapping=_mapping(harness_map, "--harness-map")),
-            callee_options=ScanOptions(mapping=_mapping(tool_map, "--tool-map")),
+            caller_options=ScanOptions(
+                mapping=_mapping(harness_map, "--harness-map"), unit=harness_unit
+            ),
+            callee_options=ScanOptions(mapping=_mapping(tool_map, "--tool-map"), unit=tool_unit),
             window_s=window,
             side_effecting=side_effecting or (),
         )
+    except UnitError as exc:
+        fail(_unit_advice(str(exc), harness_log))
     except TailkitError as exc:
-        fail(str(exc))
+        fail(str(exc).replace("--unit must", "--harness-unit and --tool-unit must"))
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return
