@@ -367,3 +367,20 @@ def test_trace_legends_cover_no_bar_and_zero_counts_draw_no_panel(
         for legend in fig.findobj(Legend):
             box = legend.get_window_extent(renderer)
             assert not [b for b in bars if _overlap(box, b.get_window_extent(renderer))]
+
+
+def test_progress_shows_on_a_terminal_unless_quiet(
+    mixed_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal stderr gets one '> phase (N s)' line a phase; --quiet silences them."""
+    monkeypatch.setattr("tailkit.cli._report.os.isatty", lambda fd: fd == 2)
+    args = ["report", "-o", str(tmp_path / "rep"), "--db", str(mixed_db)]
+
+    shown = CliRunner().invoke(app, args)
+    quiet = CliRunner().invoke(app, [*args, "--quiet"])
+
+    assert 0 == shown.exit_code, shown.output
+    steps = [line for line in shown.stderr.splitlines() if line.startswith("> ")]
+    assert 7 == len(steps)
+    assert re.fullmatch(r"> read the calls per route  \(\d+ s\)", steps[0])
+    assert "" == quiet.stderr
