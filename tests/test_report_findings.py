@@ -384,3 +384,20 @@ def test_progress_shows_on_a_terminal_unless_quiet(
     assert 7 == len(steps)
     assert re.fullmatch(r"> read the calls per route  \(\d+ s\)", steps[0])
     assert "" == quiet.stderr
+
+
+def test_a_p99_past_the_cap_is_null_in_json_and_flagged() -> None:
+    """JSON has no infinity: an unbounded p99 is null, with p99_unbounded saying why."""
+    from tailkit.report import RouteFinding
+
+    row = {"n": 10, "n_ok": 9, "p50_s": 1.0, "p99_s": float("inf"), "p99_p50": float("inf")}
+
+    found = RouteFinding.of("a/b", row, None).to_json()
+
+    assert (None, None, True, True) == (
+        found["p99_s"],
+        found["p99_p50"],
+        found["p99_unbounded"],
+        found["drawn"],
+    )
+    assert "Infinity" not in json.dumps(found)

@@ -37,6 +37,8 @@ class RouteFinding:
         p99_p50: p99 over p50 (``None`` as for ``p99_s``).
         drawn: Whether the per-route figures draw it.
         why: Why it is not drawn (``None`` when drawn).
+        p99_unbounded: More than 1% of its calls were cut: its p99 is past the cap, and
+            ``p99_s`` and ``p99_p50`` are ``None``.
     """
 
     route: str
@@ -47,6 +49,7 @@ class RouteFinding:
     p99_p50: float | None
     drawn: bool
     why: str | None = None
+    p99_unbounded: bool = False
 
     @classmethod
     def of(cls, route: str, row: dict[str, Any], why: str | None) -> RouteFinding:
@@ -62,6 +65,7 @@ class RouteFinding:
             p99_p50=_number(row.get("p99_p50")),
             drawn=why is None,
             why=why,
+            p99_unbounded=row.get("p99_p50") is not None and math.isinf(float(row["p99_p50"])),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -71,7 +75,7 @@ class RouteFinding:
         return {
             "route": self.route, "calls": self.calls, "finished": self.finished,
             "p50_s": self.p50_s, "p99_s": self.p99_s, "p99_p50": self.p99_p50,
-            "drawn": self.drawn, "why": self.why,
+            "p99_unbounded": self.p99_unbounded, "drawn": self.drawn, "why": self.why,
         }  # fmt: skip
 
 
