@@ -3,6 +3,7 @@ The DuckDB store: schema, inserts, dedupe, rejects and queries.
 """
 
 from tailkit.store._repeats import repeat_attempts_sql as repeat_attempts_sql
+from tailkit.store._sample import group_sample_sql as group_sample_sql
 from tailkit.store._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from tailkit.store._store import DEFAULT_DB as DEFAULT_DB
 from tailkit.store._store import IngestRecord as IngestRecord
@@ -25,6 +26,7 @@ __all__ = [
     "StoreSummary",
     "bucket_columns_sql",
     "calls_with_buckets_sql",
+    "group_sample_sql",
     "repeat_attempts_sql",
     "summarize",
 ]
