@@ -62,7 +62,7 @@ def test_every_out_option_has_the_short_form_o() -> None:
 
 def test_report_json_prints_the_paths_written(db: Path, tmp_path: Path) -> None:
     """
-    `tailkit report -o DIR --json` prints index.html and every PNG it wrote, and nothing else.
+    `tailkit report -o DIR --json` prints index.html, every PNG it wrote, and the findings.
     """
     out = tmp_path / "rep"
     out.mkdir()
@@ -71,12 +71,16 @@ def test_report_json_prints_the_paths_written(db: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", "-o", str(out), "--db", str(db), "--json"])
 
     assert 0 == result.exit_code, result.output
-    figures = ["bucket_heatmap", "fit_qq", "latency_ccdf", "ttft_vs_generation"]
+    doc = json.loads(result.stdout)
+    # the store's 60 calls are too few for a bucket's p99: no heatmap of counts alone
+    figures = ["fit_qq", "latency_ccdf", "ttft_vs_generation"]
     expected = {
         "index": str(out / "index.html"),
         "figures": [str(out / f"fig_{name}.png") for name in figures],
     }
-    assert json.dumps(expected, indent=2) + "\n" == result.stdout
+    assert expected == {k: doc[k] for k in expected}
+    assert {"index", "figures", "headline", "calls", "routes", "heaviest_tail", "left_out",
+            "plan", "sections"} == set(doc)  # fmt: skip
     assert all(Path(p).is_file() for p in [expected["index"], *expected["figures"]])
 
 
