@@ -189,7 +189,22 @@ def _width() -> int:
     return Console(width=rich_utils.MAX_WIDTH).width
 
 
-class HelpCommand(TyperCommand):
+class _HelpFlag:
+    """
+    Strictly private: ``--help`` as a flag without a value word (a mixin before typer's class).
+    """
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """
+        The ``--help`` option, a flag without a value word.
+        """
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class HelpCommand(_HelpFlag, TyperCommand):
     """
     A typer command whose ``--help`` reflows prose, keeps examples and names values by words.
     """
@@ -199,15 +214,6 @@ class HelpCommand(TyperCommand):
         if self.help:
             self.help = reflow(self.help)
         name_values(self.params)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        """
-        The ``--help`` option, a flag without a value word.
-        """
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """
@@ -223,7 +229,7 @@ class HelpCommand(TyperCommand):
             self.help = saved
 
 
-class HelpGroup(TyperGroup):
+class HelpGroup(_HelpFlag, TyperGroup):
     """
     The command group: its own help reflowed, its commands listed by their first sentence.
     """
@@ -232,15 +238,6 @@ class HelpGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         if self.help:
             self.help = reflow(self.help)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        """
-        The ``--help`` option, a flag without a value word.
-        """
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """
