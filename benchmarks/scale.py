@@ -394,17 +394,28 @@ Step = Callable[[], Sample]
 def interleave(steps: dict[str, Step], repeat: int, log: Callable[[str], None]) -> dict[str, Any]:
     """
     Run each named step ``repeat`` times, alternating their order; medians and the peak RSS.
+
+    A step that fails is not run again; its entry holds ``error`` (the command and its
+    stderr's tail) instead of figures, so that one failure does not lose the other figures.
     """
     runs: dict[str, list[Sample]] = {name: [] for name in steps}
+    failed: dict[str, str] = {}
     names = list(steps)
     for i in range(repeat):
         for name in names if i % 2 == 0 else names[::-1]:
-            runs[name].append(steps[name]())
-            log(
-                f"  {name} #{i + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in runs[name][-1].items())
-            )
+            if name in failed:
+                continue
+            try:
+                runs[name].append(steps[name]())
+            except BenchError as exc:
+                failed[name] = str(exc)
+                log(f"  {name} #{i + 1}: FAILED {exc}")
+                continue
+            figures = " ".join(f"{k}={v:.2f}" for k, v in runs[name][-1].items())
+            log(f"  {name} #{i + 1}: {figures}")
     return {
-        name: {"s": statistics.median(r["s"] for r in rs), "rss_mb": max(r["rss_mb"] for r in rs),
+        name: {"error": failed[name]} if name in failed else
+              {"s": statistics.median(r["s"] for r in rs), "rss_mb": max(r["rss_mb"] for r in rs),
                "runs": rs}
         for name, rs in runs.items()
     }  # fmt: skip
@@ -549,6 +560,10 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
     m |= interleave({"tailkit calibrate": timed(cal, d)}, args.repeat, log)
     if not args.keep:
         shutil.rmtree(d, ignore_errors=True)
+    for name, r in m.items():
+        if "error" in r:
+            head = r["error"].splitlines()
+            notes.append(f"{name}: FAILED ({head[0]} ... {head[-1] if len(head) > 1 else ''})")
     return {"rows": rows, "files_mb": sizes, "measured": m, "results": verdicts(m), "notes": notes}
 
 
@@ -559,10 +574,10 @@ def verdicts(m: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
 
     def row(name: str, base: str | None, ratio_kind: str, rss_target: bool) -> None:
-        if name not in m:
+        if "s" not in m.get(name, {}):
             return
         r: dict[str, Any] = {"step": name, "s": m[name]["s"], "rss_mb": m[name]["rss_mb"]}
-        if base is not None and base in m:
+        if base is not None and "s" in m.get(base, {}):
             r |= {"bare": base, "bare_s": m[base]["s"], "bare_rss_mb": m[base]["rss_mb"]}
             if ratio_kind == "speed":  # bare s / tailkit s: the share of the bare throughput
                 r |= {"ratio": m[base]["s"] / m[name]["s"], "ratio_target": f">= {INGEST_TARGET}"}
@@ -644,12 +659,12 @@ def growth(sizes: list[dict[str, Any]]) -> list[str]:
         cells = []
         for i, s in enumerate(sizes):
             r = s["measured"].get(name)
-            if r is None:
+            if r is None or "s" not in r:
                 cells.append("-")
                 continue
             cell = f"{r['s'] / (s['rows'] / 1e6):.3f}, {r['rss_mb']:,.0f}"
             prev = sizes[i - 1]["measured"].get(name) if i else None
-            if prev is not None:
+            if prev is not None and "s" in prev:
                 grow = s["rows"] / sizes[i - 1]["rows"]
                 cell += (f" (rows x{grow:g}: time x{r['s'] / prev['s']:.1f}, "
                          f"RSS x{r['rss_mb'] / prev['rss_mb']:.1f})")  # fmt: skip
@@ -720,13 +735,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for rows in args.rows:
             doc["sizes"].append(one_size(rows, args, tailkit, workdir))
-    except BenchError as exc:
+    except BenchError as exc:  # the generator failed
         sys.exit(f"error: {exc}")
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
-    return 0
+    failed = any("error" in r for s in doc["sizes"] for r in s["measured"].values())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
