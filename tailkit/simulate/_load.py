@@ -4,23 +4,33 @@ Route samples from the store: each step's routes, in the bucket of the step's ex
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from tailkit.config import Plan, Route, Step
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.simulate._build import SampleKey, step_routes
 from tailkit.simulate._sample import RouteSample
-from tailkit.store import Store, calls_with_buckets_sql
+from tailkit.store import Store, calls_with_buckets_sql, group_sample_sql
 
 
 DEFAULT_MIN_CALLS = 200
 LATENCY_SOURCES = ("empirical", "lognormal")
-_FAILED = ("error", "rate_limited")
+# Calls a route sample holds at most. The simulator draws from a 65,536-entry quantile table;
+# 100,000 calls put about 1,000 beyond a step's p99, so a 7-step workflow's p99 (each step's
+# p99.9 and beyond) moves less than its own bootstrap interval from the full bucket's.
+SAMPLE_CALLS = 100_000
+_CUT = "coalesce(isfinite(censored_at_s) AND censored_at_s > 0, FALSE)"
+_OK = f"coalesce(status = 'ok' AND isfinite(total_s) AND total_s > 0, FALSE) AND NOT {_CUT}"
+_FAILED_SQL = "coalesce(status IN ('error', 'rate_limited'), FALSE)"
+_Array = npt.NDArray[np.float64]
 
 
 class ThinSampleError(ConfigError):
@@ -74,6 +84,7 @@ def route_sample(
     *,
     buckets: Buckets | None = None,
     seed: int = 0,
+    sample_size: int = SAMPLE_CALLS,
 ) -> RouteSample | None:
     """
     The latency of ``route`` for calls like ``step``'s (``None`` when it has no finished call).
@@ -82,57 +93,151 @@ def route_sample(
     no output tokens, so they are taken from the input bucket: the cut calls in the same
     proportion to finished calls as there, and the error and invalid rates from there.
 
+    Memory is bounded by ``sample_size``, not by the store: the counts and rates (calls, cut
+    share, error and invalid rates) are exact, counted in SQL; the latencies the simulator
+    draws are a seeded sample drawn inside DuckDB, all of the bucket's calls when it has no
+    more than ``sample_size`` (finished plus their share of cut calls).
+
     Args:
         store: An open store.
         route: Provider and model.
         step: The step (its expected tokens pick the bucket).
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
-        seed: Seed for the cut calls' drawn latencies.
+        seed: Seed of the sample and of the cut calls' drawn latencies.
+        sample_size: Most calls (finished and cut) the sample holds.
+
+    Raises:
+        ConfigError: ``sample_size`` is below 2.
     """
+    if sample_size < 2:
+        msg = f"sample_size must be at least 2, got {sample_size}"
+        raise ConfigError(msg)
     buckets = buckets or Buckets()
     where, out_label, label = _bucket_filter(buckets, step)
-    sql = (
-        "SELECT total_s, ttft_s, censored_at_s, status, output_bucket FROM "
-        f"({calls_with_buckets_sql(buckets)}) WHERE provider = {_lit(route.provider)} "
-        f"AND model = {_lit(route.model)} AND {where}"
+    source = (
+        f"SELECT * FROM ({calls_with_buckets_sql(buckets)}) WHERE provider = "
+        f"{_lit(route.provider)} AND model = {_lit(route.model)} AND {where}"
     )
-    table = store.arrow(sql)
-    total = table.column("total_s").to_numpy(zero_copy_only=False).astype(np.float64)
-    ttft = table.column("ttft_s").to_numpy(zero_copy_only=False).astype(np.float64)
-    cut = table.column("censored_at_s").to_numpy(zero_copy_only=False).astype(np.float64)
-    status = np.asarray(table.column("status").to_pylist(), dtype=object)
-    is_cut = np.isfinite(cut) & (cut > 0)
-    ok = (status == "ok") & np.isfinite(total) & (total > 0) & ~is_cut
-    in_bucket = ok
-    if out_label is not None:
-        outs = np.asarray(table.column("output_bucket").to_pylist(), dtype=object)
-        in_bucket = ok & (outs == out_label)
-    n_ok, n_cut, n_bucket = int(ok.sum()), int(is_cut.sum()), int(in_bucket.sum())
-    if n_bucket < 2:
+    in_bucket = _OK if out_label is None else f"{_OK} AND output_bucket = {_lit(out_label)}"
+    counts = _Counts.of(store, source, in_bucket)
+    if counts.bucket < 2:
         return None
-    # as many cut calls per finished call as in the whole input bucket, evenly over their ages
-    keep_cut = round(n_cut * n_bucket / n_ok) if n_ok else 0
-    cut_ages = np.sort(cut[is_cut])
-    if 0 < keep_cut < cut_ages.size:
-        cut_ages = cut_ages[np.linspace(0, cut_ages.size - 1, keep_cut).round().astype(int)]
-    failed = np.isin(status, _FAILED)
-    invalid = status == "invalid"
-    attempts = max(status.size, 1)
-    latency = np.concatenate([total[in_bucket], np.full(cut_ages.size, np.nan)])
-    return RouteSample.from_latencies(
-        latency,
-        ttft_s=np.concatenate([ttft[in_bucket], np.full(cut_ages.size, np.nan)]),
-        censored_at_s=np.concatenate([np.full(n_bucket, np.nan), cut_ages]),
-        error_rate=float(failed.sum()) / attempts,
-        error_s=total[failed],
-        invalid_rate=float(invalid.sum()) / max(int(invalid.sum()) + n_ok, 1),
+    size = counts.finished_size(sample_size)
+    total, ttft = _sample(
+        store, source, ("total_s", "ttft_s"), where=in_bucket, rows=counts.bucket, size=size,
+        seed=seed,
+    )  # fmt: skip
+    cut_ages = _cut_ages(store, source, n_cut=counts.cut, keep=counts.keep_cut(total.size))
+    (errors,) = _sample(
+        store, source, ("total_s",), where=_FAILED_SQL, rows=counts.failed, size=sample_size,
+        seed=seed,
+    )  # fmt: skip
+    sample = RouteSample.from_latencies(
+        np.concatenate([total, np.full(cut_ages.size, np.nan)]),
+        ttft_s=np.concatenate([ttft, np.full(cut_ages.size, np.nan)]),
+        censored_at_s=np.concatenate([np.full(total.size, np.nan), cut_ages]),
+        error_rate=counts.failed / max(counts.attempts, 1),
+        error_s=errors,
+        invalid_rate=counts.invalid / max(counts.invalid + counts.ok, 1),
         bucket=label,
         seed=seed,
     )
+    calls = counts.bucket + counts.keep_cut(counts.bucket)
+    if calls == sample.calls:
+        return sample
+    return dataclasses.replace(sample, calls=calls, censored=counts.keep_cut(counts.bucket) / calls)
 
 
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """
+    Exact counts of a route's calls in a step's input bucket.
+    """
+
+    attempts: int
+    ok: int
+    cut: int
+    bucket: int  # finished calls in the output bucket too
+    failed: int
+    invalid: int
+
+    @classmethod
+    def of(cls, store: Store, source: str, in_bucket: str) -> _Counts:
+        row = store.fetchone(
+            f"SELECT count(*), count(*) FILTER ({_OK}), count(*) FILTER ({_CUT}), "
+            f"count(*) FILTER ({in_bucket}), count(*) FILTER ({_FAILED_SQL}), "
+            f"count(*) FILTER (status = 'invalid') FROM ({source})"
+        )
+        assert row is not None  # noqa: S101 - an aggregate has one row
+        return cls(*(int(v) for v in row))
+
+    def keep_cut(self, finished: int) -> int:
+        """
+        Cut calls to keep with ``finished`` finished ones: the input bucket's proportion.
+        """
+        return round(self.cut * finished / self.ok) if self.ok else 0
+
+    def finished_size(self, sample_size: int) -> int:
+        """
+        Finished calls to sample so that they and their share of cut calls fit the size.
+        """
+        calls = self.bucket + self.keep_cut(self.bucket)
+        if calls <= sample_size:
+            return self.bucket
+        return max(2, round(sample_size * self.bucket / calls))
+
+
+def _sample(
+    store: Store,
+    source: str,
+    columns: Sequence[str],
+    *,
+    where: str,
+    rows: int,
+    size: int,
+    seed: int,
+) -> list[_Array]:
+    """
+    ``columns`` of ``source``'s ``rows`` rows passing ``where``: a seeded sample of ``size``.
+
+    All of them, in the store's order, when there are no more than ``size`` (as before the
+    sample existed, so that small stores give the same plans); else the sample, sorted.
+    """
+    names = ", ".join(columns)
+    if rows <= size:
+        table = store.arrow(f"SELECT {names} FROM ({source}) WHERE {where}")
+    else:
+        sampled = group_sample_sql(
+            f"({source}) AS c", ("provider", "model"), size=size, seed=seed, where=where
+        )
+        table = store.arrow(f"SELECT {names} FROM ({sampled}) ORDER BY {names}")
+    return [
+        np.asarray(table.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
+        for c in columns
+    ]
+
+
+def _cut_ages(store: Store, source: str, *, n_cut: int, keep: int) -> _Array:
+    """
+    ``keep`` of the ``n_cut`` cut ages, evenly over their ranks (sorted).
+    """
+    if keep <= 0:
+        return np.zeros(0)
+    ranked = f"SELECT censored_at_s AS age FROM ({source}) WHERE {_CUT}"
+    if keep >= n_cut:
+        rows = store.fetchall(f"{ranked} ORDER BY age")
+    else:
+        ranks = np.linspace(0, n_cut - 1, keep).round().astype(np.int64)
+        rows = store.fetchall(
+            "SELECT age FROM (SELECT age, row_number() OVER (ORDER BY age) - 1 AS rank "
+            f"FROM ({ranked})) WHERE rank IN (SELECT unnest(?)) ORDER BY age",
+            [ranks.tolist()],
+        )
+    return np.asarray([r[0] for r in rows], dtype=np.float64)
 
 
 def load_samples(
@@ -144,6 +249,7 @@ def load_samples(
     candidates: Mapping[str, Iterable[str]] | None = None,
     seed: int = 0,
     latency: str = "empirical",
+    sample_size: int = SAMPLE_CALLS,
 ) -> dict[SampleKey, RouteSample]:
     """
     A sample for every route every step uses (and for candidate routes, where data allow).
@@ -154,9 +260,10 @@ def load_samples(
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         min_calls: Fewest calls (finished and cut) a step's routes need.
         candidates: Per step, further routes the calibrator may try; thin ones are left out.
-        seed: Seed for the cut calls' drawn latencies.
+        seed: Seed of the samples and of the cut calls' drawn latencies.
         latency: ``empirical`` (resample the measured calls) or ``lognormal`` (each route's
             censoring-aware lognormal fit).
+        sample_size: Most calls each route's sample holds (see `route_sample`).
 
     Raises:
         ThinSampleError: A route a step uses has fewer than ``min_calls`` calls in its bucket.
@@ -171,7 +278,10 @@ def load_samples(
             if (name, route) in out:
                 continue
             key_seed = seed + zlib.crc32(f"{name}/{route}".encode())
-            sample = route_sample(store, plan.routes[route], step, buckets=buckets, seed=key_seed)
+            sample = route_sample(
+                store, plan.routes[route], step, buckets=buckets, seed=key_seed,
+                sample_size=sample_size,
+            )  # fmt: skip
             calls = 0 if sample is None else sample.calls
             if calls >= min_calls and sample is not None:
                 out[(name, route)] = sample.as_lognormal() if latency == "lognormal" else sample
