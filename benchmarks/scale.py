@@ -409,7 +409,7 @@ def interleave(steps: dict[str, Step], repeat: int, log: Callable[[str], None]) 
                 runs[name].append(steps[name]())
             except BenchError as exc:
                 failed[name] = str(exc)
-                log(f"  {name} #{i + 1}: FAILED {exc}")
+                log(f"  {name} #{i + 1}: FAILED {str(exc).splitlines()[-1]}")
                 continue
             figures = " ".join(f"{k}={v:.2f}" for k, v in runs[name][-1].items())
             log(f"  {name} #{i + 1}: {figures}")
