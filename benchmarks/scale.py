@@ -3,8 +3,8 @@ Scale: ingest, stats and calibrate at 2 M, 20 M and 100 M calls, in time and pea
 
 For each ``--rows`` size, generates a seeded, production-like Parquet log in bounded memory
 (8 providers x 6 models, chunk by chunk with pyarrow; JSON lines too up to ``--jsonl-max-rows``)
-and then runs, each in a fresh child process whose peak RSS is read from ``os.wait4``, and
-interleaved when ``--repeat`` > 1:
+and then runs, each in a fresh child process whose peak RSS is measured (GNU time's ``%M``, else
+``os.wait4``; see `measure`), and interleaved when ``--repeat`` > 1:
 
 - ingest: a bare ``CREATE TABLE t AS SELECT * FROM read_parquet(...)`` (``read_json`` for
   JSONL) against ``tailkit ingest FILE --db NEW -q``; ratio bare s / tailkit s, target >= 0.8;
@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 INGEST_TARGET, STATS_TARGET, RSS_TARGET_MB = 0.8, 3.0, 2048.0
+GNU_TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
 CHUNK = 1_000_000  # rows generated and written at a time: bounds the generator's memory
 EPOCH_US = 1_790_812_800_000_000  # 2026-10-01T00:00:00Z
 DAYS, CAP_S = 30, 90.0
@@ -341,23 +342,33 @@ def measure(cmd: list[str], workdir: Path) -> tuple[float, float, str]:
     """
     Run ``cmd`` as a child; return its wall seconds, peak RSS in MB and stdout.
 
+    The peak RSS comes from GNU time's ``%M`` when ``/usr/bin/time`` exists: a child that this
+    (large) Python process forks inherits its high-water mark through ``exec`` on Linux, so
+    ``os.wait4`` here would report at least this process's RSS (~90 MB with pyarrow loaded).
+    Without GNU time, ``os.wait4``'s ``ru_maxrss`` is used, with that floor.
+
     Raises:
         BenchError: The command exited nonzero.
     """
-    out, err = workdir / "child.out", workdir / "child.err"
+    out, err, rss_file = workdir / "child.out", workdir / "child.err", workdir / "child.rss"
+    wrapped = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd] if GNU_TIME else cmd
     with out.open("wb") as fo, err.open("wb") as fe:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        proc = subprocess.Popen(wrapped, stdout=fo, stderr=fe)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-    out.unlink()
-    err.unlink()
+    rss_kb = float(usage.ru_maxrss)  # KiB on Linux
+    if GNU_TIME and rss_file.exists():
+        last = rss_file.read_text().split()
+        rss_kb = float(last[-1]) if last and last[-1].isdigit() else rss_kb
+    for p in (out, err, rss_file):
+        p.unlink(missing_ok=True)
     if proc.returncode != 0:
         msg = f"exit {proc.returncode}: {' '.join(cmd)}\n{stderr[-2000:]}"
         raise BenchError(msg)
-    return wall, usage.ru_maxrss / 1024.0, stdout  # ru_maxrss is in KiB on Linux
+    return wall, rss_kb / 1024.0, stdout
 
 
 def drop(db: Path) -> Path:
@@ -496,6 +507,19 @@ def bare_stats_sql() -> str:
     )
 
 
+def count_groups(store: Path) -> int:
+    """
+    Groups of the stats table (provider x model x both buckets) in a store; 0 without one.
+    """
+    import duckdb
+
+    if not store.exists():
+        return 0
+    with duckdb.connect(str(store), read_only=True) as con:
+        row = con.execute(f"SELECT count(*) FROM ({bare_stats_sql()})").fetchone()
+    return int(row[0]) if row else 0
+
+
 def file_mb(path: Path) -> float:
     """
     Size of a file (and its WAL) in MB, 0 when missing.
@@ -528,6 +552,11 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
         notes.append(f"JSONL skipped above {args.jsonl_max_rows:,} rows (--jsonl-max-rows): "
                      f"~340 bytes a row, {rows * 340 / 1e9:.0f} GB")  # fmt: skip
     m: dict[str, Any] = {"generate (child)": {"s": g_s, "rss_mb": g_rss}}
+    startup = {
+        "start-up: python -c 'import duckdb'": timed([sys.executable, "-c", "import duckdb"], d),
+        "start-up: tailkit --help": timed([tailkit, "--help"], d),
+    }
+    m |= interleave(startup, args.repeat, log)  # the fixed cost inside every wall time below
     for fmt in ("jsonl", "parquet"):  # parquet last: its store is the one queried below
         if fmt in files:
             m |= interleave(
@@ -537,6 +566,8 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
             )
     store = d / "store-parquet.duckdb"
     sizes["store"] = file_mb(store)
+    groups = count_groups(store)
+    log(f"  {groups:,} groups (provider x model x input bucket x output bucket)")
     drop(d / "store-jsonl.duckdb")
     stats = [tailkit, "stats", "--db", str(store), "--by", "provider,model", "--json", *extra]
     bare = [sys.executable, "-c", BARE_STATS, str(store), bare_stats_sql()]
@@ -564,7 +595,14 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
         if "error" in r:
             head = r["error"].splitlines()
             notes.append(f"{name}: FAILED ({head[0]} ... {head[-1] if len(head) > 1 else ''})")
-    return {"rows": rows, "files_mb": sizes, "measured": m, "results": verdicts(m), "notes": notes}
+    return {
+        "rows": rows,
+        "groups": groups,
+        "files_mb": sizes,
+        "measured": m,
+        "results": verdicts(m),
+        "notes": notes,
+    }
 
 
 def verdicts(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -596,6 +634,7 @@ def verdicts(m: dict[str, Any]) -> list[dict[str, Any]]:
     row("tailkit stats --source", "bare GROUP BY", "info", rss_target=True)
     row("tailkit calibrate", None, "", rss_target=True)
     row("generate (child)", None, "", rss_target=False)
+    row("start-up: tailkit --help", "start-up: python -c 'import duckdb'", "info", rss_target=False)
     return out
 
 
@@ -622,7 +661,7 @@ def render(doc: dict[str, Any]) -> str:
             "",
             f"### {size['rows']:,} rows (parquet {f['parquet']:,.0f} MB"
             + (f", jsonl {f['jsonl']:,.0f} MB" if "jsonl" in f else "")
-            + f", store {f['store']:,.0f} MB)",
+            + f", store {f['store']:,.0f} MB; {size['groups']:,} groups)",
             "",
             "| step | s | peak RSS MB | baseline | baseline s | baseline RSS MB | ratio | "
             "ratio target | | RSS target | |",
@@ -684,6 +723,12 @@ def machine() -> dict[str, Any]:
         [git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
         text=True, check=False,
     ).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(
+        [git, "-C", str(ROOT), "status", "--porcelain", "--", "tailkit"], capture_output=True,
+        text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    if commit and dirty:  # the package imported is the working tree's, not the commit's
+        commit += " + uncommitted changes in tailkit/"
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"nproc": len(os.sched_getaffinity(0)), "mem_gb": mem,
             "python": platform.python_version(), "duckdb": duckdb.__version__,
