@@ -1,15 +1,16 @@
 """
-The SQL side of the tail table: one pass that counts the calls of each group and lists them.
+The SQL side of the tail table: counts and aggregates per group, sorted times, samples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tailkit.errors import ConfigError
 from tailkit.record import CALL_COLUMNS, Buckets
 from tailkit.store import OK_CALL, calls_with_buckets_sql, repeat_attempts_sql
+from tailkit.store._sample import sample_hash_sql
 
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -80,39 +81,169 @@ def order_columns(query: TableQuery) -> list[str]:
     return [*query.by, *(f"{ORDER_PREFIX}{b}" for b in query.bucket)]
 
 
-def groups_sql(query: TableQuery) -> str:
+# Which calls the statistics use, as SQL on one call. Listed: finished (`OK_CALL`) or cut. Of
+# those, an event is a finished latency (``total_s`` of an ``ok`` call) and a cut a finite
+# cut age: the Kaplan-Meier input. A phase call streamed: 0 <= ttft_s < total_s.
+LISTED = f"(({OK_CALL}) OR censored_at_s > 0)"
+EVENT = f"({LISTED} AND status = 'ok' AND total_s IS NOT NULL AND NOT isnan(total_s))"
+CUT = f"({LISTED} AND isfinite(censored_at_s))"
+PHASE = (
+    f"({LISTED} AND status = 'ok' AND isfinite(ttft_s) AND isfinite(total_s) "
+    "AND ttft_s >= 0 AND ttft_s < total_s)"
+)
+GROUP_ID = "_gid"  # a 64-bit hash of a group's key, the same in every query of one table
+ROUTE_ID = "_rid"  # the same of its route's key (the ``by`` columns)
+
+
+def group_id_sql(keys: Sequence[str]) -> str:
     """
-    One pass over the calls: per group, its counts and every call the statistics need.
+    SQL for the group id of a call: the hash of its key columns.
+    """
+    return f"hash({_keys_sql(keys)})"
+
+
+def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
+    """
+    One pass over the calls: per group, its counts and the statistics that aggregate.
 
     A cut call counts in ``n`` and ``n_censored``, a failed one in ``n`` and ``n_failed``;
-    ``n_ok`` counts finished calls (`OK_CALL`: ``status = 'ok'`` and ``total_s > 0``). Column
-    ``calls`` lists the finished and the cut calls as structs of ``total_s`` (NaN unless finished),
-    ``cut_s`` (the cut age, NaN unless cut), ``ttft_s``, ``started_s`` (epoch seconds),
-    ``output_tokens`` and ``input_tokens``, NaN where unknown -- NaN rather than NULL, so the
-    columns reach numpy without a copy. Groups come in no particular order (sorting them here
-    would move every list; see `order_columns`), and so do the calls in a list.
+    ``n_ok`` counts finished calls (`OK_CALL`: ``status = 'ok'`` and ``total_s > 0``).
+    ``n_listed`` counts the finished and the cut calls, ``n_events`` and ``n_cuts`` the
+    Kaplan-Meier input (`EVENT`, `CUT`). ``log_mean`` and ``log_sd`` are the mean and the
+    population sd of log latency, ``ttft_q`` / ``gen_q`` the p50 and p99 of TTFT and of
+    generation time over streamed calls (`PHASE`). Groups come in no particular order.
+    With ``approx``, the quantiles here are DuckDB's ``approx_quantile`` (t-digest).
     """
+    quantile = "approx_quantile" if approx else "quantile_cont"
     keys = _keys_sql(query.keys)
-    ok = OK_CALL  # the summary's definition, so that every command counts the same calls
-    nan = "'NaN'::DOUBLE"
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
-    call = (
-        f"{{'total_s': CASE WHEN status = 'ok' THEN coalesce(total_s, {nan}) ELSE {nan} END, "
-        f"'cut_s': coalesce(censored_at_s, {nan}), "
-        f"'ttft_s': CASE WHEN status = 'ok' THEN coalesce(ttft_s, {nan}) ELSE {nan} END, "
-        f"'started_s': coalesce(epoch(started_at), {nan}), "
-        f"'output_tokens': coalesce(output_tokens::DOUBLE, {nan}), "
-        f"'input_tokens': coalesce(input_tokens::DOUBLE, {nan})}}"
+    # the ids hash the aggregated keys: as part of the grouping they would slow it down
+    route = group_id_sql(query.by) if query.by else "hash(0)"
+    ids = f"{group_id_sql(query.keys)} AS {GROUP_ID}, {route} AS {ROUTE_ID}"
+    # Each call's flags once (`OK_CALL`: the summary's definition, so that every command
+    # counts the same calls), then aggregates that filter on them.
+    columns = ("status", "total_s", "ttft_s", "censored_at_s", "input_tokens", "output_tokens")
+    flags = (
+        f"SELECT {keys}, {', '.join(c for c in columns if c not in query.keys)}, "
+        f"coalesce({OK_CALL}, false) AS _ok, "
+        f"coalesce(status IN {_FAILED}, false) AS _failed, coalesce({LISTED}, false) AS _listed, "
+        f"coalesce({EVENT}, false) AS _event, coalesce({CUT}, false) AS _cut, "
+        f"coalesce({PHASE}, false) AS _phase FROM {query.source_sql()}"
     )
     return (
-        f"SELECT {keys}, count(*) AS n, count(*) FILTER ({ok}) AS n_ok, "
-        f"count(censored_at_s) AS n_censored, count(*) FILTER (status IN {_FAILED}) AS n_failed, "
+        f"SELECT *, {ids} FROM (SELECT {keys}, count(*) AS n, "
+        f"count(*) FILTER ({OK_CALL}) AS n_ok, count(censored_at_s) AS n_censored, "
+        "count(*) FILTER (_failed) AS n_failed, "
         f"{order}{', ' if order else ''}"
         # Generation speed after the first token, for calls that streamed 2+ tokens.
-        f"quantile_cont((output_tokens - 1) / (total_s - ttft_s), [0.5, 0.1]) FILTER ({ok} "
+        f"{quantile}((output_tokens - 1) / (total_s - ttft_s), [0.5, 0.1]) FILTER (_ok "
         "AND output_tokens >= 2 AND total_s > ttft_s) AS tokens_per_s, "
-        f"list({call}) FILTER (({ok}) OR censored_at_s > 0) AS calls "
-        f"FROM {query.source_sql()} GROUP BY ALL"
+        "count(*) FILTER (_listed) AS n_listed, count(*) FILTER (_event) AS n_events, "
+        "count(*) FILTER (_cut) AS n_cuts, "
+        "min(total_s) FILTER (_event) AS event_min, max(total_s) FILTER (_event) AS event_max, "
+        "avg(ln(total_s)) FILTER (_event AND total_s > 0) AS log_mean, "
+        "stddev_pop(ln(total_s)) FILTER (_event AND total_s > 0) AS log_sd, "
+        f"{quantile}(ttft_s, [0.5, 0.99]) FILTER (_phase) AS ttft_q, "
+        f"{quantile}(total_s - ttft_s, [0.5, 0.99]) FILTER (_phase) AS gen_q "
+        f"FROM ({flags}) GROUP BY ALL)"
+    )
+
+
+def times_sql(query: TableQuery, gids: Sequence[int] | None) -> str:
+    """
+    Each group's distinct latencies and cut ages, sorted, to be read in chunks.
+
+    They are the input of the order statistics and of the Kaplan-Meier curve (`_order.py`).
+
+    Columns ``_gid``, ``t`` (seconds), ``d`` (calls that finished at ``t``) and ``c`` (calls
+    cut at ``t``), ordered by ``_gid`` then ``t``; only groups ``gids`` (all when ``None``).
+    """
+    gid, src = group_id_sql(query.keys), query.source_sql()
+    events = f"SELECT {gid} AS {GROUP_ID}, total_s AS t, 1 AS e FROM {src} WHERE {EVENT}"
+    cuts = f"SELECT {gid} AS {GROUP_ID}, censored_at_s AS t, 0 AS e FROM {src} WHERE {CUT}"
+    only = ""
+    if gids is not None:
+        only = f"WHERE {GROUP_ID} IN (SELECT unnest({_ubigints(gids)})) "
+    return (
+        f"SELECT {GROUP_ID}, t, sum(e)::BIGINT AS d, (count(*) - sum(e))::BIGINT AS c "
+        f"FROM ({events} UNION ALL {cuts}) {only}GROUP BY ALL ORDER BY {GROUP_ID}, t"
+    )
+
+
+def _ubigints(values: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]::UBIGINT[]"
+
+
+_CALL_FIELDS = (
+    "CASE WHEN status = 'ok' THEN coalesce(total_s, 'NaN') ELSE 'NaN' END AS total_s, "
+    "coalesce(censored_at_s, 'NaN') AS cut_s, "
+    "CASE WHEN status = 'ok' THEN coalesce(ttft_s, 'NaN') ELSE 'NaN' END AS ttft_s, "
+    "coalesce(epoch(started_at), 'NaN') AS started_s, "
+    "coalesce(output_tokens::DOUBLE, 'NaN') AS output_tokens, "
+    "coalesce(input_tokens::DOUBLE, 'NaN') AS input_tokens"
+)
+"""The columns the fits take, NaN where unknown (``total_s`` NaN unless finished)."""
+
+
+def samples_sql(
+    query: TableQuery,
+    groups: Mapping[int, float],
+    routes: Mapping[int, float],
+    *,
+    group_size: int,
+    route_size: int,
+) -> str:
+    """
+    Both seeded samples in one scan: per table group, and per route (the ``by`` columns).
+
+    A sample holds the ``size`` finished or cut calls with the smallest draws
+    (`sample_hash_sql`, seed 0) of its group or route: the rows `group_sample_sql` gives for
+    the same keys. The counts are known (`groups_sql`), so the thresholds of the pre-filter
+    (`keep_threshold`) come in as ``groups`` and ``routes`` (by group id / route id), and a
+    group or route missing there is not sampled. Columns ``_gid``, ``_rid``, ``_h`` (the
+    draw), ``in_group``, ``in_route``, then `_CALL_FIELDS`, in no particular order.
+    """
+    src, gid = query.source_sql(), group_id_sql(query.keys)
+    rid = group_id_sql(query.by) if query.by else "hash(0)"
+    draw = sample_hash_sql(0)
+    raw = "status, total_s, censored_at_s, ttft_s, started_at, output_tokens, input_tokens"
+    rows = (
+        f"SELECT {gid} AS {GROUP_ID}, {rid} AS {ROUTE_ID}, {draw} AS _h, {raw} "
+        f"FROM {src} WHERE {LISTED}"
+    )
+    g_table = _thresholds(groups, GROUP_ID, "_tg")
+    r_table = _thresholds(routes, ROUTE_ID, "_tr")
+    kept = (
+        f"SELECT s.*, s._h::DOUBLE < g._tg AS _ig, s._h::DOUBLE < r._tr AS _ir "
+        f"FROM ({rows}) AS s JOIN ({g_table}) AS g USING ({GROUP_ID}) "
+        f"JOIN ({r_table}) AS r USING ({ROUTE_ID}) "
+        "WHERE s._h::DOUBLE < g._tg OR s._h::DOUBLE < r._tr"
+    )
+    ranked = (
+        f"SELECT *, _ig AND row_number() OVER (PARTITION BY {GROUP_ID}, _ig ORDER BY _h) "
+        f"<= {int(group_size)} AS in_group, "
+        f"_ir AND row_number() OVER (PARTITION BY {ROUTE_ID}, _ir ORDER BY _h) "
+        f"<= {int(route_size)} AS in_route FROM ({kept})"
+    )
+    return (
+        f"SELECT {GROUP_ID}, {ROUTE_ID}, _h, in_group, in_route, {_CALL_FIELDS} "
+        f"FROM ({ranked}) WHERE in_group OR in_route"
+    )
+
+
+def _thresholds(thresholds: Mapping[int, float], name: str, column: str) -> str:
+    ids = _ubigints(list(thresholds))
+    values = "[" + ", ".join(repr(float(v)) for v in thresholds.values()) + "]::DOUBLE[]"
+    return f"SELECT unnest({ids}) AS {name}, unnest({values}) AS {column}"
+
+
+def calls_sql(query: TableQuery, gid: int) -> str:
+    """
+    Every finished or cut call of one group (`_CALL_FIELDS`), for a warning that needs them.
+    """
+    return (
+        f"SELECT {_CALL_FIELDS} FROM {query.source_sql()} "
+        f"WHERE {LISTED} AND {group_id_sql(query.keys)} = {int(gid)}::UBIGINT"
     )
 
 

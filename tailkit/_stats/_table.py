@@ -1,20 +1,26 @@
 """
 The tail table: one row per group (route, step, token bucket, …) saying where its tail is.
 
-One SQL pass counts each group's calls and lists the ones with a latency (finished or cut).
-Everything else is numpy on those lists, batched across groups where it pays: exact
-order-statistic intervals from each group's sorted latencies (Kaplan-Meier when calls were
-cut), the lognormal fit (closed form, or censoring-aware), the goodness-of-fit verdict, the
-transient-tail mixture, the phase split and the work-vs-transient verdicts. Fits that iterate
-run on a seeded subsample of at most ``fit_max_n`` calls per group; intervals, the lognormal
-fit, the phase split and the verdicts always use every call.
+Memory grows with the number of groups, not of calls. One SQL pass counts each group's calls
+and aggregates what is a count, a quantile or a moment: the shares, tokens per second, the
+TTFT and generation quantiles, the mean and sd of log latency. A second reads each group's
+latencies sorted by DuckDB, in chunks, for the exact quantiles and their intervals: order
+statistics at ranks computed from n and the level, or Kaplan-Meier where calls were cut (see
+`_order.py`) -- the same numbers as `tailkit.fit.empirical_quantiles` on every call. Per
+group, a seeded sample of at most ``fit_max_n`` calls drawn inside DuckDB
+(`tailkit.store.group_sample_sql`) feeds the goodness-of-fit verdict, the transient-tail
+mixture, the phase split's shares and, where calls were cut, the censoring-aware lognormal
+fit; per route, a sample of at most `MAX_ROUTE_CALLS` calls feeds its work-vs-transient
+verdict and clustering test. Without cut calls the lognormal fit is closed form on every call
+(SQL's mean and sd of log latency); with cut calls it has, on top of its own interval, the
+sampling error of a ``fit_max_n``-call sample: for 2,000 calls about ``sigma / 45`` on ``mu``
+and ``sigma / 60`` on ``sigma`` (one standard error, less where fewer calls were cut).
 """
 
 from __future__ import annotations
 
 import math
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,15 +28,23 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tailkit._stats._query import QUANTILES, TableQuery, groups_sql, hedges_sql, order_columns
-from tailkit._stats._verdicts import RouteAccumulator
+from tailkit._stats._order import GroupTimes, Quantiles, sorted_statistics
+from tailkit._stats._query import (
+    GROUP_ID,
+    QUANTILES,
+    ROUTE_ID,
+    TableQuery,
+    groups_sql,
+    hedges_sql,
+    order_columns,
+)
+from tailkit._stats._samples import Calls, fetch_calls, fetch_samples
+from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator
 from tailkit.fit import (
-    empirical_quantiles,
     fit_lognormal,
     fit_transient_tails,
     goodness_of_fit_many,
     phase_split,
-    sorted_quantiles,
     tail_warning,
 )
 from tailkit.store import Store
@@ -38,57 +52,16 @@ from tailkit.store import Store
 
 _Array = npt.NDArray[np.float64]
 _NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
+WARNING_MAX_CALLS = 1_000_000  # a warning's Kaplan-Meier curve reads up to this many calls
 
 
-@dataclass(frozen=True, slots=True)
-class Calls:
+def fetch_groups(store: Store, query: TableQuery, *, approx: bool = False) -> pl.DataFrame:
     """
-    The listed calls of every group as flat columns, a group's rows in no particular order.
-
-    Group ``i`` holds rows ``starts[i] : starts[i] + sizes[i]``. ``total_s`` is NaN unless the
-    call finished, ``cut_s`` NaN unless it was cut.
+    The one aggregating pass (`groups_sql`): a row per group, in table order.
     """
-
-    total_s: _Array
-    cut_s: _Array
-    ttft_s: _Array
-    started_s: _Array
-    output_tokens: _Array
-    input_tokens: _Array
-    starts: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int64]
-
-    def rows(self, group: int) -> slice:
-        """
-        The rows of ``group``.
-        """
-        start = int(self.starts[group])
-        return slice(start, start + int(self.sizes[group]))
-
-
-def fetch_groups(store: Store, query: TableQuery) -> tuple[pl.DataFrame, Calls]:
-    """
-    Run the one pass: group counts in table order (column ``group`` indexes `Calls`), calls.
-    """
-    import pyarrow.compute as pc
-
-    table = store.arrow(groups_sql(query))
-    listed = table.column("calls").combine_chunks()
-    columns = listed.values.flatten()  # the structs' fields, zero-copy: no NULLs, only NaN
-    total_s, cut_s, ttft_s, started_s, output_tokens, input_tokens = (
-        np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64) for c in columns
-    )
-    calls = Calls(
-        total_s, cut_s, ttft_s, started_s, output_tokens, input_tokens,
-        starts=np.asarray(listed.offsets.to_numpy()[:-1], dtype=np.int64),
-        sizes=np.asarray(pc.list_value_length(listed).fill_null(0).to_numpy(), dtype=np.int64),
-    )  # fmt: skip
-    frame = pl.from_arrow(table.drop_columns(["calls"]))
+    frame = pl.from_arrow(store.arrow(groups_sql(query, approx=approx)))
     assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
-    frame = frame.with_row_index("group").sort(
-        order_columns(query), nulls_last=True, maintain_order=True
-    )
-    return frame, calls
+    return frame.sort(order_columns(query), nulls_last=True, maintain_order=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,27 +82,37 @@ def tail_report(
     level: float = 0.95,
     fit_max_n: int = 2000,
     window_s: float = 60.0,
+    approx: bool = False,
 ) -> TailReport:
     """
-    The tail table and the work-vs-transient verdicts, from one read of the store.
+    The tail table and the work-vs-transient verdicts, in memory that grows with groups.
 
     Args:
         store: An open store.
         query: Grouping, buckets and filter (provider x model x both buckets by default).
         min_group: Leave out groups with fewer calls (attempts) than this.
         level: Confidence level of every interval.
-        fit_max_n: Largest seeded subsample per group for the iterative fits (goodness of
-            fit and the transient-tail mixture).
+        fit_max_n: Calls per group in the seeded sample the fits read (goodness of fit, the
+            transient-tail mixture, the phase split's shares, the lognormal fit with cut calls).
         window_s: Time window, in seconds, for the clustering of tail calls.
+        approx: Quantiles from DuckDB's approximate aggregate (t-digest) instead of sorted
+            latencies, for very large stores (groups with cut calls stay exact): column
+            ``approx_rank_error`` then states, per row, the largest distance measured between
+            the rank of p50..p99 and its target (0.001: 0.1 % of the group's calls away); the
+            TTFT, generation and tokens-per-second quantiles are approximate too, unmeasured.
 
     Returns:
         Both tables as polars DataFrames (columns listed in the README).
+
+    Raises:
+        QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
     """
     query = query or TableQuery()
-    groups, calls = fetch_groups(store, query)
+    groups = fetch_groups(store, query, approx=approx)
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
     described: list[_Group] = []
+    kept: dict[int, int | None] = {}  # group id: its finished and cut calls when described
     # Every call goes to its route's verdict, also those of groups too thin to describe
     # (cut calls, with no output tokens, often fill a bucket of their own).
     routes = RouteAccumulator(len(query.by), window_s=window_s, level=level)
@@ -137,6 +120,7 @@ def tail_report(
         n, n_ok, n_censored = int(agg["n"]), int(agg["n_ok"]), int(agg["n_censored"])
         if n < min_group:
             continue
+        kept[int(agg[GROUP_ID])] = None
         key = tuple(agg[k] for k in keys)
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
         speed = agg["tokens_per_s"] or [None, None]
@@ -149,23 +133,38 @@ def tail_report(
             "tokens_per_s_p10": speed[1],
         }
         rows.append(row)
-        if calls.sizes[agg["group"]] == 0 or n_ok < 2:
+        routes.add(key, row, int(agg[ROUTE_ID]))
+        if int(agg["n_listed"]) == 0 or n_ok < 2:
             # Every group keeps its row so counts add up; with under two finished calls there
             # is no latency to describe.
             row["warning"] = f"{n_ok} finished call(s): no latency statistics"
-            routes.add(key, row, _route_columns(calls, calls.rows(int(agg["group"]))))
             continue
-        described.append(_Group(row, key, int(agg["group"]), n_ok + n_censored, n_censored > 0))
+        described.append(_Group(row, key, agg, censored=n_censored > 0))
+        kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
     hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
+    group_calls, route_calls = fetch_samples(
+        store, query, kept, _route_counts(kept, groups),
+        group_size=fit_max_n, route_size=MAX_ROUTE_CALLS,
+    )  # fmt: skip
     if described:
-        _describe(described, calls, routes, level=level, max_n=fit_max_n, hedges=hedges)
-    else:
-        routes.judge(hedges)
+        _describe(store, query, described, group_calls, level=level, max_n=fit_max_n, approx=approx)
+    routes.judge(route_calls, hedges)
     verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:
         table = table.with_columns(pl.col("transient").cast(pl.Boolean))
     return TailReport(table, verdicts)
+
+
+def _route_counts(kept: dict[int, int | None], groups: pl.DataFrame) -> dict[int, int]:
+    """
+    Per route id, the finished and cut calls of its groups in the table.
+    """
+    counts: dict[int, int] = {}
+    for gid, rid, listed in groups.select(GROUP_ID, ROUTE_ID, "n_listed").iter_rows():
+        if int(gid) in kept:
+            counts[int(rid)] = counts.get(int(rid), 0) + int(listed)
+    return counts
 
 
 def tail_table(
@@ -175,145 +174,115 @@ def tail_table(
     min_group: int = 1,
     level: float = 0.95,
     fit_max_n: int = 2000,
+    approx: bool = False,
 ) -> pl.DataFrame:
     """
     The tail table alone (see `tail_report`).
     """
-    return tail_report(store, query, min_group=min_group, level=level, fit_max_n=fit_max_n).table
+    return tail_report(
+        store, query, min_group=min_group, level=level, fit_max_n=fit_max_n, approx=approx
+    ).table
 
 
 @dataclass(slots=True)
 class _Group:
     """
-    Strictly private: a group with latencies to describe, its row, key and place in `Calls`.
+    Strictly private: a group with latencies to describe, its row, key and aggregates.
     """
 
     row: dict[str, Any]
     key: tuple[Any, ...]
-    index: int
-    used: int  # finished and cut calls, as counted by SQL
+    agg: dict[str, Any]
     censored: bool
+
+    @property
+    def gid(self) -> int:
+        return int(self.agg[GROUP_ID])
 
 
 def _describe(
+    store: Store,
+    query: TableQuery,
     described: list[_Group],
-    calls: Calls,
-    routes: RouteAccumulator,
+    drawn: dict[int, Calls],
     *,
     level: float,
     max_n: int,
-    hedges: dict[tuple[Any, ...], tuple[int, int]],
+    approx: bool,
 ) -> None:
     """
-    Add the latency columns to each group's row; the routes get the calls and judge them.
+    Add the latency columns to each group's row; ``drawn`` holds the groups' samples.
     """
-    # Each group's latencies sorted, the finished first (NaN sorts last): quantiles are indexes.
-    ordered = np.full(calls.total_s.shape, np.nan)
-    done = np.empty(len(described), dtype=np.int64)
-    for i, g in enumerate(described):
-        part = calls.rows(g.index)
-        ordered[part] = np.sort(calls.total_s[part])
-        done[i] = np.count_nonzero(~np.isnan(ordered[part]))
-    starts = calls.starts[[g.index for g in described]]
-    finished = [ordered[s : s + k] for s, k in zip(starts.tolist(), done.tolist(), strict=True)]
-    samples = [_fit_input(f, calls, g) for g, f in zip(described, finished, strict=True)]
-    _quantile_columns(described, samples, ordered, starts, done, level=level)
-    # The phase split and the routes need every call but no fit: numpy works through them in a
-    # second thread (it lets go of the GIL while it partitions and sorts) while this one fits.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        phases = pool.submit(_phase_columns, described, calls, routes, hedges)
-        notes = _fit_columns(described, samples, level=level, max_n=max_n)
-        for g, sample, note, columns in zip(
-            described, samples, notes, phases.result(), strict=True
-        ):
-            g.row |= columns
-            # The intervals are in the row already: only an unbounded one needs the warning.
-            bounded = math.isfinite(g.row["p99_s_hi"]) and math.isfinite(g.row["p99_p50_hi"])
-            said = (
-                None if bounded else tail_warning(sample[0], censored_at_s=sample[1], level=level)
-            )
-            g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
+    times = [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
+    if approx:
+        from tailkit._stats._approx import approx_statistics
+
+        stats, errors = approx_statistics(store, query, times, level=level)
+        for g, error in zip(described, errors.tolist(), strict=True):
+            g.row["approx_rank_error"] = error
+    else:
+        stats = sorted_statistics(store, query, times, level=level)
+    _quantile_columns(described, stats)
+    calls = [drawn.get(g.gid, Calls.empty()) for g in described]
+    samples = [c.fit_input(censored=g.censored) for g, c in zip(described, calls, strict=True)]
+    notes = _fit_columns(described, samples, level=level, max_n=max_n)
+    for g, sample, c, note in zip(described, samples, calls, notes, strict=True):
+        g.row |= _phase_columns(g, c)
+        # The intervals are in the row already: only an unbounded one needs the warning.
+        bounded = math.isfinite(g.row["p99_s_hi"]) and math.isfinite(g.row["p99_p50_hi"])
+        said = None if bounded else _warning(store, query, g, sample, max_n=max_n, level=level)
+        g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
 
 
-def _phase_columns(
-    described: list[_Group],
-    calls: Calls,
-    routes: RouteAccumulator,
-    hedges: dict[tuple[Any, ...], tuple[int, int]],
-) -> list[dict[str, Any]]:
+def _warning(
+    store: Store,
+    query: TableQuery,
+    g: _Group,
+    sample: tuple[_Array, _Array | None],
+    *,
+    max_n: int,
+    level: float,
+) -> str | None:
     """
-    Each group's phase split; its calls go to the routes, which then judge their tails.
+    The tail warning on every call of the group (on its sample beyond `WARNING_MAX_CALLS`).
     """
-    out = []
-    for g in described:
-        part = calls.rows(g.index)
-        total = calls.total_s[part]
-        split = phase_split(calls.ttft_s[part], total)
-        out.append({
-            "ttft_p50_s": split.ttft_p50_s,
-            "ttft_p99_s": split.ttft_p99_s,
-            "gen_p50_s": split.gen_p50_s,
-            "gen_p99_s": split.gen_p99_s,
-            "tail_phase": split.tail_phase,
-            "ttft_share": split.ttft_share,
-            "signal": split.signal,
-        })  # fmt: skip
-        routes.add(g.key, g.row, _route_columns(calls, part))
-    routes.judge(hedges)
-    return out
+    listed = int(g.agg["n_listed"])
+    if listed <= max_n:  # the sample is the whole group
+        return tail_warning(sample[0], censored_at_s=sample[1], level=level)
+    if listed <= WARNING_MAX_CALLS:
+        latency, cut = fetch_calls(store, query, g.gid).fit_input(censored=g.censored)
+        return tail_warning(latency, censored_at_s=cut, level=level)
+    said = tail_warning(sample[0], censored_at_s=sample[1], level=level)
+    return f"{said} (from a seeded sample of {sample[0].size:,} calls)" if said else None
 
 
-def _route_columns(calls: Calls, part: slice) -> tuple[_Array, ...]:
+def _phase_columns(g: _Group, calls: Calls) -> dict[str, Any]:
     """
-    A group's calls as its route's verdict takes them.
+    TTFT and generation quantiles over every call; which phase holds the tail, from the sample.
     """
-    return (
-        calls.total_s[part], calls.cut_s[part], calls.output_tokens[part],
-        calls.input_tokens[part], calls.started_s[part], calls.ttft_s[part],
-    )  # fmt: skip
-
-
-def _fit_input(finished: _Array, calls: Calls, g: _Group) -> tuple[_Array, _Array | None]:
-    """
-    A group's calls as the fits take them, in a fixed order (sorted) so subsamples repeat.
-    """
-    if not g.censored:
-        return finished, None
-    cut = np.sort(calls.cut_s[calls.rows(g.index)])
-    cut = cut[~np.isnan(cut)]
-    gap = np.full(cut.size, np.nan), np.full(finished.size, np.nan)
-    return np.concatenate([finished, gap[0]]), np.concatenate([gap[1], cut])
+    split = phase_split(calls.ttft_s, calls.total_s)
+    ttft = g.agg["ttft_q"] or [math.nan, math.nan]
+    gen = g.agg["gen_q"] or [math.nan, math.nan]
+    return {
+        "ttft_p50_s": float(ttft[0]),
+        "ttft_p99_s": float(ttft[1]),
+        "gen_p50_s": float(gen[0]),
+        "gen_p99_s": float(gen[1]),
+        "tail_phase": split.tail_phase,
+        "ttft_share": split.ttft_share,
+        "signal": split.signal,
+    }
 
 
 def _interval_columns(name: str, value: _Array, low: _Array, high: _Array) -> dict[str, _Array]:
     return {name: value, f"{name}_lo": low, f"{name}_hi": high}
 
 
-def _quantile_columns(
-    described: list[_Group],
-    samples: list[tuple[_Array, _Array | None]],
-    ordered: _Array,
-    starts: npt.NDArray[np.int64],
-    done: npt.NDArray[np.int64],
-    *,
-    level: float,
-) -> None:
+def _quantile_columns(described: list[_Group], stats: Quantiles) -> None:
     """
     p50 to p99 with their intervals, and p99/p50 with an interval that holds at ``level``.
     """
-    wide = (1 + level) / 2  # each end of p99/p50 at (1 + level) / 2: the ratio's holds at level
-    sizes = np.maximum(done, 1)
-    value, low, high = sorted_quantiles(ordered, starts, sizes, np.array(QUANTILES), 1 - level)
-    _, low2, high2 = sorted_quantiles(ordered, starts, sizes, np.array([0.5, 0.99]), 1 - wide)
-    for i, g in enumerate(described):
-        if g.censored:
-            # Kaplan-Meier, which counts a cut call as "longer than its cut"
-            latency, cut = samples[i]
-            est = empirical_quantiles(latency, qs=QUANTILES, level=level, censored_at_s=cut)
-            value[i] = [e.value for e in est]
-            low[i], high[i] = [e.interval.low for e in est], [e.interval.high for e in est]
-            est = empirical_quantiles(latency, qs=(0.5, 0.99), level=wide, censored_at_s=cut)
-            low2[i], high2[i] = [e.interval.low for e in est], [e.interval.high for e in est]
+    value, low, high, low2, high2 = stats.value, stats.low, stats.high, stats.low2, stats.high2
     columns: dict[str, _Array] = {}
     for j, q in enumerate(QUANTILES):
         columns |= _interval_columns(f"{_NAMES[q]}_s", value[:, j], low[:, j], high[:, j])
@@ -344,10 +313,9 @@ def _fit_columns(
     notes: list[str | None] = []
     for g, (latency, cut), gof, mix in zip(described, samples, gofs, mixes, strict=True):
         note = None
-        if cut is None and np.ptp(latency) > 0.0:
-            # uncensored: closed form, the mean and population sd of log latency
-            y = np.log(latency)
-            mu, sigma = float(np.mean(y)), float(np.std(y))
+        if not g.censored and g.agg["event_max"] > g.agg["event_min"]:
+            # uncensored: closed form on every call, the mean and population sd of log latency
+            mu, sigma = float(g.agg["log_mean"]), float(g.agg["log_sd"])
         else:
             # censored (the censored MLE), or no spread: a note says why when there is no estimate
             fit = fit_lognormal(latency, censored_at_s=cut, level=level)

@@ -1,33 +1,34 @@
 """
 Would a fresh attempt escape a route's tail? Per route: transient, work, mixed or unknown.
 
-The table's groups (a route's token buckets) hand their calls to a `RouteAccumulator`; once
-every group is in, `judge` gives each route one `tail_kind` verdict over all its calls, with
-the evidence from repeat attempts the store holds (`hedges_sql`), and `verdicts` gives each of
-its rows its ``transient`` flag from that verdict.
+The table's groups (a route's token buckets) hand their rows to a `RouteAccumulator`; `judge`
+gives each route one `tail_kind` verdict over a seeded sample of its calls drawn in DuckDB (all
+of them up to `MAX_ROUTE_CALLS`), with the evidence from repeat attempts the store holds
+(`hedges_sql`), and `verdicts` gives each of its rows its ``transient`` flag from that verdict.
+The sample is uniform over the route's calls, so its shares are the route's; the clustering
+test sees the sampled calls' start times (a uniform thinning keeps a Poisson stream Poisson
+and a clustered one over-dispersed).
 """
 
 from __future__ import annotations
 
 import math
 
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
+from tailkit._stats._samples import Calls
 from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_kind
 
 
-MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded subsample
-_Array = npt.NDArray[np.float64]
-_FIELDS = ("total_s", "cut_s", "output_tokens", "input_tokens", "started_s", "ttft_s")
+MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded sample
 
 
 class RouteAccumulator:
     """
-    Collects, per route (the first ``n_route_keys`` of a group's key), its rows and calls.
+    Collects, per route (the first ``n_route_keys`` of a group's key), its rows.
     """
 
     def __init__(self, n_route_keys: int, *, window_s: float, level: float) -> None:
@@ -35,32 +36,36 @@ class RouteAccumulator:
         self._window_s = window_s
         self._level = level
         self._rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        self._calls: dict[tuple[Any, ...], list[tuple[_Array, ...]]] = {}
+        self._ids: dict[tuple[Any, ...], int] = {}
         self._kinds: dict[tuple[Any, ...], TailKind] = {}
 
-    def add(self, key: tuple[Any, ...], row: dict[str, Any], calls: tuple[_Array, ...]) -> None:
+    def add(self, key: tuple[Any, ...], row: dict[str, Any], route_id: int) -> None:
         """
-        Record one group: its row and its calls' columns, in the order of ``_FIELDS``.
+        Record one group's row; ``route_id`` is its route's id in the route samples.
         """
         route = key[: self._n]
         self._rows.setdefault(route, []).append(row)
-        self._calls.setdefault(route, []).append(calls)
+        self._ids[route] = route_id
 
-    def judge(self, hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None) -> None:
+    def judge(
+        self,
+        calls: Mapping[int, Calls],
+        hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None,
+    ) -> None:
         """
-        Decide every route's tail kind, once all its calls are in.
+        Decide every route's tail kind from its sample of calls.
 
         Args:
+            calls: Per route id, a seeded sample of the route's finished and cut calls.
             hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
         """
-        for route, parts in self._calls.items():
-            columns = [np.concatenate([p[i] for p in parts]) for i in range(len(_FIELDS))]
-            columns = _subsample(columns)
+        for route, route_id in self._ids.items():
+            c = calls.get(route_id, Calls.empty())
             pair = (hedges or {}).get(route)
             evidence = hedge_evidence(*pair, level=self._level) if pair else None
             self._kinds[route] = tail_kind(
-                columns[0], censored_at_s=columns[1], output_tokens=columns[2],
-                input_tokens=columns[3], started_at_s=columns[4], ttft_s=columns[5],
+                c.total_s, censored_at_s=c.cut_s, output_tokens=c.output_tokens,
+                input_tokens=c.input_tokens, started_at_s=c.started_s, ttft_s=c.ttft_s,
                 hedges=evidence, window_s=self._window_s, level=self._level,
             )  # fmt: skip
 
@@ -80,14 +85,6 @@ class RouteAccumulator:
             return pl.DataFrame()
         frame = pl.DataFrame(out, infer_schema_length=None)
         return frame.with_columns(pl.col("transient").cast(pl.Boolean))
-
-
-def _subsample(columns: list[_Array]) -> list[_Array]:
-    n = columns[0].size
-    if n <= MAX_ROUTE_CALLS:
-        return columns
-    keep = np.sort(np.random.default_rng(0).choice(n, size=MAX_ROUTE_CALLS, replace=False))
-    return [c[keep] for c in columns]
 
 
 def _row_transient(verdict: TailKind, row: dict[str, Any]) -> bool | None:

@@ -9,6 +9,7 @@ from tailkit.fit._gof import FamilyFit as FamilyFit
 from tailkit.fit._gof import GoodnessOfFit as GoodnessOfFit
 from tailkit.fit._gof import goodness_of_fit as goodness_of_fit
 from tailkit.fit._gof import goodness_of_fit_many as goodness_of_fit_many
+from tailkit.fit._km_stream import KaplanMeierStream as KaplanMeierStream
 from tailkit.fit._lognormal import LognormalFit as LognormalFit
 from tailkit.fit._lognormal import fit_lognormal as fit_lognormal
 from tailkit.fit._lognormal import fit_lognormal_moments as fit_lognormal_moments
@@ -20,6 +21,7 @@ from tailkit.fit._phase import TokenRate as TokenRate
 from tailkit.fit._phase import phase_split as phase_split
 from tailkit.fit._phase import project_finish_s as project_finish_s
 from tailkit.fit._phase import token_rate as token_rate
+from tailkit.fit._quantiles import OrderStatisticRanks as OrderStatisticRanks
 from tailkit.fit._quantiles import QuantileEstimate as QuantileEstimate
 from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
@@ -48,7 +50,9 @@ __all__ = [
     "GoodnessOfFit",
     "HedgeEvidence",
     "Interval",
+    "KaplanMeierStream",
     "LognormalFit",
+    "OrderStatisticRanks",
     "PhaseSplit",
     "QuantileEstimate",
     "ResidualTail",

@@ -142,6 +142,79 @@ def _order_statistic_quantiles(
     return value[0], low[0], high[0]
 
 
+@dataclass(frozen=True, slots=True)
+class OrderStatisticRanks:
+    """
+    Which order statistics of ``n`` sorted calls give each quantile and its interval.
+
+    Arrays of shape (samples, q). 0-based indexes into each sorted sample: ``below`` and
+    ``above`` bracket the type-7 point estimate, which is ``gamma`` of the way from one to the
+    other; ``low`` and ``high`` are the interval's ends, -1 (``low``) or ``n`` (``high``) when
+    the sample cannot bound that side. Every index is in ``0 .. n - 1`` otherwise.
+    """
+
+    n: NDArray[np.int64]
+    below: NDArray[np.int64]
+    above: NDArray[np.int64]
+    gamma: NDArray[np.float64]
+    low: NDArray[np.int64]
+    high: NDArray[np.int64]
+
+    @classmethod
+    def of(
+        cls, sizes: NDArray[np.int64], q: NDArray[np.float64], alpha: float
+    ) -> OrderStatisticRanks:
+        """
+        The ranks for samples of ``sizes`` calls (none empty), quantiles ``q``, level 1 - alpha.
+        """
+        # Hahn & Meeker (1991, §5.2): with B ~ Binomial(n, q) the number of calls at or below
+        # the true q-quantile xi, P(x_(l) <= xi < x_(u)) = P(l <= B <= u - 1) for continuous
+        # latency. Taking l = the alpha/2 binomial quantile and u = 1 + the (1 - alpha/2)
+        # quantile makes each tail miss with probability at most alpha/2, so the coverage is at
+        # least 1 - alpha whatever the distribution. Ranks outside 1..n mean the sample cannot
+        # bound that side. The same ranks come out of
+        # scipy.stats.quantile_test(...).confidence_interval(), but this way the ranks of all
+        # samples and q are one array call.
+        from scipy import stats
+
+        n = np.asarray(sizes, dtype=np.int64)[:, None]
+        at = (n - 1) * q[None, :]
+        below = np.floor(at)
+        gamma = at - below
+        low_rank = np.asarray(stats.binom.ppf(alpha / 2.0, n, q), dtype=np.int64)
+        high_rank = _upper_rank(n, q, alpha)
+        return cls(
+            n=np.broadcast_to(n, gamma.shape).copy(),
+            below=below.astype(np.int64),
+            above=np.minimum(below.astype(np.int64) + 1, n - 1),
+            gamma=gamma,
+            low=np.where(low_rank >= 1, np.clip(low_rank - 1, 0, n - 1), -1),
+            high=np.where(high_rank <= n, np.clip(high_rank - 1, 0, n - 1), n),
+        )
+
+    def quantiles(
+        self,
+        x_below: NDArray[np.float64],
+        x_above: NDArray[np.float64],
+        x_low: NDArray[np.float64],
+        x_high: NDArray[np.float64],
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """
+        Value, low and high from the order statistics at ``below``, ``above``, ``low``, ``high``.
+
+        Entries of ``x_low`` / ``x_high`` where the side is unbounded are ignored.
+        """
+        # At tiny n or low levels the rank interval can miss the type-7 point estimate (which
+        # interpolates between neighbours); it is widened to contain it. The point estimate is
+        # numpy's default "linear" = type 7 = DuckDB quantile_cont, computed as numpy does.
+        gamma = self.gamma
+        diff = x_above - x_below
+        value = np.where(gamma >= 0.5, x_above - diff * (1.0 - gamma), x_below + diff * gamma)
+        low = np.where(self.low >= 0, x_low, 0.0)
+        high = np.where(self.high < self.n, x_high, math.inf)
+        return value, np.minimum(low, value), np.maximum(high, value)
+
+
 def sorted_quantiles(
     x: NDArray[np.float64],
     starts: NDArray[np.int64],
@@ -153,32 +226,15 @@ def sorted_quantiles(
     Order-statistic quantiles of many sorted samples: value, low and high, each (samples, q).
 
     Sample ``i`` is ``x[starts[i] : starts[i] + sizes[i]]``, sorted ascending, none empty.
+    The ranks are `OrderStatisticRanks` (np.quantile would partition every sample again).
     """
-    # Hahn & Meeker (1991, §5.2): with B ~ Binomial(n, q) the number of calls at or below the
-    # true q-quantile xi, P(x_(l) <= xi < x_(u)) = P(l <= B <= u - 1) for continuous latency.
-    # Taking l = the alpha/2 binomial quantile and u = 1 + the (1 - alpha/2) quantile makes each
-    # tail miss with probability at most alpha/2, so the coverage is at least 1 - alpha whatever
-    # the distribution. Ranks outside 1..n mean the sample cannot bound that side. The same
-    # ranks come out of scipy.stats.quantile_test(...).confidence_interval(), but this way the
-    # ranks of all samples and q are one array call. At tiny n or low levels the rank interval
-    # can miss the type-7 point estimate (which interpolates between neighbours); it is widened
-    # to contain it. The point estimate is numpy's default "linear" = type 7 = DuckDB
-    # quantile_cont, computed as numpy does (np.quantile would partition every sample again).
-    from scipy import stats
+    ranks = OrderStatisticRanks.of(sizes, q, alpha)
+    first = starts[:, None]
 
-    n, first = sizes[:, None], starts[:, None]
-    at = (n - 1) * q[None, :]
-    below = np.floor(at)
-    gamma = at - below
-    lo = x[first + below.astype(np.int64)]
-    hi = x[first + np.minimum(below.astype(np.int64) + 1, n - 1)]
-    diff = hi - lo
-    value = np.where(gamma >= 0.5, hi - diff * (1.0 - gamma), lo + diff * gamma)
-    low_rank = np.asarray(stats.binom.ppf(alpha / 2.0, n, q), dtype=np.int64)
-    high_rank = _upper_rank(n, q, alpha)
-    low = np.where(low_rank >= 1, x[first + np.clip(low_rank - 1, 0, n - 1)], 0.0)
-    high = np.where(high_rank <= n, x[first + np.clip(high_rank - 1, 0, n - 1)], math.inf)
-    return value, np.minimum(low, value), np.maximum(high, value)
+    def at(index: NDArray[np.int64]) -> NDArray[np.float64]:
+        return x[first + np.clip(index, 0, ranks.n - 1)]
+
+    return ranks.quantiles(at(ranks.below), at(ranks.above), at(ranks.low), at(ranks.high))
 
 
 def _first_at_or_below(

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from tailkit.errors import QueryError
+
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tailkit.store._store import Store
 
 
 # The fields that tell one call from another, hashed for the draw: not where it was read from
@@ -124,3 +135,16 @@ def group_sample_sql(
         f"FROM ({kept})"
     )
     return f"SELECT * EXCLUDE ({_HASH}, {_RANK}, {_GROUP}) FROM ({ranked}) WHERE {_RANK} <= {size}"
+
+
+def record_batches(store: Store, sql: str, *, rows: int) -> Iterator[pa.RecordBatch]:
+    """
+    The result of ``sql`` as Arrow record batches of at most ``rows`` rows, read as they come.
+
+    Raises:
+        QueryError: DuckDB refused the query; the message is DuckDB's first line.
+    """
+    try:
+        yield from store.relation(sql).to_arrow_reader(rows)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).strip().splitlines()[0]) from exc

@@ -1,0 +1,167 @@
+"""
+Exact quantiles and intervals of every group from its sorted latencies, read in chunks.
+
+DuckDB sorts each group's distinct latencies and cut ages (`times_sql`, out of core under its
+memory limit) and hands them over in chunks of at most `CHUNK_ROWS` rows; Python keeps per
+group only a running count (the order statistics) or a running product and sum (Kaplan-Meier,
+see `KaplanMeierStream`). So memory holds one chunk and a few numbers per group, whatever the
+number of calls, and the numbers are those of `tailkit.fit.sorted_quantiles` /
+`empirical_quantiles` on the whole arrays, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tailkit._stats._query import QUANTILES, TableQuery, times_sql
+from tailkit.fit import KaplanMeierStream, OrderStatisticRanks
+from tailkit.store import Store
+from tailkit.store._sample import record_batches
+
+
+CHUNK_ROWS = 1 << 18  # distinct times per chunk: 256 Ki rows, 6 MiB of columns
+_Array = npt.NDArray[np.float64]
+_Q = np.array(QUANTILES)
+_Q2 = np.array([0.5, 0.99])  # each end of p99/p50
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTimes:
+    """
+    What the stream needs to know of a group before reading it.
+
+    Args:
+        gid: The group's id (`group_id_sql`).
+        events: Finished latencies (`EVENT`), the order statistics' n.
+        cuts: Finite cut ages (`CUT`); with any, the group's quantiles are Kaplan-Meier's.
+    """
+
+    gid: int
+    events: int
+    cuts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """
+    Quantiles per group (rows) and quantile (columns).
+
+    ``value``, ``low`` and ``high`` at ``level`` for `QUANTILES`; ``low2`` and ``high2`` at
+    ``(1 + level) / 2`` for p50 and p99 (the ends of p99/p50).
+    """
+
+    value: _Array
+    low: _Array
+    high: _Array
+    low2: _Array
+    high2: _Array
+
+
+class _Ranks:
+    """
+    Strictly private: the order statistics an uncensored group needs, filled in as they pass.
+    """
+
+    def __init__(self, n: int, level: float) -> None:
+        wide = (1.0 + level) / 2.0
+        sizes = np.array([max(n, 1)], dtype=np.int64)
+        self.main = OrderStatisticRanks.of(sizes, _Q, 1.0 - level)
+        self.wide = OrderStatisticRanks.of(sizes, _Q2, 1.0 - wide)
+        wanted = [
+            r.ravel() for x in (self.main, self.wide) for r in (x.below, x.above, x.low, x.high)
+        ]
+        self.index = np.unique(np.concatenate(wanted))
+        self.value = np.full(self.index.size, math.nan)
+        self.seen = 0
+
+    def add(self, times: _Array, events: npt.NDArray[np.int64]) -> None:
+        # The k-th latency (0-based) is the first distinct time whose running count exceeds k.
+        upto = self.seen + np.cumsum(events)
+        where = np.searchsorted(upto, self.index, side="right")
+        hit = (where < times.size) & (self.index >= self.seen)
+        self.value[hit] = times[where[hit]]
+        self.seen = int(upto[-1])
+
+    def at(self, index: npt.NDArray[np.int64]) -> _Array:
+        spot = np.searchsorted(self.index, index)
+        return self.value[np.clip(spot, 0, self.index.size - 1)]
+
+    def quantiles(self, ranks: OrderStatisticRanks) -> tuple[_Array, _Array, _Array]:
+        v, lo, hi = ranks.quantiles(
+            self.at(ranks.below), self.at(ranks.above), self.at(ranks.low), self.at(ranks.high)
+        )
+        return v[0], lo[0], hi[0]
+
+
+def sorted_statistics(
+    store: Store, query: TableQuery, groups: Sequence[GroupTimes], *, level: float
+) -> Quantiles:
+    """
+    Each group's quantiles with their intervals, in the order of ``groups``.
+
+    A group without cut calls gets the order statistics (`OrderStatisticRanks`), one with cut
+    calls Kaplan-Meier (`KaplanMeierStream`), as `empirical_quantiles` chooses.
+
+    Raises:
+        QueryError: DuckDB refused the query.
+    """
+    k = len(groups)
+    out = Quantiles(*(np.full((k, size), math.nan) for size in (4, 4, 4, 2, 2)))
+    if not k:
+        return out
+    wide = (1.0 + level) / 2.0
+    order = np.argsort(np.array([g.gid for g in groups], dtype=np.uint64), kind="stable")
+    gids = np.array([groups[i].gid for i in order], dtype=np.uint64)
+    states: list[_Ranks | tuple[KaplanMeierStream, KaplanMeierStream]] = []
+    for i in order:
+        g = groups[i]
+        total = g.events + g.cuts
+        if g.cuts:
+            states.append(
+                (KaplanMeierStream(total, _Q, level), KaplanMeierStream(total, _Q2, wide))
+            )
+        else:
+            states.append(_Ranks(g.events, level))
+    for chunk in _chunks(store, times_sql(query, gids.tolist())):
+        gid, t, d, c = chunk
+        where = np.searchsorted(gids, gid)
+        bounds = np.flatnonzero(np.diff(where)) + 1
+        for start, stop in zip(
+            np.concatenate([[0], bounds]), np.concatenate([bounds, [where.size]]), strict=True
+        ):
+            state = states[int(where[start])]
+            part = slice(int(start), int(stop))
+            if isinstance(state, _Ranks):
+                state.add(t[part], d[part])
+            else:
+                state[0].add(t[part], d[part], c[part])
+                state[1].add(t[part], d[part], c[part])
+    for state, i in zip(states, order.tolist(), strict=True):
+        if isinstance(state, _Ranks):
+            out.value[i], out.low[i], out.high[i] = state.quantiles(state.main)
+            _, out.low2[i], out.high2[i] = state.quantiles(state.wide)
+        else:
+            out.value[i], out.low[i], out.high[i] = state[0].quantiles()
+            _, out.low2[i], out.high2[i] = state[1].quantiles()
+    return out
+
+
+_Chunk = tuple[npt.NDArray[np.uint64], _Array, npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+def _chunks(store: Store, sql: str) -> Iterator[_Chunk]:
+    """
+    The rows of ``sql`` (``_gid``, ``t``, ``d``, ``c``) as numpy columns, one chunk at a time.
+    """
+    for batch in record_batches(store, sql, rows=CHUNK_ROWS):
+        if batch.num_rows:
+            gid, t, d, c = (
+                np.asarray(batch.column(i).to_numpy(zero_copy_only=False)) for i in range(4)
+            )
+            yield gid, t, d, c
