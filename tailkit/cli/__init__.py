@@ -18,6 +18,7 @@ from tailkit.cli._common import (
     InputEdges,
     JsonOption,
     MapOption,
+    MemoryLimitOption,
     OutputEdges,
     SetOption,
     SetOverOption,
@@ -100,6 +101,7 @@ def ingest(
         bool, typer.Option("--quiet", "-q", help="Print the totals line only, no store summary.")
     ] = False,
     as_json: JsonOption = False,
+    memory_limit: MemoryLimitOption = None,
 ) -> None:
     """
     Load call logs into the store and print what was stored.
@@ -128,7 +130,7 @@ def ingest(
     )
     buckets = buckets_of(input_edges, output_edges)
     try:
-        with Store.open(db) as store:
+        with Store.open(db, memory_limit=memory_limit) as store:
             files, _ = expand_paths(paths)
             total = sum(f.stat().st_size for f in files)
             with IngestProgress(store, total, enabled=not as_json) as progress:
@@ -239,9 +241,35 @@ def _names(text: str, flag: str) -> tuple[str, ...]:
     return names
 
 
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="NAME",
+        help="With --source: auto, or a format name (ingest --list-formats).",
+    ),
+]
+
+
 @app.command()
 def stats(
+    ctx: typer.Context,
     db: DbOption = DEFAULT_DB,
+    source: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source",
+            metavar="GLOB",
+            help="Read these files, folders or globs in place instead of a store (repeatable); "
+            "not with --db.",
+        ),
+    ] = None,
+    format: FormatOption = "auto",
+    map_: MapOption = None,
+    set_: SetOption = None,
+    set_over: SetOverOption = None,
+    status_map: StatusMapOption = None,
+    unit: UnitOption = None,
     by: Annotated[
         str,
         typer.Option(
@@ -269,6 +297,22 @@ def stats(
         Path | None,
         typer.Option("--parquet", metavar="FILE", help="Write the table to this Parquet file."),
     ] = None,
+    approx: Annotated[
+        bool,
+        typer.Option(
+            "--approx", help="Approximate quantiles (DuckDB's), each with its measured error."
+        ),
+    ] = False,
+    approx_above: Annotated[
+        int | None,
+        typer.Option(
+            "--approx-above",
+            metavar="N",
+            min=0,
+            help="Approximate quantiles when the selected calls are more than N.",
+        ),
+    ] = None,
+    memory_limit: MemoryLimitOption = None,
 ) -> None:
     """
     Show where the latency tail is, per group and token bucket, with intervals and fits.
@@ -281,14 +325,31 @@ def stats(
     size explains, the share of spread size explains, slow spells in time, and how often
     hedges or retries of slow calls finished fast. --json carries it all under "verdicts".
 
+    --source reads log files where they are (Parquet out of core) instead of a store, with
+    --format/--map/--set/--unit as for ingest; rows ingest would reject are left out and
+    counted on stderr. --approx (or --approx-above N calls) computes quantiles approximately.
+
     Example:
 
         tailkit stats --by provider,model --bucket output --where "step = 'draft'"
+
+        tailkit stats --source 'logs/*.parquet' --set provider=openai --memory-limit 2GB
     """
     from rich.console import Console
 
     from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
+    from tailkit.cli._stats_source import (
+        approx_arguments,
+        check_source_options,
+        rejects_line,
+        selected_calls,
+        stats_store,
+    )
+
+    check_source_options(ctx, source)
+    reading = {"format": format, "map_": map_, "set_": set_, "set_over": set_over,
+               "status_map": status_map, "unit": unit}  # fmt: skip
 
     if min_calls is not None:
         fail(
@@ -299,8 +360,16 @@ def stats(
     bucket_names = ("input", "output") if bucket.strip() == "both" else _names(bucket, "--bucket")
     try:
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
-        with Store.open(db, read_only=True) as store:
-            report = tail_report(store, query, min_group=min_group)
+        with stats_store(
+            db=db, source=source, memory_limit=memory_limit, reading=reading,
+            progress=not (as_json or as_csv or parquet),
+        ) as (store, read):  # fmt: skip
+            if read is not None and (line := rejects_line(read)):
+                typer.echo(line, err=True)
+            extra = approx_arguments(tail_report, approx=approx, approx_above=approx_above)
+            if approx_above is not None and not approx:
+                extra["approx"] = selected_calls(store, where, read) > approx_above
+            report = tail_report(store, query, min_group=min_group, **extra)
     except QueryError as exc:
         fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
     except TailkitError as exc:

@@ -16,6 +16,15 @@ from tailkit.record import Buckets
 DbOption = Annotated[
     Path, typer.Option("--db", metavar="FILE", help="The DuckDB store file.", show_default=True)
 ]
+MemoryLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-limit",
+        metavar="SIZE",
+        help="Cap DuckDB's memory, e.g. 2GB; beyond it DuckDB spills to disk "
+        "(default: DuckDB's, 80% of RAM).",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 InputEdges = Annotated[
     str | None,

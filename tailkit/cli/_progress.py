@@ -1,5 +1,9 @@
 """
 A rich progress bar for long ingests, fed by ingest events and DuckDB's query progress.
+
+Inside a file the bar follows DuckDB's progress of the statement that is running (the read,
+then the steps that settle its rows), never moving back; it is drawn on stderr, and only when
+stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -25,21 +29,26 @@ class IngestProgress:
     Draws one bar over all bytes to read; inside a big file it follows DuckDB's progress.
     """
 
-    def __init__(self, store: Store, total_bytes: int, *, enabled: bool) -> None:
+    def __init__(
+        self, store: Store, total_bytes: int, *, enabled: bool, verb: str = "ingest"
+    ) -> None:
         self._store = store
+        self._verb = verb
         self._done_bytes = 0
         self._file_bytes = 0
+        self._shown = 0
         self._stop = threading.Event()
+        console = Console(stderr=True)
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             DownloadColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=console,
             transient=True,
-            disable=not enabled or total_bytes < _BIG_BYTES,
+            disable=not enabled or not console.is_terminal or total_bytes < _BIG_BYTES,
         )
-        self._task = self._bar.add_task("ingest", total=total_bytes)
+        self._task = self._bar.add_task(verb, total=total_bytes)
         self._poller = threading.Thread(target=self._poll, daemon=True)
 
     def __enter__(self) -> IngestProgress:
@@ -65,14 +74,16 @@ class IngestProgress:
                 continue
             if pct >= 0:
                 done = self._done_bytes + int(self._file_bytes * min(pct, 100.0) / 100.0)
-                self._bar.update(self._task, completed=done)
+                # Each statement starts again from 0%: the bar only moves forward.
+                self._shown = max(self._shown, done)
+                self._bar.update(self._task, completed=self._shown)
 
     def start(self, path: Path, size_bytes: int) -> None:
         """
         A file is about to be read.
         """
         self._file_bytes = size_bytes
-        self._bar.update(self._task, description=f"ingest {path.name}")
+        self._bar.update(self._task, description=f"{self._verb} {path.name}")
 
     def finish(self, result: FileResult | None, error: IngestError | None) -> None:
         """
@@ -81,4 +92,5 @@ class IngestProgress:
         del result, error
         self._done_bytes += self._file_bytes
         self._file_bytes = 0
+        self._shown = self._done_bytes
         self._bar.update(self._task, completed=self._done_bytes)

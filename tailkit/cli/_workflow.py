@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
+from tailkit.cli._common import (
+    DbOption,
+    InputEdges,
+    JsonOption,
+    MemoryLimitOption,
+    OutputEdges,
+    buckets_of,
+    fail,
+)
 from tailkit.errors import TailkitError
 from tailkit.store import DEFAULT_DB, Store
 
@@ -138,6 +146,7 @@ def calibrate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
+    memory_limit: MemoryLimitOption = None,
     quiet: Annotated[
         bool,
         typer.Option("--quiet", "-q", help="Print nothing but errors and warnings (stderr)."),
@@ -166,7 +175,7 @@ def calibrate(
     try:
         plan = load_plan(workflow)
         with (
-            Store.open(db, read_only=True) as store,
+            Store.open(db, read_only=True, memory_limit=memory_limit) as store,
             _SearchProgress(enabled=not (as_json or quiet)) as bar,
         ):
             found = run_calibration(
@@ -225,6 +234,7 @@ def simulate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
+    memory_limit: MemoryLimitOption = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print the plan's line only, no table.")
     ] = False,
@@ -247,7 +257,7 @@ def simulate(
     try:
         check_run_count(runs, name="--runs")
         plan = with_overrides(load_plan(plan_file), deadline_s=deadline, budget=budget)
-        with Store.open(db, read_only=True) as store:
+        with Store.open(db, read_only=True, memory_limit=memory_limit) as store:
             samples = load_samples(
                 store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency
             )

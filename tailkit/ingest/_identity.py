@@ -118,7 +118,7 @@ def source_identity(path: Path) -> str:
 
 
 def settle_identity(
-    store: Store, ingest_id: int, *, had_calls: bool, bad_rows: str
+    store: Store, ingest_id: int, *, had_calls: bool, bad_rows: str, ids_derived: bool = False
 ) -> tuple[int, int]:
     """
     Delete this ingest's duplicates and move its conflicting rows into ``bad_rows``.
@@ -127,13 +127,17 @@ def settle_identity(
     the rows before them in the same file. Both steps are set-based: one join marks each
     matched row as equal or not (booleans, cheap for millions of duplicates), and only the
     conflicts, usually few, get their message. The second step runs only when some scoped id
-    repeats within the file, which 64-bit hashes tell cheaply.
+    repeats within the file: never when every id was derived (`derive_ids` numbers equal rows
+    apart), else when two neighbours are equal in the sorted 64-bit hashes of the scoped ids
+    (a sort spills to disk and runs in parallel; a hash table of every id would not).
 
     Args:
         store: The store, inside the ingest's transaction; every row of this ingest in
             ``calls`` is a good row with its ``call_id``.
         ingest_id: This ingest.
         had_calls: Whether ``calls`` held any row before this ingest.
+        ids_derived: Every row's ``call_id`` was derived from its content (the source has no
+            ids), so none repeats within the file.
         bad_rows: A temporary table ``(ingest_id, source_file, source_row, reason, detail,
             raw)`` that receives the conflicting rows.
 
@@ -152,8 +156,13 @@ def settle_identity(
         d, c = _settle(store, bad_rows, ingest_id, "already stored from")
         duplicates, conflicts = duplicates + d, conflicts + c
     scope = ", ".join(_SCOPE)
-    repeats = store.fetchone(
-        f"SELECT count(*) - count(DISTINCT hash({scope})) FROM calls WHERE {this}"
+    repeats = (
+        None
+        if ids_derived
+        else store.fetchone(
+            f"SELECT count(*) FROM (SELECT h = lag(h) OVER (ORDER BY h) AS same FROM "
+            f"(SELECT hash({scope}) AS h FROM calls WHERE {this})) WHERE same"
+        )
     )
     if repeats and repeats[0]:
         _collect(

@@ -151,11 +151,16 @@ class FileLoad:
         previous = store.find_ingest(content, self.options_json)
         if previous is not None:
             raise self._again(previous, ingest_id, rows_in)
+        # Derived ids never repeat within a file: then there is no repeat to look for.
+        ids_derived = not store.fetchall(
+            f"SELECT 1 FROM calls WHERE {this} AND call_id IS NOT NULL LIMIT 1"
+        )
         derive_ids(store, ingest_id, source=source_identity(self.path), good=f"status <> {_REJECT}")
         self._set_aside_bad_rows(ingest_id)
         duplicates, conflicts = settle_identity(
-            store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS
-        )
+            store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS,
+            ids_derived=ids_derived,
+        )  # fmt: skip
         if strict and conflicts:
             self._refuse_strict(f"SELECT * FROM {_BAD_ROWS} WHERE reason = '{CONFLICT}'", conflicts)
         rejected = marked + reader_rejects + conflicts
@@ -299,12 +304,7 @@ class FileLoad:
             f"SELECT median(total_s) FROM (SELECT total_s FROM calls WHERE {this} "
             f"AND status <> {_REJECT} LIMIT 100000)"
         )
-        if median and median[0] is not None and median[0] > _MS_LOOKING_MEDIAN_S:
-            msg = (
-                f"{self.path}: total_s values look like milliseconds (median {median[0]:,.0f}); "
-                "pass --unit ms, or --unit s if they really are seconds"
-            )
-            raise UnitError(msg)
+        check_median(self.path, median[0] if median else None)
 
     def _bad_rows_sql(self, ingest_id: int) -> str:
         return (
@@ -363,6 +363,21 @@ class FileLoad:
                 f"WHERE rejects.{this} AND rejects.source_row = l.record"
             )
         return moved
+
+
+def check_median(path: Path, median: float | None) -> None:
+    """
+    Refuse a file whose median ``total_s`` (of its first good rows) looks like milliseconds.
+
+    Raises:
+        UnitError: The median is above 1,000 seconds.
+    """
+    if median is not None and median > _MS_LOOKING_MEDIAN_S:
+        msg = (
+            f"{path}: total_s values look like milliseconds (median {median:,.0f}); "
+            "pass --unit ms, or --unit s if they really are seconds"
+        )
+        raise UnitError(msg)
 
 
 def _one(store: Store, sql: str) -> int:

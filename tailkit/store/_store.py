@@ -74,6 +74,22 @@ def calls_with_buckets_sql(buckets: Buckets | None = None, *, where: str | None 
     )
 
 
+def _set_memory_limit(con: duckdb.DuckDBPyConnection, memory_limit: str) -> None:
+    """
+    Set DuckDB's memory limit, or close the connection and say what a size looks like.
+    """
+    try:
+        con.execute(f"SET memory_limit = '{memory_limit.strip().replace(chr(39), '')}'")
+    except duckdb.Error as exc:
+        con.close()
+        first = str(exc).strip().splitlines()[0]
+        msg = (
+            f"memory limit {memory_limit!r} is not a size DuckDB understands ({first}); "
+            "give a number and a unit, e.g. --memory-limit 2GB or 512MB"
+        )
+        raise StoreError(msg) from None
+
+
 class Store:
     """
     A tailkit store: one DuckDB file (default ``./tailkit.duckdb``).
@@ -86,16 +102,26 @@ class Store:
         self.path = path
 
     @classmethod
-    def open(cls, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> Store:
+    def open(
+        cls,
+        path: str | Path = DEFAULT_DB,
+        *,
+        read_only: bool = False,
+        memory_limit: str | None = None,
+    ) -> Store:
         """
         Open a store, creating it (or migrating an older schema) as needed.
 
         Args:
             path: The DuckDB file; ``":memory:"`` for a throwaway store.
             read_only: Open without write access; the file must exist.
+            memory_limit: DuckDB's ``memory_limit`` for this connection, e.g. ``"2GB"``; beyond
+                it DuckDB spills to its temporary directory. ``None``: DuckDB's default (80%
+                of the machine's memory).
 
         Raises:
-            StoreError: The file is missing (read-only), not a DuckDB file, or not a tailkit store.
+            StoreError: The file is missing (read-only), not a DuckDB file, not a tailkit
+                store, or ``memory_limit`` is not a size.
             StoreVersionError: The file was written by a newer tailkit.
         """
         path = Path(path)
@@ -109,6 +135,8 @@ class Store:
             msg = f"cannot open {path} as a DuckDB store: {first}"
             raise StoreError(msg) from None
         con.execute("SET TimeZone = 'UTC'")
+        if memory_limit is not None:
+            _set_memory_limit(con, memory_limit)
         # Progress is tracked (for query_progress) but never printed over the caller's output.
         try:
             con.execute("SET enable_progress_bar = true")

@@ -1,0 +1,307 @@
+"""
+Query call logs in place: a store whose ``calls`` is a view over the files themselves.
+
+``tailkit stats --source 'logs/*.parquet'`` reads logs that already live in a data lake without
+copying them into a store. Each file is detected, mapped and validated exactly as ingest would
+(the same scan SQL, the same ``--map`` / ``--set`` / ``--unit``), and an in-memory store gets a
+``calls`` VIEW that is the union of the files' good rows. Every query on it reads the files
+again, out of core: DuckDB streams Parquet by row group and spills what does not fit in its
+``memory_limit``.
+
+One counting pass per file, before the view exists, does what ingest does while it stores:
+it finds the rows that would be rejected (by reason), refuses a file whose durations look
+like milliseconds, and makes sure the fast reader reads the whole file (else the view uses the
+forgiving reader, as ingest falls back to it). What the view does not do is ingest's identity
+work: rows are taken as they are, so a call logged twice counts twice (``tailkit ingest``
+keeps one), and there are no derived call ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailkit.errors import IngestError, InputFileError, QueryError
+from tailkit.formats import (
+    FORMATS,
+    REJECT_STATUS,
+    Detected,
+    Scan,
+    ScanOptions,
+    check_options,
+    detect_format,
+    literal,
+    read_head,
+)
+from tailkit.formats._paths import sql_path
+from tailkit.ingest._ingest import Progress, _check_forced, _real_name
+from tailkit.ingest._load import check_median
+from tailkit.ingest._long_lines import TOO_LONG, is_too_long_error
+from tailkit.ingest._paths import expand_paths
+from tailkit.record import CALL_COLUMNS, SOURCE_COLUMNS
+from tailkit.store import Store
+
+
+_REJECT = literal(REJECT_STATUS)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """
+    One file read in place: how, and how many of its rows the view leaves out.
+
+    Args:
+        path: The file.
+        format: The format it is read as (``skip`` when it is not a call log).
+        why: Why that format.
+        rows_in: Rows read.
+        rejected: Rows left out, as ingest would reject them.
+        reasons: ``rejected`` by reason.
+        notes: Phrases about how columns were mapped.
+    """
+
+    path: Path
+    format: str
+    why: str
+    rows_in: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InPlace:
+    """
+    The files behind an in-place store's ``calls`` view.
+    """
+
+    files: list[SourceFile]
+
+    @property
+    def rows_in(self) -> int:
+        """
+        Rows read over all files.
+        """
+        return sum(f.rows_in for f in self.files)
+
+    @property
+    def rejected(self) -> int:
+        """
+        Rows left out over all files.
+        """
+        return sum(f.rejected for f in self.files)
+
+    def reasons(self) -> dict[str, int]:
+        """
+        Rows left out by reason over all files, most common first.
+        """
+        out: dict[str, int] = {}
+        for f in self.files:
+            for reason, n in f.reasons.items():
+                out[reason] = out.get(reason, 0) + n
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def open_in_place(
+    paths: Iterable[str | Path],
+    *,
+    format: str = "auto",
+    options: ScanOptions | None = None,
+    memory_limit: str | None = None,
+) -> tuple[Store, InPlace]:
+    """
+    Open an in-memory store whose ``calls`` is a view over the good rows of files.
+
+    Args:
+        paths: Files, folders (searched recursively) and glob patterns, as for ingest.
+        format: ``auto`` (detect per file) or a format name.
+        options: ``--map`` / ``--set`` / ``--unit`` / ``--status-map``.
+        memory_limit: DuckDB's memory limit (see `Store.open`).
+
+    Returns:
+        The store (close it) and, per file, how many rows the view leaves out and why.
+
+    Raises:
+        IngestError: As `read_in_place`; nothing is left open.
+    """
+    store = Store.open(":memory:", memory_limit=memory_limit)
+    try:
+        files = read_in_place(store, paths, format=format, options=options)
+    except BaseException:
+        store.close()
+        raise
+    return store, files
+
+
+def read_in_place(
+    store: Store,
+    paths: Iterable[str | Path],
+    *,
+    format: str = "auto",
+    options: ScanOptions | None = None,
+    progress: Progress | None = None,
+) -> InPlace:
+    """
+    Replace the ``calls`` table of a fresh in-memory store by a view over files' good rows.
+
+    Args:
+        store: A store opened on ``":memory:"``, nothing ingested.
+        paths: Files, folders (searched recursively) and glob patterns, as for ingest.
+        format: ``auto`` (detect per file) or a format name.
+        options: ``--map`` / ``--set`` / ``--unit`` / ``--status-map``.
+        progress: Receives a start and a finish event per file's counting pass.
+
+    Returns:
+        Per file, how many rows the view leaves out and why.
+
+    Raises:
+        IngestError: An option is invalid, a path or pattern matches nothing, or a file cannot
+            be read (the message names the file and the fix).
+    """
+    options = options or ScanOptions()
+    check_options(options)
+    if format != "auto" and format not in FORMATS:
+        msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
+        raise IngestError(msg)
+    files, missing = expand_paths(paths)
+    if missing:
+        raise IngestError("; ".join(str(e) for e in missing))
+    results, parts = [], []
+    try:
+        for index, path in enumerate(files, start=1):
+            if progress:
+                progress.start(path, path.stat().st_size)
+            result, part = _source(store, path, format, options, index)
+            if progress:
+                progress.finish(None, None)
+            results.append(result)
+            if part:
+                parts.append(part)
+        if parts:
+            store.execute("DROP TABLE calls")
+            store.execute("CREATE VIEW calls AS " + " UNION ALL ".join(parts))
+    except QueryError as exc:
+        msg = f"DuckDB refused to read the files ({exc})"
+        raise IngestError(msg) from None
+    return InPlace(results)
+
+
+def _source(
+    store: Store, path: Path, format_name: str, options: ScanOptions, index: int
+) -> tuple[SourceFile, str | None]:
+    """
+    Detect, sniff and count one file; return it and its part of the view (``None``: skipped).
+    """
+    detected = _detect(path, format_name)
+    if detected.format == "skip":
+        return SourceFile(path, "skip", detected.why), None
+    fmt = FORMATS[detected.format]
+    literal_path = sql_path(str(path))
+    with _real_name(path, literal_path):
+        sniff = fmt.sniff_sql(literal_path)
+        try:
+            sniffed = store.fetchall(sniff) if sniff else []
+        except QueryError as exc:
+            msg = f"{path}: not readable as {detected.format} ({exc})"
+            raise InputFileError(msg) from None
+        scan = fmt.scan(literal_path, sniffed, options)
+        for statement in scan.setup:
+            store.execute(statement)
+        sql, counts = _count(store, path, scan)
+        if options.unit is None and not scan.units_known:
+            median = store.fetchone(
+                f"SELECT median(total_s) FROM (SELECT total_s FROM ({sql}) "
+                f"WHERE status <> {_REJECT} LIMIT 100000)"
+            )
+            check_median(path, median[0] if median else None)
+        if scan.reader_rejects_sql:
+            for reason, n in store.fetchall(
+                f"SELECT reason, count(*) FROM ({scan.reader_rejects_sql}) GROUP BY 1"
+            ):
+                counts[str(reason)] = counts.get(str(reason), 0) + int(n)
+    good = counts.pop("", 0)
+    rejected = sum(counts.values())
+    reasons = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    result = SourceFile(
+        path, detected.format, detected.why, rows_in=good + rejected, rejected=rejected,
+        reasons=reasons, notes=scan.notes,
+    )  # fmt: skip
+    return result, _view_part(sql, scan.format, path, index)
+
+
+def _detect(path: Path, format_name: str) -> Detected:
+    """
+    The format to read ``path`` as: detected, or forced with ``--format`` (as ingest decides).
+    """
+    head = read_head(path)
+    try:
+        detected = detect_format(path, head)
+    except InputFileError:
+        if format_name == "auto":
+            raise
+        return Detected(format_name, "--format")
+    if format_name == "auto" or detected.format == "skip":
+        return detected
+    _check_forced(path, format_name, detected)
+    return Detected(format_name, "--format")
+
+
+def _count(store: Store, path: Path, scan: Scan) -> tuple[str, dict[str, int]]:
+    """
+    Read the file once, counting rows by reject reason (``""``: good rows).
+
+    Returns:
+        The SQL that read the whole file (the fast reader, else the forgiving one) and the
+        counts.
+
+    Raises:
+        InputFileError: No reader could read the file.
+    """
+    tried = [scan.select_sql] + ([scan.fallback_sql] if scan.fallback_sql else [])
+    for sql in tried:
+        try:
+            # Count good and bad rows first: naming the reasons costs a JSON value per row,
+            # so only the bad rows, if any, are read again for them.
+            rows = store.fetchall(f"SELECT status = {_REJECT}, count(*) FROM ({sql}) GROUP BY 1")
+        except QueryError as exc:
+            if sql != tried[-1]:
+                continue  # the fast reader refused a value: read it the forgiving way
+            if is_too_long_error(str(exc)):
+                msg = (
+                    f"{path}: has a line too long to read in place ({TOO_LONG}); "
+                    "`tailkit ingest` reads it, rejecting such lines one by one"
+                )
+                raise InputFileError(msg) from None
+            msg = f"{path}: not readable as {scan.format} ({exc})"
+            raise InputFileError(msg) from None
+        counts = {"": sum(int(n) for bad, n in rows if not bad)}
+        if any(bad for bad, _ in rows):
+            counts.update(
+                (str(reason), int(n))
+                for reason, n in store.fetchall(
+                    f"SELECT attrs->>'reason', count(*) FROM ({sql}) WHERE status = {_REJECT} "
+                    "GROUP BY 1"
+                )
+            )
+        return sql, counts
+    raise AssertionError  # pragma: no cover - the loop returns or raises
+
+
+def _view_part(sql: str, format_name: str, path: Path, index: int) -> str:
+    """
+    The file's good rows with every column of table ``calls``, typed as the table types it.
+    """
+    provenance = {
+        "source": literal(format_name),
+        "source_file": literal(str(path)),
+        "source_row": "source_row",
+        "ingest_id": str(index),
+        "attrs": "attrs",
+    }
+    names = {c.name for c in SOURCE_COLUMNS}
+    columns = ", ".join(
+        f"CAST({c.name if c.name in names else provenance[c.name]} AS {c.sql_type}) AS {c.name}"
+        for c in CALL_COLUMNS
+    )
+    return f"SELECT {columns} FROM ({sql}) WHERE status <> {_REJECT}"
