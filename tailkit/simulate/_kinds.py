@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 from tailkit.config import Plan
 from tailkit.fit import TailKind, hedge_evidence, tail_kind
@@ -27,6 +28,7 @@ _COLUMNS = (
     "input_tokens, epoch(started_at) AS started_s, "
     "CASE WHEN status = 'ok' THEN ttft_s END AS ttft_s"
 )
+_NAMES = ("total_s", "censored_at_s", "output_tokens", "input_tokens", "started_s", "ttft_s")
 
 
 def _lit(text: str) -> str:
@@ -50,36 +52,67 @@ def route_tail_kinds(
         routes: Route names of ``plan``.
         sample_size: Most calls a route's verdict reads.
     """
-    out: dict[str, TailKind] = {}
     repeats = {
         (str(r[0]), str(r[1])): (int(r[2]), int(r[3]))
         for r in store.fetchall(repeat_attempts_sql("calls", ("provider", "model")))
     }
-    for name in dict.fromkeys(routes):
-        route = plan.routes[name]
-        where = f"provider = {_lit(route.provider)} AND model = {_lit(route.model)} AND {_JUDGED}"
-        counted = store.fetchone(f"SELECT count(*) FROM calls WHERE {where}")
-        n = int(counted[0]) if counted else 0
-        if n <= sample_size:
-            rows = f"SELECT * FROM calls WHERE {where}"
-            order = ""
-        else:
-            rows = group_sample_sql(
-                "calls", ("provider", "model"), size=sample_size, seed=0, where=where
-            )
-            order = (
-                " ORDER BY started_s, total_s, censored_at_s, ttft_s, input_tokens, output_tokens"
-            )
-        table = store.arrow(f"SELECT {_COLUMNS} FROM ({rows}){order}")
-        column = {
-            c: np.asarray(table.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
-            for c in table.column_names
-        }
-        pair = repeats.get((route.provider, route.model))
-        evidence = hedge_evidence(*pair) if pair else None
+    names = list(dict.fromkeys(routes))
+    pairs = list(dict.fromkeys((plan.routes[n].provider, plan.routes[n].model) for n in names))
+    columns = {pair: _columns(store, [pair], sample_size)[pair] for pair in pairs}
+    out: dict[str, TailKind] = {}
+    for name in names:
+        pair = (plan.routes[name].provider, plan.routes[name].model)
+        column = columns[pair]
+        counts = repeats.get(pair)
+        evidence = hedge_evidence(*counts) if counts else None
         out[name] = tail_kind(
             column["total_s"], censored_at_s=column["censored_at_s"],
             output_tokens=column["output_tokens"], input_tokens=column["input_tokens"],
             started_at_s=column["started_s"], ttft_s=column["ttft_s"], hedges=evidence,
         )  # fmt: skip
+    return out
+
+
+def _columns(
+    store: Store, pairs: list[tuple[str, str]], sample_size: int
+) -> dict[tuple[str, str], dict[str, npt.NDArray[np.float64]]]:
+    """
+    Each route's calls as the verdict reads them: all of them, or a sample of ``sample_size``.
+
+    One pass counts the routes; one query reads the small routes whole (in the store's
+    order), one the sampled ones (in time order, ties sorted: the same whatever the store's).
+    The caller passes one route at a time: DuckDB's memory grows with the routes sampled at
+    once.
+    """
+    routes = [f"(provider = {_lit(p)} AND model = {_lit(m)})" for p, m in pairs]
+    where = f"({' OR '.join(routes) or 'FALSE'}) AND {_JUDGED}"
+    sizes = {
+        (str(r[0]), str(r[1])): int(r[2])
+        for r in store.fetchall(
+            f"SELECT provider, model, count(*) FROM calls WHERE {where} GROUP BY ALL"
+        )
+    }
+    out = {pair: {c: np.zeros(0) for c in _NAMES} for pair in pairs}
+    for sampled in (False, True):
+        group = [i for i, pair in enumerate(pairs) if (sizes.get(pair, 0) > sample_size) == sampled]
+        if not group:
+            continue
+        which = " ".join(f"WHEN {routes[i]} THEN {i}" for i in group)
+        chosen = f"({' OR '.join(routes[i] for i in group)}) AND {_JUDGED}"
+        rows = f"SELECT * FROM calls WHERE {chosen}"
+        order = ""
+        if sampled:
+            rows = group_sample_sql(
+                "calls", ("provider", "model"), size=sample_size, seed=0, where=chosen
+            )
+            order = f" ORDER BY _route, {', '.join(('started_s', *_NAMES))}"
+        table = store.arrow(f"SELECT CASE {which} END AS _route, {_COLUMNS} FROM ({rows}){order}")
+        index = table.column("_route").to_numpy(zero_copy_only=False)
+        values = {
+            c: np.asarray(table.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
+            for c in _NAMES
+        }
+        for i in group:
+            mask = index == i
+            out[pairs[i]] = {c: v[mask] for c, v in values.items()}
     return out
