@@ -4,7 +4,9 @@ Per-group samples drawn inside DuckDB: what the fits, the phase split and the ve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +15,11 @@ import numpy.typing as npt
 
 from tailkit._stats._query import GROUP_ID, ROUTE_ID, TableQuery, calls_sql, samples_sql
 from tailkit.store import Store
-from tailkit.store._sample import keep_threshold
+from tailkit.store._sample import keep_threshold, record_batches
 
 
 _Array = npt.NDArray[np.float64]
+CHUNK_ROWS = 1 << 16  # sample rows per chunk read
 FIELDS = ("total_s", "cut_s", "ttft_s", "started_s", "output_tokens", "input_tokens")
 
 
@@ -76,9 +79,13 @@ def fetch_samples(
     *,
     group_size: int,
     route_size: int,
-) -> tuple[dict[int, Calls], dict[int, Calls]]:
+    on_route: Callable[[int, Calls], None],
+) -> dict[int, Calls]:
     """
     Seeded samples of finished and cut calls, per table group and per route, in one scan.
+
+    The rows arrive sorted by route, in chunks: each route's sample goes to ``on_route`` as
+    soon as it is complete and is dropped, so memory holds the groups' samples and one route's.
 
     Args:
         store: An open store.
@@ -88,10 +95,11 @@ def fetch_samples(
         routes: Per route id, its finished and cut calls in the groups of ``groups``.
         group_size: Calls per group sample.
         route_size: Calls per route sample.
+        on_route: Called with each route id and its sample, once per route with calls.
 
     Returns:
-        The samples by group id and by route id, each sorted by its draw (so the same calls
-        give the same rows in the same order).
+        The samples by group id. Every sample is sorted by its draw (so the same calls give
+        the same rows in the same order).
     """
     sql = samples_sql(
         query,
@@ -100,18 +108,46 @@ def fetch_samples(
         group_size=group_size,
         route_size=route_size,
     )
-    table = store.arrow(sql)
+    kept: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], list[_Array]]] = []
+    route: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], list[_Array]]] = []
+    for batch in record_batches(store, f"{sql} ORDER BY {ROUTE_ID}, _h", rows=CHUNK_ROWS):
 
-    def column(name: str, dtype: type) -> npt.NDArray[Any]:
-        return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+        def column(name: str, dtype: type, batch: Any = batch) -> npt.NDArray[Any]:
+            return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
-    gid, rid, draw = (column(c, np.uint64) for c in (GROUP_ID, ROUTE_ID, "_h"))
-    in_group, in_route = column("in_group", np.bool_), column("in_route", np.bool_)
-    fields = [column(name, np.float64) for name in FIELDS]
-    return (
-        _split(gid[in_group], draw[in_group], [f[in_group] for f in fields]),
-        _split(rid[in_route], draw[in_route], [f[in_route] for f in fields]),
+        gid, rid, draw = (column(c, np.uint64) for c in (GROUP_ID, ROUTE_ID, "_h"))
+        in_group, in_route = column("in_group", np.bool_), column("in_route", np.bool_)
+        fields = [column(name, np.float64) for name in FIELDS]
+        kept.append((gid[in_group], draw[in_group], [f[in_group] for f in fields]))
+        rid, draw, fields = rid[in_route], draw[in_route], [f[in_route] for f in fields]
+        # a route is complete once a later one starts (rows come sorted by route)
+        for start, stop in _runs(rid):
+            if route and route[0][0][0] != rid[start]:
+                _deliver(route, on_route)
+                route = []
+            route.append((rid[start:stop], draw[start:stop], [f[start:stop] for f in fields]))
+    if route:
+        _deliver(route, on_route)
+    if not kept:
+        return {}
+    return _split(
+        np.concatenate([k[0] for k in kept]),
+        np.concatenate([k[1] for k in kept]),
+        [np.concatenate([k[2][i] for k in kept]) for i in range(len(FIELDS))],
     )
+
+
+def _runs(ids: npt.NDArray[np.uint64]) -> list[tuple[int, int]]:
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [ids.size]]).tolist()
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _deliver(
+    parts: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], list[_Array]]],
+    on_route: Callable[[int, Calls], None],
+) -> None:
+    fields = [np.concatenate([p[2][i] for p in parts]) for i in range(len(FIELDS))]
+    on_route(int(parts[0][0][0]), Calls(*fields))
 
 
 def _split(

@@ -142,13 +142,14 @@ def tail_report(
         described.append(_Group(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
     hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
-    group_calls, route_calls = fetch_samples(
+    group_calls = fetch_samples(
         store, query, kept, _route_counts(kept, groups),
         group_size=fit_max_n, route_size=MAX_ROUTE_CALLS,
+        on_route=lambda route_id, calls: routes.judge(route_id, calls, hedges),
     )  # fmt: skip
+    routes.judge_rest(hedges)
     if described:
         _describe(store, query, described, group_calls, level=level, max_n=fit_max_n, approx=approx)
-    routes.judge(route_calls, hedges)
     verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -49,25 +48,43 @@ class RouteAccumulator:
 
     def judge(
         self,
-        calls: Mapping[int, Calls],
+        route_id: int,
+        calls: Calls,
         hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None,
     ) -> None:
         """
-        Decide every route's tail kind from its sample of calls.
+        Decide the tail kind of the route(s) with id ``route_id`` from a sample of its calls.
 
         Args:
-            calls: Per route id, a seeded sample of the route's finished and cut calls.
+            route_id: The route's id, as given to `add`.
+            calls: A seeded sample of the route's finished and cut calls.
             hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
         """
-        for route, route_id in self._ids.items():
-            c = calls.get(route_id, Calls.empty())
-            pair = (hedges or {}).get(route)
-            evidence = hedge_evidence(*pair, level=self._level) if pair else None
-            self._kinds[route] = tail_kind(
-                c.total_s, censored_at_s=c.cut_s, output_tokens=c.output_tokens,
-                input_tokens=c.input_tokens, started_at_s=c.started_s, ttft_s=c.ttft_s,
-                hedges=evidence, window_s=self._window_s, level=self._level,
-            )  # fmt: skip
+        for route, rid in self._ids.items():
+            if rid == route_id:
+                self._judge(route, calls, hedges)
+
+    def judge_rest(self, hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None) -> None:
+        """
+        Decide the routes not judged yet: they have no finished or cut call.
+        """
+        for route in self._ids:
+            if route not in self._kinds:
+                self._judge(route, Calls.empty(), hedges)
+
+    def _judge(
+        self,
+        route: tuple[Any, ...],
+        c: Calls,
+        hedges: dict[tuple[Any, ...], tuple[int, int]] | None,
+    ) -> None:
+        pair = (hedges or {}).get(route)
+        evidence = hedge_evidence(*pair, level=self._level) if pair else None
+        self._kinds[route] = tail_kind(
+            c.total_s, censored_at_s=c.cut_s, output_tokens=c.output_tokens,
+            input_tokens=c.input_tokens, started_at_s=c.started_s, ttft_s=c.ttft_s,
+            hedges=evidence, window_s=self._window_s, level=self._level,
+        )  # fmt: skip
 
     def verdicts(self, by: list[str]) -> pl.DataFrame:
         """
