@@ -268,3 +268,17 @@ def test_approx_mode_states_an_error_that_holds(db: Path) -> None:
             assert below - error <= q + 1e-12
             assert at_or_below + error >= q - 1e-12
             assert row[f"p{round(q * 100)}_s_lo"] <= v <= row[f"p{round(q * 100)}_s_hi"]
+
+
+def test_a_view_over_parquet_gives_the_same_table(db: Path, tmp_path: Path) -> None:
+    """
+    With ``calls`` a view over Parquet (query in place) the table is the stored one's.
+    """
+    parquet = tmp_path / "calls.parquet"
+    with Store.open(db, read_only=True) as store:
+        store.execute(f"COPY calls TO '{parquet}' (FORMAT parquet)")
+    with Store.open(tmp_path / "v.duckdb") as store:
+        store.execute("DROP TABLE calls")
+        store.execute(f"CREATE VIEW calls AS SELECT * FROM read_parquet('{parquet}')")
+    moments = ["mu", "sigma"]
+    assert _table(tmp_path / "v.duckdb").drop(moments).equals(_table(db).drop(moments))

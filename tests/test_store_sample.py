@@ -110,3 +110,18 @@ def test_bad_arguments_are_refused() -> None:
         group_sample_sql("calls", ["provider"], size=0, seed=0)
     with pytest.raises(ValueError, match="keys must name"):
         group_sample_sql("calls", [], size=10, seed=0)
+
+
+def test_columns_narrow_the_sample_but_not_the_draw(tmp_path: Path) -> None:
+    """
+    Asking for fewer columns returns the same rows, with the keys and those columns only.
+    """
+    with Store.open(tmp_path / "s.duckdb") as store:
+        _fill(store, {"x": 3000, "y": 500})
+        narrow = group_sample_sql("calls", ["provider"], size=100, seed=4, columns=["call_id"])
+        rel = store.relation(narrow)
+        got = sorted(rel.fetchall())
+        columns = rel.columns
+    assert ["provider", "call_id"] == columns
+    with Store.open(tmp_path / "s.duckdb") as store:
+        assert got == _sample(store, size=100, seed=4)

@@ -24,6 +24,7 @@ def stats(
     min_group: int = 1,
     buckets: Buckets | None = None,
     level: float = 0.95,
+    approx: bool = False,
 ) -> pl.DataFrame:
     """
     The tail table: one row per group, where its latency tail is and how sure we are.
@@ -36,6 +37,8 @@ def stats(
         min_group: Leave out groups with fewer calls (attempts).
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         level: Confidence level of every interval.
+        approx: Approximate quantiles (DuckDB's t-digest) for very large stores, with the rank
+            error measured per row in column ``approx_rank_error`` (see `tail_report`).
 
     Returns:
         A polars DataFrame with the columns of ``tailkit stats`` (see the README).
@@ -46,6 +49,6 @@ def stats(
     """
     query = TableQuery(by=tuple(by), bucket=tuple(bucket), where=where, buckets=buckets)
     if isinstance(db, Store):
-        return tail_table(db, query, min_group=min_group, level=level)
+        return tail_table(db, query, min_group=min_group, level=level, approx=approx)
     with Store.open(db, read_only=True) as store:
-        return tail_table(store, query, min_group=min_group, level=level)
+        return tail_table(store, query, min_group=min_group, level=level, approx=approx)
