@@ -11,7 +11,7 @@ import pytest
 
 from tailkit.errors import StoreError, StoreVersionError
 from tailkit.record import CALL_COLUMNS
-from tailkit.store import SCHEMA_VERSION, Store
+from tailkit.store import SCHEMA_VERSION, Store, summarize
 
 
 def test_new_store_has_the_call_record_and_its_version(tmp_path: Path) -> None:
@@ -91,3 +91,20 @@ def test_read_only_needs_an_existing_store(tmp_path: Path) -> None:
         Store.open(tmp_path / "none.duckdb", read_only=True)
 
     assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_summary_quantiles_are_exact_and_empty_without_ok_calls(store: Store) -> None:
+    """A route's p50/p99 are the exact quantiles of its ok calls; none when it has no ok call."""
+    latencies = [0.5 + i * 0.01 for i in range(301)]
+    values = [("a", "m", "ok", t) for t in latencies] + [("b", "m", "error", 1.0)] * 3
+    store.execute(
+        "INSERT INTO calls (provider, model, status, total_s) SELECT * FROM (VALUES "
+        + ", ".join(f"('{p}', '{m}', '{s}', {t})" for p, m, s, t in values)
+        + ")"
+    )
+    routes = {r.provider: r for r in summarize(store).routes}
+    assert routes["a"].p50_s == pytest.approx(latencies[150])
+    assert routes["a"].p99_s == pytest.approx(latencies[297])
+    assert (routes["b"].calls, routes["b"].ok, routes["b"].p50_s, routes["b"].p99_s) == (
+        3, 0, None, None,
+    )  # fmt: skip

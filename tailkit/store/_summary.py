@@ -62,14 +62,15 @@ def summarize(store: Store, buckets: Buckets | None = None) -> StoreSummary:
     counts = store.counts()
     # A call is ok as `tailkit stats` counts it (n_ok): finished, with a positive latency;
     # every other call is failed (timeouts and cut calls included, as the cut column says).
+    # Both quantiles from one list aggregate: each route's latencies are gathered once, not
+    # twice (half the time and memory of two quantile_cont aggregates).
     rows = store.fetchall(
         f"SELECT provider, model, count(*), count(*) FILTER ({OK_CALL}), "
         f"count(*) FILTER (NOT coalesce({OK_CALL}, false)), count(censored_at_s), "
-        f"count(ttft_s), quantile_cont(total_s, 0.5) FILTER ({OK_CALL}), "
-        f"quantile_cont(total_s, 0.99) FILTER ({OK_CALL}) "
+        f"count(ttft_s), quantile_cont(total_s, [0.5, 0.99]) FILTER ({OK_CALL}) "
         "FROM calls GROUP BY ALL ORDER BY 3 DESC, 1, 2"
     )
-    routes = [RouteSummary(*row) for row in rows]
+    routes = [RouteSummary(*row[:-1], *(row[-1] or (None, None))) for row in rows]
     rel = store.calls_with_buckets(buckets)
     cells = rel.aggregate("input_bucket, output_bucket, count(*)").fetchall()
     input_labels = [buckets.input_label(e) for e in buckets.input_edges]
