@@ -48,7 +48,7 @@ def approx_statistics(
     errors = np.zeros(k)
     cut = [i for i, g in enumerate(groups) if g.cuts]
     if cut:
-        exact = sorted_statistics(store, query, [groups[i] for i in cut], level=level)
+        exact = sorted_statistics(store, query, [groups[i] for i in cut], level=level).latency
         for name in ("value", "low", "high", "low2", "high2"):
             getattr(out, name)[cut] = getattr(exact, name)
     plain = [i for i, g in enumerate(groups) if not g.cuts]

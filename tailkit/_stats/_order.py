@@ -11,10 +11,12 @@ number of calls, and the numbers are those of `tailkit.fit.sorted_quantiles` /
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -99,69 +101,119 @@ class _Ranks:
         return v[0], lo[0], hi[0]
 
 
-def sorted_statistics(
-    store: Store, query: TableQuery, groups: Sequence[GroupTimes], *, level: float
-) -> Quantiles:
+class _Type7(_Ranks):
     """
-    Each group's quantiles with their intervals, in the order of ``groups``.
+    Strictly private: the type-7 quantiles ``q`` of ``n`` values (numpy's default), as they pass.
+    """
+
+    def __init__(self, n: int, q: tuple[float, ...]) -> None:
+        self.main = OrderStatisticRanks.of(np.array([max(n, 1)], dtype=np.int64), np.array(q), 0.5)
+        self.index = np.unique(np.concatenate([self.main.below.ravel(), self.main.above.ravel()]))
+        self.value = np.full(self.index.size, math.nan)
+        self.seen = 0
+
+    def values(self) -> tuple[float, ...]:
+        m = self.main
+        v = m.quantiles(self.at(m.below), self.at(m.above), self.at(m.low), self.at(m.high))[0]
+        return tuple(float(x) for x in v[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Sorted:
+    """
+    What the sorted pass found.
+
+    Latency quantiles per group; per group id, the TTFT and generation p50 and p99 and the
+    speed's p50 and p10 (a group without such calls is absent).
+    """
+
+    latency: Quantiles
+    ttft: dict[int, tuple[float, ...]]
+    gen: dict[int, tuple[float, ...]]
+    speed: dict[int, tuple[float, ...]]
+
+
+def sorted_statistics(
+    store: Store,
+    query: TableQuery,
+    groups: Sequence[GroupTimes],
+    *,
+    level: float,
+    phase: dict[int, int] | None = None,
+    speed: dict[int, int] | None = None,
+) -> Sorted:
+    """
+    Each group's quantiles with their intervals, in the order of ``groups``, in one sorted pass.
 
     A group without cut calls gets the order statistics (`OrderStatisticRanks`), one with cut
-    calls Kaplan-Meier (`KaplanMeierStream`), as `empirical_quantiles` chooses.
+    calls Kaplan-Meier (`KaplanMeierStream`), as `empirical_quantiles` chooses. ``phase`` and
+    ``speed`` (calls per group id) ask for the TTFT / generation p50 and p99 and the speed's
+    p50 and p10 (type 7, as numpy's default quantile).
 
     Raises:
         QueryError: DuckDB refused the query.
     """
+    phase, speed = phase or {}, speed or {}
     k = len(groups)
     out = Quantiles(*(np.full((k, size), math.nan) for size in (4, 4, 4, 2, 2)))
-    if not k:
-        return out
     wide = (1.0 + level) / 2.0
-    order = np.argsort(np.array([g.gid for g in groups], dtype=np.uint64), kind="stable")
-    gids = np.array([groups[i].gid for i in order], dtype=np.uint64)
-    states: list[_Ranks | tuple[KaplanMeierStream, KaplanMeierStream]] = []
-    for i in order:
-        g = groups[i]
+    states: dict[tuple[int, int], Any] = {}
+    for g in groups:
         total = g.events + g.cuts
         if g.cuts:
-            states.append(
-                (KaplanMeierStream(total, _Q, level), KaplanMeierStream(total, _Q2, wide))
-            )
+            km = KaplanMeierStream(total, _Q, level), KaplanMeierStream(total, _Q2, wide)
+            states[g.gid, 0] = km
         else:
-            states.append(_Ranks(g.events, level))
-    for chunk in _chunks(store, times_sql(query, gids.tolist())):
-        gid, t, d, c = chunk
-        where = np.searchsorted(gids, gid)
-        bounds = np.flatnonzero(np.diff(where)) + 1
-        for start, stop in zip(
-            np.concatenate([[0], bounds]), np.concatenate([bounds, [where.size]]), strict=True
-        ):
-            state = states[int(where[start])]
-            part = slice(int(start), int(stop))
+            states[g.gid, 0] = _Ranks(g.events, level)
+    for gid, n in phase.items():
+        states[gid, 1], states[gid, 2] = _Type7(n, (0.5, 0.99)), _Type7(n, (0.5, 0.99))
+    for gid, n in speed.items():
+        states[gid, 3] = _Type7(n, (0.5, 0.1))
+    if not states:
+        return Sorted(out, {}, {}, {})
+    sql = times_sql(query, [g.gid for g in groups], list(phase), list(speed))
+    for ids, series, t, d, c in _chunks(store, sql):
+        change = np.flatnonzero((np.diff(ids) != 0) | (np.diff(series) != 0)) + 1
+        for start, stop in itertools.pairwise([0, *change.tolist(), ids.size]):
+            state = states[int(ids[start]), int(series[start])]
+            part = slice(start, stop)
             if isinstance(state, _Ranks):
                 state.add(t[part], d[part])
             else:
                 state[0].add(t[part], d[part], c[part])
                 state[1].add(t[part], d[part], c[part])
-    for state, i in zip(states, order.tolist(), strict=True):
+    _fill(out, [states[g.gid, 0] for g in groups])
+    return Sorted(
+        out,
+        {gid: states[gid, 1].values() for gid in phase},
+        {gid: states[gid, 2].values() for gid in phase},
+        {gid: states[gid, 3].values() for gid in speed},
+    )
+
+
+def _fill(out: Quantiles, states: list[Any]) -> None:
+    for i, state in enumerate(states):
         if isinstance(state, _Ranks):
             out.value[i], out.low[i], out.high[i] = state.quantiles(state.main)
             _, out.low2[i], out.high2[i] = state.quantiles(state.wide)
         else:
             out.value[i], out.low[i], out.high[i] = state[0].quantiles()
             _, out.low2[i], out.high2[i] = state[1].quantiles()
-    return out
 
 
-_Chunk = tuple[npt.NDArray[np.uint64], _Array, npt.NDArray[np.int64], npt.NDArray[np.int64]]
+_Chunk = tuple[
+    npt.NDArray[np.uint64], npt.NDArray[np.int64], _Array, npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]  # fmt: skip
 
 
 def _chunks(store: Store, sql: str) -> Iterator[_Chunk]:
     """
-    The rows of ``sql`` (``_gid``, ``t``, ``d``, ``c``) as numpy columns, one chunk at a time.
+    The rows of ``sql`` (``_gid``, ``s``, ``t``, ``d``, ``c``) as numpy columns, a chunk at a time.
     """
     for batch in record_batches(store, sql, rows=CHUNK_ROWS):
         if batch.num_rows:
-            gid, t, d, c = (
-                np.asarray(batch.column(i).to_numpy(zero_copy_only=False)) for i in range(4)
+            gid, series, t, d, c = (
+                np.asarray(batch.column(i).to_numpy(zero_copy_only=False)) for i in range(5)
             )
-            yield gid, t, d, c
+            yield gid, series, t, d, c

@@ -91,6 +91,14 @@ PHASE = (
     f"({LISTED} AND status = 'ok' AND isfinite(ttft_s) AND isfinite(total_s) "
     "AND ttft_s >= 0 AND ttft_s < total_s)"
 )
+SPEED = f"({OK_CALL} AND output_tokens >= 2 AND total_s > ttft_s)"
+"""A call whose generation speed counts: finished, 2+ output tokens, time after the first."""
+_APPROX_QUANTILES = (
+    ", approx_quantile(CASE WHEN _phase THEN ttft_s END, [0.5, 0.99]) AS ttft_q, "
+    "approx_quantile(CASE WHEN _phase THEN total_s - ttft_s END, [0.5, 0.99]) AS gen_q, "
+    f"approx_quantile(CASE WHEN {SPEED} THEN (output_tokens - 1) / (total_s - ttft_s) END, "
+    "[0.5, 0.1]) AS speed_q"
+)
 GROUP_ID = "_gid"  # a 64-bit hash of a group's key, the same in every query of one table
 ROUTE_ID = "_rid"  # the same of its route's key (the ``by`` columns)
 
@@ -110,19 +118,19 @@ def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
     ``n_ok`` counts finished calls (`OK_CALL`: ``status = 'ok'`` and ``total_s > 0``).
     ``n_listed`` counts the finished and the cut calls, ``n_events`` and ``n_cuts`` the
     Kaplan-Meier input (`EVENT`, `CUT`). ``log_mean`` and ``log_sd`` are the mean and the
-    population sd of log latency, ``ttft_q`` / ``gen_q`` the p50 and p99 of TTFT and of
-    generation time over streamed calls (`PHASE`). Groups come in no particular order.
-    With ``approx``, the quantiles here are DuckDB's ``approx_quantile`` (t-digest).
+    population sd of log latency; ``n_phase`` counts the streamed calls (`PHASE`), ``n_speed``
+    those whose speed counts (`SPEED`): their quantiles come from `times_sql`, or with
+    ``approx`` from DuckDB's ``approx_quantile`` here (t-digest, in ``ttft_q``, ``gen_q`` and
+    ``speed_q``). Groups come in no particular order.
     """
-    quantile = "approx_quantile" if approx else "quantile_cont"
     keys = _keys_sql(query.keys)
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
     # the ids hash the aggregated keys: as part of the grouping they would slow it down
     route = group_id_sql(query.by) if query.by else "hash(0)"
     ids = f"{group_id_sql(query.keys)} AS {GROUP_ID}, {route} AS {ROUTE_ID}"
     # Each call's flags once (`OK_CALL`: the summary's definition, so that every command
-    # counts the same calls), then aggregates that filter on them. The quantiles read NULL
-    # for calls they skip rather than a FILTER: DuckDB's holistic aggregates run faster so.
+    # counts the same calls), then aggregates that filter on them. No exact quantile here:
+    # DuckDB's quantile_cont holds every value of a group in memory, and cannot spill.
     columns = ("status", "total_s", "ttft_s", "censored_at_s", "input_tokens", "output_tokens")
     flags = (
         f"SELECT {keys}, {', '.join(c for c in columns if c not in query.keys)}, "
@@ -136,38 +144,62 @@ def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
         f"count(*) FILTER ({OK_CALL}) AS n_ok, count(censored_at_s) AS n_censored, "
         "count(*) FILTER (_failed) AS n_failed, "
         f"{order}{', ' if order else ''}"
-        # Generation speed after the first token, for calls that streamed 2+ tokens.
-        f"{quantile}(CASE WHEN _ok AND output_tokens >= 2 AND total_s > ttft_s "
-        "THEN (output_tokens - 1) / (total_s - ttft_s) END, [0.5, 0.1]) AS tokens_per_s, "
+        f"count(*) FILTER ({SPEED}) AS n_speed, count(*) FILTER (_phase) AS n_phase, "
         "count(*) FILTER (_listed) AS n_listed, count(*) FILTER (_event) AS n_events, "
         "count(*) FILTER (_cut) AS n_cuts, "
         "min(total_s) FILTER (_event) AS event_min, max(total_s) FILTER (_event) AS event_max, "
         "avg(ln(total_s)) FILTER (_event AND total_s > 0) AS log_mean, "
-        "stddev_pop(ln(total_s)) FILTER (_event AND total_s > 0) AS log_sd, "
-        f"{quantile}(CASE WHEN _phase THEN ttft_s END, [0.5, 0.99]) AS ttft_q, "
-        f"{quantile}(CASE WHEN _phase THEN total_s - ttft_s END, [0.5, 0.99]) AS gen_q "
-        f"FROM ({flags}) GROUP BY ALL)"
+        "stddev_pop(ln(total_s)) FILTER (_event AND total_s > 0) AS log_sd"
+        f"{_APPROX_QUANTILES if approx else ''} FROM ({flags}) GROUP BY ALL)"
     )
 
 
-def times_sql(query: TableQuery, gids: Sequence[int] | None) -> str:
+SERIES = ("latency", "ttft", "gen", "speed")  # the sorted series of `times_sql`, by number
+
+
+def times_sql(
+    query: TableQuery, latency: Sequence[int], phase: Sequence[int], speed: Sequence[int]
+) -> str:
     """
-    Each group's distinct latencies and cut ages, sorted, to be read in chunks.
+    Each group's sorted values, distinct, with their counts, to be read in chunks.
 
-    They are the input of the order statistics and of the Kaplan-Meier curve (`_order.py`).
+    Series 0 holds the finished latencies and cut ages (the order statistics' and the
+    Kaplan-Meier curve's input), 1 and 2 the TTFT and generation time of streamed calls
+    (`PHASE`), 3 the generation speed (`SPEED`, tokens per second); series 0 for the groups
+    ``latency``, 1 and 2 for ``phase``, 3 for ``speed`` (group ids). DuckDB sorts them out
+    of core.
 
-    Columns ``_gid``, ``t`` (seconds), ``d`` (calls that finished at ``t``) and ``c`` (calls
-    cut at ``t``), ordered by ``_gid`` then ``t``; only groups ``gids`` (all when ``None``).
+    Columns ``_gid``, ``s`` (the series), ``t`` (the value), ``d`` (calls that finished at
+    ``t``) and ``c`` (calls cut at ``t``, series 0 only), ordered by ``_gid``, ``s``, ``t``.
     """
     gid, src = group_id_sql(query.keys), query.source_sql()
-    events = f"SELECT {gid} AS {GROUP_ID}, total_s AS t, 1 AS e FROM {src} WHERE {EVENT}"
-    cuts = f"SELECT {gid} AS {GROUP_ID}, censored_at_s AS t, 0 AS e FROM {src} WHERE {CUT}"
-    only = ""
-    if gids is not None:
-        only = f"WHERE {GROUP_ID} IN (SELECT unnest({_ubigints(gids)})) "
+    parts = [
+        (0, "total_s", 1, EVENT),
+        (0, "censored_at_s", 0, CUT),
+        (1, "ttft_s", 1, PHASE),
+        (2, "total_s - ttft_s", 1, PHASE),
+        (3, "(output_tokens - 1) / (total_s - ttft_s)", 1, SPEED),
+    ]
+    rows = " UNION ALL ".join(
+        f"SELECT {gid} AS {GROUP_ID}, {series} AS s, ({value})::DOUBLE AS t, {e} AS e "
+        f"FROM {src} WHERE {where}"
+        for series, value, e, where in parts
+    )
+    wanted = (
+        " OR ".join(
+            f"(s IN {series} AND {GROUP_ID} IN (SELECT unnest({_ubigints(gids)})))"
+            for series, gids in (("(0)", latency), ("(1, 2)", phase), ("(3)", speed))
+            if gids
+        )
+        or "FALSE"
+    )
+    parts = [p for p in parts if (p[0] == 0 and latency) or (p[0] in (1, 2) and phase)
+             or (p[0] == 3 and speed)]  # fmt: skip
+    if not parts:
+        parts = [(0, "total_s", 1, "FALSE")]
     return (
-        f"SELECT {GROUP_ID}, t, sum(e)::BIGINT AS d, (count(*) - sum(e))::BIGINT AS c "
-        f"FROM ({events} UNION ALL {cuts}) {only}GROUP BY ALL ORDER BY {GROUP_ID}, t"
+        f"SELECT {GROUP_ID}, s, t, sum(e)::BIGINT AS d, (count(*) - sum(e))::BIGINT AS c "
+        f"FROM ({rows}) WHERE {wanted} GROUP BY ALL ORDER BY {GROUP_ID}, s, t"
     )
 
 

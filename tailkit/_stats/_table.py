@@ -113,6 +113,7 @@ def tail_report(
     rows: list[dict[str, Any]] = []
     described: list[_Group] = []
     kept: dict[int, int | None] = {}  # group id: its finished and cut calls when described
+    aggs: list[dict[str, Any]] = []
     # Every call goes to its route's verdict, also those of groups too thin to describe
     # (cut calls, with no output tokens, often fill a bucket of their own).
     routes = RouteAccumulator(len(query.by), window_s=window_s, level=level)
@@ -123,16 +124,16 @@ def tail_report(
         kept[int(agg[GROUP_ID])] = None
         key = tuple(agg[k] for k in keys)
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
-        speed = agg["tokens_per_s"] or [None, None]
         row |= {
             "n": n,
             "n_ok": n_ok,
             "censored_share": n_censored / n,
             "failed_share": int(agg["n_failed"]) / n,
-            "tokens_per_s_p50": speed[0],
-            "tokens_per_s_p10": speed[1],
+            "tokens_per_s_p50": None,  # filled in from the sorted pass
+            "tokens_per_s_p10": None,
         }
         rows.append(row)
+        aggs.append(agg)
         routes.add(key, row, int(agg[ROUTE_ID]))
         if int(agg["n_listed"]) == 0 or n_ok < 2:
             # Every group keeps its row so counts add up; with under two finished calls there
@@ -141,6 +142,10 @@ def tail_report(
             continue
         described.append(_Group(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
+    latency = None if approx else _sorted_pass(store, query, described, aggs, level=level)
+    for row, agg in zip(rows, aggs, strict=True):
+        speed = agg.get("speed_q") or [None, None]
+        row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
     hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
     group_calls = fetch_samples(
         store, query, kept, _route_counts(kept, groups),
@@ -149,7 +154,7 @@ def tail_report(
     )  # fmt: skip
     routes.judge_rest(hedges)
     if described:
-        _describe(store, query, described, group_calls, level=level, max_n=fit_max_n, approx=approx)
+        _describe(store, query, described, group_calls, latency, level=level, max_n=fit_max_n)
     verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:
@@ -206,24 +211,23 @@ def _describe(
     query: TableQuery,
     described: list[_Group],
     drawn: dict[int, Calls],
+    latency: Quantiles | None,
     *,
     level: float,
     max_n: int,
-    approx: bool,
 ) -> None:
     """
     Add the latency columns to each group's row; ``drawn`` holds the groups' samples.
+
+    ``latency`` holds the exact quantiles; ``None`` asks for the approximate ones.
     """
-    times = [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
-    if approx:
+    if latency is None:
         from tailkit._stats._approx import approx_statistics
 
-        stats, errors = approx_statistics(store, query, times, level=level)
+        latency, errors = approx_statistics(store, query, _times(described), level=level)
         for g, error in zip(described, errors.tolist(), strict=True):
             g.row["approx_rank_error"] = error
-    else:
-        stats = sorted_statistics(store, query, times, level=level)
-    _quantile_columns(described, stats)
+    _quantile_columns(described, latency)
     calls = [drawn.get(g.gid, Calls.empty()) for g in described]
     samples = [c.fit_input(censored=g.censored) for g, c in zip(described, calls, strict=True)]
     notes = _fit_columns(described, samples, level=level, max_n=max_n)
@@ -233,6 +237,39 @@ def _describe(
         bounded = math.isfinite(g.row["p99_s_hi"]) and math.isfinite(g.row["p99_p50_hi"])
         said = None if bounded else _warning(store, query, g, sample, max_n=max_n, level=level)
         g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
+
+
+def _times(described: list[_Group]) -> list[GroupTimes]:
+    return [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
+
+
+def _sorted_pass(
+    store: Store,
+    query: TableQuery,
+    described: list[_Group],
+    aggs: list[dict[str, Any]],
+    *,
+    level: float,
+) -> Quantiles:
+    """
+    The exact quantiles of the described groups (`sorted_statistics`).
+
+    The TTFT, generation and speed quantiles go into each group's aggregates (``ttft_q``,
+    ``gen_q``, ``speed_q``), where the approximate pass has them.
+    """
+    phase = {g.gid: int(g.agg["n_phase"]) for g in described if g.agg["n_phase"]}
+    speed = {int(a[GROUP_ID]): int(a["n_speed"]) for a in aggs if a["n_speed"]}
+    found = sorted_statistics(
+        store, query, _times(described), level=level, phase=phase, speed=speed
+    )
+    for a in aggs:
+        gid = int(a[GROUP_ID])
+        a["ttft_q"], a["gen_q"], a["speed_q"] = (
+            found.ttft.get(gid),
+            found.gen.get(gid),
+            found.speed.get(gid),
+        )
+    return found.latency
 
 
 def _warning(
