@@ -196,3 +196,27 @@ def test_sample_size_below_two_is_refused(db: Path) -> None:
 
     with Store.open(db, read_only=True) as store, pytest.raises(ConfigError, match="sample_size"):
         route_sample(store, ROUTE, STEP, sample_size=1)
+
+
+def test_steps_loaded_together_get_what_each_gets_alone(db: Path) -> None:
+    """One batch for a bucketed step and an any-bucket step on one route: each as alone."""
+    anywhere = Step(name="any", route="a/m", expected_tokens=Tokens(None, None))
+    plan = Plan(
+        workflow="w", deadline_s=60.0, routes={"a/m": ROUTE}, steps={"ask": STEP, "any": anywhere}
+    )
+    with Store.open(db, read_only=True) as store:
+        together = load_samples(store, plan, sample_size=500, seed=3)
+        alone = {
+            s.name: route_sample(store, ROUTE, s, sample_size=500, seed=3) for s in (STEP, anywhere)
+        }
+    for name in ("ask", "any"):
+        one, both = alone[name], together[(name, "a/m")]
+        assert one is not None
+        assert (both.calls, both.censored, both.error_rate) == (
+            one.calls,
+            one.censored,
+            one.error_rate,
+        )
+        assert both.measured is not None
+        assert one.measured is not None
+        np.testing.assert_array_equal(both.measured[1], one.measured[1])  # the same cut ages
