@@ -94,14 +94,24 @@ def derive_ids(store: Store, ingest_id: int, *, source: str, good: str) -> None:
         good: SQL condition selecting the rows that are not rejected.
     """
     this = f"ingest_id = {ingest_id} AND call_id IS NULL AND {good}"
-    scope = f"CASE WHEN started_at IS NULL THEN {literal(source + chr(30))} ELSE '' END"
-    digest = f"md5({scope} || {content_text_sql()})"
+    digest = content_id_sql(source)
     store.execute(
         "UPDATE calls SET call_id = CASE WHEN d.k > 1 THEN d.h || '-' || d.k ELSE d.h END "
         "FROM (SELECT rid, h, row_number() OVER (PARTITION BY h ORDER BY source_row) AS k "
         f"FROM (SELECT rowid AS rid, source_row, {digest} AS h FROM calls WHERE {this})) d "
         "WHERE calls.rowid = d.rid"
     )
+
+
+def content_id_sql(source: str) -> str:
+    """
+    SQL for the id `derive_ids` gives the first of identical rows: a hash of its values.
+
+    Args:
+        source: The file's `source_identity`, which scopes rows without a start time.
+    """
+    scope = f"CASE WHEN started_at IS NULL THEN {literal(source + chr(30))} ELSE '' END"
+    return f"md5({scope} || {content_text_sql()})"
 
 
 def source_identity(path: Path) -> str:

@@ -13,7 +13,7 @@ it finds the rows that would be rejected (by reason), refuses a file whose durat
 like milliseconds, and makes sure the fast reader reads the whole file (else the view uses the
 forgiving reader, as ingest falls back to it). What the view does not do is ingest's identity
 work: rows are taken as they are, so a call logged twice counts twice (``tailkit ingest``
-keeps one), and there are no derived call ids.
+keeps one). A row without an id gets the id ingest would derive for it from its values.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from tailkit.formats import (
     read_head,
 )
 from tailkit.formats._paths import sql_path
+from tailkit.ingest._identity import content_id_sql, source_identity
 from tailkit.ingest._ingest import Progress, _check_forced, _real_name
 from tailkit.ingest._load import check_median
 from tailkit.ingest._long_lines import TOO_LONG, is_too_long_error
 from tailkit.ingest._paths import expand_paths
-from tailkit.record import CALL_COLUMNS, SOURCE_COLUMNS
+from tailkit.record import CALL_COLUMNS
 from tailkit.store import Store
 
 
@@ -293,15 +294,16 @@ def _view_part(sql: str, format_name: str, path: Path, index: int) -> str:
     The file's good rows with every column of table ``calls``, typed as the table types it.
     """
     provenance = {
+        # A row without an id gets the one ingest would derive (for rows unlike any other of
+        # the file), so that seeded samples, which hash the id, draw the same calls.
+        "call_id": f"coalesce(call_id, {content_id_sql(source_identity(path))})",
         "source": literal(format_name),
         "source_file": literal(str(path)),
         "source_row": "source_row",
         "ingest_id": str(index),
         "attrs": "attrs",
     }
-    names = {c.name for c in SOURCE_COLUMNS}
     columns = ", ".join(
-        f"CAST({c.name if c.name in names else provenance[c.name]} AS {c.sql_type}) AS {c.name}"
-        for c in CALL_COLUMNS
+        f"CAST({provenance.get(c.name, c.name)} AS {c.sql_type}) AS {c.name}" for c in CALL_COLUMNS
     )
     return f"SELECT {columns} FROM ({sql}) WHERE status <> {_REJECT}"
