@@ -142,7 +142,7 @@ def tail_report(
             continue
         described.append(_Group(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
-    latency = None if approx else _sorted_pass(store, query, described, aggs, level=level)
+    latency = None if approx else _sorted_pass(store, query, described, level=level)
     for row, agg in zip(rows, aggs, strict=True):
         speed = agg.get("speed_q") or [None, None]
         row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
@@ -247,29 +247,16 @@ def _sorted_pass(
     store: Store,
     query: TableQuery,
     described: list[_Group],
-    aggs: list[dict[str, Any]],
     *,
     level: float,
 ) -> Quantiles:
     """
     The exact quantiles of the described groups (`sorted_statistics`).
 
-    The TTFT, generation and speed quantiles go into each group's aggregates (``ttft_q``,
-    ``gen_q``, ``speed_q``), where the approximate pass has them.
+    The TTFT, generation and speed quantiles stay the aggregating pass's: sorting them too
+    costs more time than their memory (see `groups_sql`).
     """
-    phase = {g.gid: int(g.agg["n_phase"]) for g in described if g.agg["n_phase"]}
-    speed = {int(a[GROUP_ID]): int(a["n_speed"]) for a in aggs if a["n_speed"]}
-    found = sorted_statistics(
-        store, query, _times(described), level=level, phase=phase, speed=speed
-    )
-    for a in aggs:
-        gid = int(a[GROUP_ID])
-        a["ttft_q"], a["gen_q"], a["speed_q"] = (
-            found.ttft.get(gid),
-            found.gen.get(gid),
-            found.speed.get(gid),
-        )
-    return found.latency
+    return sorted_statistics(store, query, _times(described), level=level).latency
 
 
 def _warning(
