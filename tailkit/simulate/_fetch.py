@@ -55,6 +55,12 @@ class Need:
             parts.append(f"output_bucket = {_lit(self.output_bucket)}")
         return "(" + " AND ".join(parts) + ")"
 
+    def route_sql(self) -> str:
+        """
+        SQL true for the calls of this route, any bucket (a filter on ``calls`` itself).
+        """
+        return f"(provider = {_lit(self.provider)} AND model = {_lit(self.model)})"
+
     def keys(self, *, output: bool = True) -> tuple[str, ...]:
         """
         The columns that tell this need's calls from another's of the same shape.
@@ -109,15 +115,18 @@ def fetch(
     proportion to the finished calls, evenly over their ranks.
     """
     needs = list(dict.fromkeys(needs))
-    base = calls_with_buckets_sql(buckets)
+    # the routes filter the calls before their buckets are computed: twice as fast on a
+    # large store as filtering the labelled calls
+    routes = " OR ".join(dict.fromkeys(n.route_sql() for n in needs)) or "FALSE"
+    base = calls_with_buckets_sql(buckets, where=routes)
     counts = _counts(store, base, needs)
     live = [n for n in needs if counts[n].bucket >= 2]
     finished = _rows(
-        store, base, live, counts, columns=("total_s", "ttft_s"), where=OK, size=size,
+        store, buckets, live, counts, columns=("total_s", "ttft_s"), where=OK, size=size,
         seed=seed, output=True,
     )  # fmt: skip
     failed = _rows(
-        store, base, live, counts, columns=("total_s",), where=FAILED, size=size, seed=seed,
+        store, buckets, live, counts, columns=("total_s",), where=FAILED, size=size, seed=seed,
         output=False,
     )  # fmt: skip
     keep = {n: counts[n].keep_cut(finished[n][0].size) for n in live}
@@ -153,7 +162,7 @@ def _counts(store: Store, base: str, needs: list[Need]) -> dict[Need, Counts]:
 
 def _rows(
     store: Store,
-    base: str,
+    buckets: Buckets,
     needs: list[Need],
     counts: dict[Need, Counts],
     *,
@@ -177,6 +186,7 @@ def _rows(
         units.setdefault(need.sql(output=output), []).append(need)
     for unit, sharing in units.items():
         first = sharing[0]
+        base = calls_with_buckets_sql(buckets, where=first.route_sql())
         chosen = f"{where} AND {unit}"
         if (counts[first].bucket if output else counts[first].failed) <= size:
             sql = f"SELECT {names} FROM ({base}) WHERE {chosen}"
