@@ -36,7 +36,7 @@ from tailkit.formats import (
 )
 from tailkit.formats._paths import sql_path
 from tailkit.ingest._identity import content_id_sql, source_identity
-from tailkit.ingest._ingest import Progress, _check_forced, _real_name
+from tailkit.ingest._ingest import Progress, _check_forced, _real_name, sniffed_scan
 from tailkit.ingest._load import check_median
 from tailkit.ingest._long_lines import TOO_LONG, is_too_long_error
 from tailkit.ingest._paths import expand_paths
@@ -197,16 +197,9 @@ def _source(
     detected = _detect(path, format_name)
     if detected.format == "skip":
         return SourceFile(path, "skip", detected.why), None
-    fmt = FORMATS[detected.format]
     literal_path = sql_path(str(path))
     with _real_name(path, literal_path):
-        sniff = fmt.sniff_sql(literal_path)
-        try:
-            sniffed = store.fetchall(sniff) if sniff else []
-        except QueryError as exc:
-            msg = f"{path}: not readable as {detected.format} ({exc})"
-            raise InputFileError(msg) from None
-        scan = fmt.scan(literal_path, sniffed, options)
+        scan = sniffed_scan(store, path, literal_path, detected.format, options)
         for statement in scan.setup:
             store.execute(statement)
         sql, counts = _count(store, path, scan)

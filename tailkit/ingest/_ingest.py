@@ -31,6 +31,7 @@ from tailkit.formats import (
     FORMATS,
     GENERIC,
     Detected,
+    Scan,
     ScanOptions,
     check_options,
     detect_format,
@@ -284,16 +285,9 @@ def _load_file(
     Sniff, scan and load ``read_path`` as the file ``path`` (the same file, or its copy).
     """
     fmt_name, why = detected
-    fmt = FORMATS[fmt_name]
     literal_path = sql_path(str(read_path))
     with _real_name(path, literal_path):
-        sniff = fmt.sniff_sql(literal_path)
-        try:
-            sniffed = store.fetchall(sniff) if sniff else []
-        except QueryError as exc:
-            msg = f"{path}: not readable as {fmt_name} ({exc}){looks_like}"
-            raise InputFileError(msg) from None
-        scan = fmt.scan(literal_path, sniffed, options)
+        scan = sniffed_scan(store, path, literal_path, fmt_name, options, looks_like=looks_like)
     digest: Future[str] = hasher.submit(content_hash, path)
     load = FileLoad(
         store, path, scan, options, options_json(fmt_name, options), digest.result,
@@ -347,6 +341,32 @@ def _already_ingested(
         reasons=again.reasons, ingest_id=ingest_id, already_ingested=previous,
         already_rejected=rejected, notes=notes,
     )  # fmt: skip
+
+
+def sniffed_scan(
+    store: Store,
+    path: Path,
+    literal_path: str,
+    fmt_name: str,
+    options: ScanOptions,
+    *,
+    looks_like: str = "",
+) -> Scan:
+    """
+    Sniff the file with its format's query and build its scan (inside `_real_name`).
+
+    Raises:
+        InputFileError: The format's sniffing query cannot read the file (``looks_like``:
+            what it looks like instead, appended to the message).
+    """
+    fmt = FORMATS[fmt_name]
+    sniff = fmt.sniff_sql(literal_path)
+    try:
+        sniffed = store.fetchall(sniff) if sniff else []
+    except QueryError as exc:
+        msg = f"{path}: not readable as {fmt_name} ({exc}){looks_like}"
+        raise InputFileError(msg) from None
+    return fmt.scan(literal_path, sniffed, options)
 
 
 @contextlib.contextmanager
