@@ -55,6 +55,12 @@ class QueryError(StoreError):
     """
 
 
+class OutOfMemoryError(QueryError):
+    """
+    DuckDB ran out of memory for a statement (its memory limit, or the machine's).
+    """
+
+
 class StoreVersionError(StoreError):
     """
     The store was written by a newer tailkit, or cannot be migrated.

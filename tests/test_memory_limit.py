@@ -109,3 +109,20 @@ def test_every_command_refuses_a_bad_memory_limit(tmp_path: Path, args: list[str
     assert result.exit_code == 1, result.output
     assert "memory limit 'lots' is not a size DuckDB understands" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_out_of_memory_names_the_option_and_the_limit(tmp_path: Path) -> None:
+    """
+    A query beyond DuckDB's memory limit is an error naming --memory-limit, not DuckDB's text.
+    """
+    from tailkit.errors import OutOfMemoryError
+
+    with Store.open(tmp_path / "s.duckdb", memory_limit="32MB") as store:
+        store.execute("SET preserve_insertion_order = false")
+        with pytest.raises(OutOfMemoryError) as caught:
+            store.fetchall(
+                "SELECT list(i) FROM (SELECT i, i % 7 AS g FROM range(30000000) t(i)) GROUP BY g"
+            )
+
+    assert "DuckDB ran out of memory (memory limit " in str(caught.value)
+    assert "give it more with --memory-limit SIZE (e.g. 4GB)" in str(caught.value)

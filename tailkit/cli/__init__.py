@@ -30,7 +30,7 @@ from tailkit.cli._common import (
 )
 from tailkit.cli._help import HelpGroup, HelpTyper
 from tailkit.cli._progress import IngestProgress
-from tailkit.errors import QueryError, TailkitError
+from tailkit.errors import OutOfMemoryError, QueryError, TailkitError
 from tailkit.ingest import IngestReport, expand_paths, ingest_paths
 from tailkit.store import DEFAULT_DB, Store, summarize
 
@@ -371,7 +371,8 @@ def stats(
                 extra["approx"] = selected_calls(store, where, read) > approx_above
             report = tail_report(store, query, min_group=min_group, **extra)
     except QueryError as exc:
-        fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
+        bad_filter = where and not isinstance(exc, OutOfMemoryError)
+        fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))
     except TailkitError as exc:
         fail(str(exc))
     if parquet is not None:

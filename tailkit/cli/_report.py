@@ -22,7 +22,7 @@ from tailkit.cli._common import (
     buckets_of,
     fail,
 )
-from tailkit.errors import QueryError, TailkitError
+from tailkit.errors import OutOfMemoryError, QueryError, TailkitError
 from tailkit.store import DEFAULT_DB, Store
 
 
@@ -112,7 +112,8 @@ def report(
                 min_calls=min_calls, progress=say,
             )  # fmt: skip
     except QueryError as exc:
-        fail(f"--where {where!r} is not a valid filter: {exc}" if where else str(exc))
+        bad_filter = where and not isinstance(exc, OutOfMemoryError)
+        fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))
     except TailkitError as exc:
         fail(str(exc))
     if as_json:

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from tailkit.errors import QueryError
-
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,4 +145,4 @@ def record_batches(store: Store, sql: str, *, rows: int) -> Iterator[pa.RecordBa
     try:
         yield from store.relation(sql).to_arrow_reader(rows)
     except duckdb.Error as exc:
-        raise QueryError(str(exc).strip().splitlines()[0]) from exc
+        raise store.error(exc) from exc

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from tailkit.errors import QueryError, StoreError, StoreVersionError
+from tailkit.errors import OutOfMemoryError, QueryError, StoreError, StoreVersionError
 from tailkit.record import CALL_COLUMNS, Buckets, bucket_label
 from tailkit.store import _schema
 
@@ -88,6 +88,25 @@ def _set_memory_limit(con: duckdb.DuckDBPyConnection, memory_limit: str) -> None
             "give a number and a unit, e.g. --memory-limit 2GB or 512MB"
         )
         raise StoreError(msg) from None
+
+
+def _query_error(con: duckdb.DuckDBPyConnection, exc: duckdb.Error) -> QueryError:
+    """
+    The error to raise for DuckDB's ``exc``: its first line, and for memory the fix.
+    """
+    first = str(exc).strip().splitlines()[0]
+    if not isinstance(exc, duckdb.OutOfMemoryException):
+        return QueryError(first)
+    try:
+        row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        limit = f" (memory limit {row[0]})" if row else ""
+    except duckdb.Error:
+        limit = ""
+    msg = (
+        f"DuckDB ran out of memory{limit}: {first}; give it more with --memory-limit SIZE "
+        "(e.g. 4GB) or free memory on this machine"
+    )
+    return OutOfMemoryError(msg)
 
 
 class Store:
@@ -229,7 +248,16 @@ class Store:
         try:
             return self._con.execute(sql, params).fetchall()
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+            raise self.error(exc) from exc
+
+    def error(self, exc: duckdb.Error) -> QueryError:
+        """
+        The error to raise for DuckDB's ``exc``.
+
+        `OutOfMemoryError` (naming --memory-limit) for memory, else `QueryError` with DuckDB's
+        first line.
+        """
+        return _query_error(self._con, exc)
 
     def fetchone(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
         """
@@ -267,7 +295,7 @@ class Store:
         try:
             return self._con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip().splitlines()[0]) from exc
+            raise self.error(exc) from exc
 
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         """
