@@ -340,7 +340,6 @@ def stats(
     from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
     from tailkit.cli._stats_source import (
-        approx_arguments,
         check_source_options,
         rejects_line,
         selected_calls,
@@ -366,10 +365,9 @@ def stats(
         ) as (store, read):  # fmt: skip
             if read is not None and (line := rejects_line(read)):
                 typer.echo(line, err=True)
-            extra = approx_arguments(tail_report, approx=approx, approx_above=approx_above)
             if approx_above is not None and not approx:
-                extra["approx"] = selected_calls(store, where, read) > approx_above
-            report = tail_report(store, query, min_group=min_group, **extra)
+                approx = selected_calls(store, where, read) > approx_above
+            report = tail_report(store, query, min_group=min_group, approx=approx)
     except QueryError as exc:
         bad_filter = where and not isinstance(exc, OutOfMemoryError)
         fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))

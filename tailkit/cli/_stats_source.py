@@ -5,9 +5,8 @@ Where ``tailkit stats`` reads calls from: the store, or files read in place (``-
 from __future__ import annotations
 
 import contextlib
-import inspect
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,19 +102,6 @@ def rejects_line(files: InPlace) -> str | None:
         f"{files.rejected:,} of {files.rows_in:,} rows rejected, most often {reason} ({n:,}), "
         "and left out of the table; tailkit ingest shows them"
     )
-
-
-def approx_arguments(
-    report: Callable[..., Any], *, approx: bool, approx_above: int | None
-) -> dict[str, bool]:
-    """
-    ``approx=`` for `tail_report` when asked for, or a clear error when it cannot take it.
-    """
-    if not approx and approx_above is None:
-        return {}
-    if "approx" not in inspect.signature(report).parameters:
-        fail("--approx / --approx-above: approximate quantiles are not in this tailkit yet")
-    return {"approx": approx}
 
 
 def selected_calls(store: Store, where: str | None, read: InPlace | None) -> int:
