@@ -24,22 +24,25 @@ from pathlib import Path
 
 from tailkit.errors import IngestError, InputFileError, QueryError
 from tailkit.formats import (
-    FORMATS,
     REJECT_STATUS,
     Detected,
     Scan,
     ScanOptions,
-    check_options,
     detect_format,
     literal,
     read_head,
 )
 from tailkit.formats._paths import sql_path
 from tailkit.ingest._identity import content_id_sql, source_identity
-from tailkit.ingest._ingest import Progress, _check_forced, _real_name, sniffed_scan
+from tailkit.ingest._ingest import (
+    Progress,
+    _check_forced,
+    _real_name,
+    checked_inputs,
+    sniffed_scan,
+)
 from tailkit.ingest._load import check_median
 from tailkit.ingest._long_lines import TOO_LONG, is_too_long_error
-from tailkit.ingest._paths import expand_paths
 from tailkit.record import CALL_COLUMNS
 from tailkit.store import Store
 
@@ -160,12 +163,7 @@ def read_in_place(
         IngestError: An option is invalid, a path or pattern matches nothing, or a file cannot
             be read (the message names the file and the fix).
     """
-    options = options or ScanOptions()
-    check_options(options)
-    if format != "auto" and format not in FORMATS:
-        msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
-        raise IngestError(msg)
-    files, missing = expand_paths(paths)
+    options, files, missing = checked_inputs(paths, format, options)
     if missing:
         raise IngestError("; ".join(str(e) for e in missing))
     results, parts = [], []

@@ -192,12 +192,7 @@ def ingest_paths(
     Raises:
         IngestError: ``format`` or ``options`` are invalid (before any file is read).
     """
-    options = options or ScanOptions()
-    check_options(options)
-    if format != "auto" and format not in FORMATS:
-        msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
-        raise IngestError(msg)
-    files, missing = expand_paths(paths)
+    options, files, missing = checked_inputs(paths, format, options)
     errors: list[IngestError] = list(missing)
     results: list[FileResult] = []
     with ThreadPoolExecutor(max_workers=1) as hasher:
@@ -341,6 +336,24 @@ def _already_ingested(
         reasons=again.reasons, ingest_id=ingest_id, already_ingested=previous,
         already_rejected=rejected, notes=notes,
     )  # fmt: skip
+
+
+def checked_inputs(
+    paths: Iterable[str | Path], format: str, options: ScanOptions | None
+) -> tuple[ScanOptions, list[Path], list[IngestError]]:
+    """
+    The options (defaults for ``None``), the files ``paths`` name and the paths that match none.
+
+    Raises:
+        IngestError: ``format`` or ``options`` are invalid (before any file is read).
+    """
+    options = options or ScanOptions()
+    check_options(options)
+    if format != "auto" and format not in FORMATS:
+        msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
+        raise IngestError(msg)
+    files, missing = expand_paths(paths)
+    return options, files, list(missing)
 
 
 def sniffed_scan(
