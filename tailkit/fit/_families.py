@@ -19,6 +19,7 @@ from tailkit.errors import TailkitError
 
 _Array = NDArray[np.float64]
 _NEWTON_TOLERANCE = 1e-10  # half the Newton decrement, in nats, at which a fit has converged
+_BLOCK_VALUES = 1 << 16  # values (rows x calls) of one block of `fit_location_scale`
 
 
 def shape_terms(family: str, u: _Array, *, cut: bool) -> tuple[_Array, _Array, _Array]:
@@ -70,21 +71,22 @@ def fit_location_scale(family: str, ys: list[_Array], cuts: list[_Array]) -> _Ar
     a0, b0 = start.get(family, (0.0, math.pi / math.sqrt(3.0)))
     theta = np.column_stack([np.full(rows, a0), np.full(rows, b0)])
 
-    def evaluate(theta: _Array) -> tuple[_Array, _Array, _Array]:
-        value, grad, hess = np.log(theta[:, 1]) * n_obs, np.zeros((rows, 2)), np.zeros((rows, 3))
-        grad[:, 1] = n_obs / theta[:, 1]
-        hess[:, 2] = -n_obs / theta[:, 1] ** 2
-        for cut, (y, w) in enumerate(data):
-            g, g1, g2 = shape_terms(family, theta[:, 1:] * y - theta[:, :1], cut=bool(cut))
-            g1, g2 = g1 * w, g2 * w
-            value += np.where(w > 0.0, g, 0.0).sum(axis=1)
-            grad += np.column_stack([-g1.sum(axis=1), (g1 * y).sum(axis=1)])
-            hess += np.column_stack(
-                [g2.sum(axis=1), -(g2 * y).sum(axis=1), (g2 * y * y).sum(axis=1)]
+    def evaluate(theta: _Array, rows_at: NDArray[np.intp]) -> tuple[_Array, _Array, _Array]:
+        # the rows ``rows_at`` at ``theta`` (one line per row), a few rows at a time so that a
+        # block's arrays stay in the CPU cache; each row's sums are as over the whole matrix
+        size = rows_at.size
+        value, grad, hess = np.empty(size), np.empty((size, 2)), np.empty((size, 3))
+        for first in range(0, size, block):
+            at = slice(first, first + block)
+            found = _evaluate(
+                family, theta[at], [(y[rows_at[at]], w[rows_at[at]]) for y, w in data]
             )
+            value[at], grad[at], hess[at] = found
         return value, grad, hess
 
-    value, grad, hess = evaluate(theta)
+    block = max(1, _BLOCK_VALUES // sum(y.shape[1] for y, _ in data))
+    everyone = np.arange(rows)
+    value, grad, hess = evaluate(theta, everyone)
     active = np.isfinite(value)
     for _ in range(100):
         det = hess[:, 0] * hess[:, 2] - hess[:, 1] ** 2
@@ -99,11 +101,19 @@ def fit_location_scale(family: str, ys: list[_Array], cuts: list[_Array]) -> _Ar
         t, pending = np.ones(rows), active.copy()
         for _ in range(60):
             trial = theta + t[:, None] * step
+            # only the rows still searching are evaluated: the others' values are not used
+            at = np.flatnonzero(pending)
             with np.errstate(invalid="ignore", divide="ignore"):
-                new = evaluate(trial)  # a step past scale 0 is refused just below
-            ok = pending & (trial[:, 1] > 0.0) & (new[0] >= value + 1e-4 * t * rise)
-            theta[ok], value[ok], grad[ok], hess[ok] = trial[ok], new[0][ok], new[1][ok], new[2][ok]
-            pending &= ~ok
+                new = evaluate(trial[at], at)  # a step past scale 0 is refused just below
+            took = (trial[at, 1] > 0.0) & (new[0] >= value[at] + 1e-4 * t[at] * rise[at])
+            ok = at[took]
+            theta[ok], value[ok], grad[ok], hess[ok] = (
+                trial[ok],
+                new[0][took],
+                new[1][took],
+                new[2][took],
+            )
+            pending[ok] = False
             if not pending.any():
                 break
             t[pending] /= 2.0
@@ -112,6 +122,27 @@ def fit_location_scale(family: str, ys: list[_Array], cuts: list[_Array]) -> _Ar
     s = spread / theta[:, 1]
     value -= n_obs * np.log(spread) + np.array([y.sum() for y in ys])
     return np.column_stack([m, s, np.where(np.isfinite(value) & np.isfinite(s), value, np.nan)])
+
+
+def _evaluate(
+    family: str, theta: _Array, data: list[tuple[_Array, _Array]]
+) -> tuple[_Array, _Array, _Array]:
+    # log-likelihood, gradient and Hessian (aa, ab, bb) in (a, b) of each row of ``data``
+    n_obs = data[0][1].sum(axis=1)
+    value, grad, hess = (
+        np.log(theta[:, 1]) * n_obs,
+        np.zeros((theta.shape[0], 2)),
+        np.zeros((theta.shape[0], 3)),
+    )
+    grad[:, 1] = n_obs / theta[:, 1]
+    hess[:, 2] = -n_obs / theta[:, 1] ** 2
+    for cut, (y, w) in enumerate(data):
+        g, g1, g2 = shape_terms(family, theta[:, 1:] * y - theta[:, :1], cut=bool(cut))
+        g1, g2 = g1 * w, g2 * w
+        value += np.where(w > 0.0, g, 0.0).sum(axis=1)
+        grad += np.column_stack([-g1.sum(axis=1), (g1 * y).sum(axis=1)])
+        hess += np.column_stack([g2.sum(axis=1), -(g2 * y).sum(axis=1), (g2 * y * y).sum(axis=1)])
+    return value, grad, hess
 
 
 def gamma_shape(gap: _Array) -> _Array:

@@ -124,7 +124,22 @@ def size_model(
 
 
 def _mad(x: _Array) -> float:
-    return _MAD * float(np.median(np.abs(x - np.median(x))))
+    centred = x - _median(x.copy())
+    return _MAD * _median(np.abs(centred, out=centred))
+
+
+def _median(scratch: _Array) -> float:
+    """
+    ``np.median`` of a 1-D array, bit for bit, partitioning ``scratch`` in place.
+    """
+    # np.median partitions a copy of its input; here the caller's scratch array is reused.
+    # As np.median, the last place is partitioned too: NaNs sort last, and mean a NaN median.
+    half = scratch.size // 2
+    middle = (half,) if scratch.size % 2 else (half - 1, half)
+    scratch.partition((*middle, scratch.size - 1))
+    if np.isnan(scratch[-1]):
+        return math.nan
+    return float(np.mean(scratch[middle[0] : half + 1]))
 
 
 def _huber(x: _Array, y: _Array) -> tuple[_Array, _Array]:

@@ -259,12 +259,23 @@ def _pool(
     calls = np.bincount(window).astype(np.float64)
     expected = calls * min(share, 1.0 - share)
     pool = np.empty(calls.size, dtype=np.int64)
-    current, filled = 0, 0.0
-    for i, e in enumerate(expected.tolist()):
-        pool[i] = current
-        filled += e
-        if filled >= MIN_EXPECTED:
-            current, filled = current + 1, 0.0
+    # Greedy: a pool takes windows until its expected count reaches MIN_EXPECTED. A pool's
+    # running sum is a cumsum from its first window (numpy accumulates in order, as a loop
+    # would, so the pools are the same to the bit); the span looked at doubles until it fills.
+    current, filled, start = 0, 0.0, 0
+    span = 2 * int(MIN_EXPECTED / max(float(np.mean(expected)), 1e-12)) + 16 if calls.size else 0
+    while start < calls.size:
+        sums = np.cumsum(expected[start : start + span])
+        full = np.flatnonzero(sums >= MIN_EXPECTED)
+        if full.size:
+            end = start + int(full[0]) + 1
+            pool[start:end] = current
+            current, filled, start = current + 1, 0.0, end
+        elif start + span >= calls.size:
+            pool[start:] = current
+            filled, start = float(sums[-1]), calls.size
+        else:
+            span *= 2
     if filled > 0.0 and current > 0:
         pool[pool == current] = current - 1
     per_call = pool[window]
