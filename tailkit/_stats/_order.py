@@ -103,19 +103,23 @@ class _Ranks:
 
 class _Type7(_Ranks):
     """
-    Strictly private: the type-7 quantiles ``q`` of ``n`` values (numpy's default), as they pass.
+    Strictly private: the type-7 quantiles ``q`` of ``n`` values, as they pass.
+
+    ``lo + (hi - lo) * (rn - floor(rn))`` with ``rn = (n - 1) q``, numpy's default and DuckDB's
+    ``quantile_cont`` (whose rounding differs in the last bit at times).
     """
 
     def __init__(self, n: int, q: tuple[float, ...]) -> None:
-        self.main = OrderStatisticRanks.of(np.array([max(n, 1)], dtype=np.int64), np.array(q), 0.5)
-        self.index = np.unique(np.concatenate([self.main.below.ravel(), self.main.above.ravel()]))
+        self.rn = (max(n, 1) - 1) * np.array(q)
+        self.lo, self.hi = np.floor(self.rn).astype(np.int64), np.ceil(self.rn).astype(np.int64)
+        self.index = np.unique(np.concatenate([self.lo, self.hi]))
         self.value = np.full(self.index.size, math.nan)
         self.seen = 0
 
     def values(self) -> tuple[float, ...]:
-        m = self.main
-        v = m.quantiles(self.at(m.below), self.at(m.above), self.at(m.low), self.at(m.high))[0]
-        return tuple(float(x) for x in v[0])
+        lo, hi = self.at(self.lo), self.at(self.hi)
+        v = np.where(self.lo == self.hi, lo, lo + (hi - lo) * (self.rn - self.lo))
+        return tuple(float(x) for x in v)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,7 @@ _QUANTILES = (
     f"{{f}}(CASE WHEN {SPEED} THEN (output_tokens - 1) / (total_s - ttft_s) END, "
     "[0.5, 0.1]) AS speed_q"
 )
+_NO_QUANTILES = ", NULL::DOUBLE[] AS ttft_q, NULL::DOUBLE[] AS gen_q, NULL::DOUBLE[] AS speed_q"
 GROUP_ID = "_gid"  # a 64-bit hash of a group's key, the same in every query of one table
 ROUTE_ID = "_rid"  # the same of its route's key (the ``by`` columns)
 
@@ -110,7 +111,7 @@ def group_id_sql(keys: Sequence[str]) -> str:
     return f"hash({_keys_sql(keys)})"
 
 
-def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
+def groups_sql(query: TableQuery, *, approx: bool = False, holistic: bool = True) -> str:
     """
     One pass over the calls: per group, its counts and the statistics that aggregate.
 
@@ -121,9 +122,15 @@ def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
     population sd of log latency; ``n_phase`` counts the streamed calls (`PHASE`), ``n_speed``
     those whose speed counts (`SPEED`); ``ttft_q``, ``gen_q`` and ``speed_q`` are their p50 and
     p99 (speed: p50 and p10), DuckDB's ``quantile_cont`` (``approx_quantile``, a t-digest, with
-    ``approx``). Groups come in no particular order.
+    ``approx``), or NULL without ``holistic`` (`times_sql` sorts them instead). Groups come in
+    no particular order.
     """
     keys = _keys_sql(query.keys)
+    quantiles = (
+        _QUANTILES.format(f="approx_quantile" if approx else "quantile_cont")
+        if approx or holistic
+        else _NO_QUANTILES
+    )
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
     # the ids hash the aggregated keys: as part of the grouping they would slow it down
     route = group_id_sql(query.by) if query.by else "hash(0)"
@@ -152,7 +159,7 @@ def groups_sql(query: TableQuery, *, approx: bool = False) -> str:
         "min(total_s) FILTER (_event) AS event_min, max(total_s) FILTER (_event) AS event_max, "
         "avg(ln(total_s)) FILTER (_event AND total_s > 0) AS log_mean, "
         "stddev_pop(ln(total_s)) FILTER (_event AND total_s > 0) AS log_sd"
-        f"{_QUANTILES.format(f='approx_quantile' if approx else 'quantile_cont')} "
+        f"{quantiles} "
         f"FROM ({flags}) GROUP BY ALL)"
     )
 

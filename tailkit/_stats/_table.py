@@ -55,13 +55,44 @@ _NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
 WARNING_MAX_CALLS = 1_000_000  # a warning's Kaplan-Meier curve reads up to this many calls
 
 
-def fetch_groups(store: Store, query: TableQuery, *, approx: bool = False) -> pl.DataFrame:
+def fetch_groups(
+    store: Store, query: TableQuery, *, approx: bool = False, holistic: bool = True
+) -> pl.DataFrame:
     """
     The one aggregating pass (`groups_sql`): a row per group, in table order.
     """
-    frame = pl.from_arrow(store.arrow(groups_sql(query, approx=approx)))
+    frame = pl.from_arrow(store.arrow(groups_sql(query, approx=approx, holistic=holistic)))
     assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
     return frame.sort(order_columns(query), nulls_last=True, maintain_order=True)
+
+
+HOLISTIC_BYTES_PER_CALL = 64  # DuckDB's quantile_cont of TTFT, generation and speed (measured)
+_UNITS = {"": 1, "B": 1, "BYTES": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+def holistic_fits(store: Store) -> bool:
+    """
+    Whether the TTFT, generation and speed quantiles can be aggregated in DuckDB's memory.
+
+    DuckDB's ``quantile_cont`` holds every value of a group and cannot spill: about
+    `HOLISTIC_BYTES_PER_CALL` bytes a call (an aggregate of 2 M calls needed 100-130 MB).
+    It is used while the store's calls need at most half of the memory limit in force;
+    beyond, or for calls read in place (a view, whose size is unknown until read), the
+    sorted pass sorts them out of core, at more time (`sorted_statistics`).
+    """
+    row = store.fetchone(
+        "SELECT (SELECT estimated_size FROM duckdb_tables() WHERE table_name = 'calls' "
+        "AND schema_name = current_schema()), current_setting('memory_limit')"
+    )
+    if row is None or row[0] is None:
+        return False
+    number, _, unit = str(row[1]).strip().partition(" ")
+    try:
+        limit = float(number) * _UNITS[unit.strip().upper()]
+    except (KeyError, ValueError):
+        return False
+    return int(row[0]) * HOLISTIC_BYTES_PER_CALL <= limit / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +139,8 @@ def tail_report(
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
     """
     query = query or TableQuery()
-    groups = fetch_groups(store, query, approx=approx)
+    holistic = approx or holistic_fits(store)
+    groups = fetch_groups(store, query, approx=approx, holistic=holistic)
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
     described: list[_Group] = []
@@ -142,7 +174,11 @@ def tail_report(
             continue
         described.append(_Group(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
-    latency = None if approx else _sorted_pass(store, query, described, level=level)
+    latency = (
+        None
+        if approx
+        else _sorted_pass(store, query, described, aggs, level=level, phases=not holistic)
+    )
     for row, agg in zip(rows, aggs, strict=True):
         speed = agg.get("speed_q") or [None, None]
         row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
@@ -247,16 +283,33 @@ def _sorted_pass(
     store: Store,
     query: TableQuery,
     described: list[_Group],
+    aggs: list[dict[str, Any]],
     *,
     level: float,
+    phases: bool,
 ) -> Quantiles:
     """
     The exact quantiles of the described groups (`sorted_statistics`).
 
-    The TTFT, generation and speed quantiles stay the aggregating pass's: sorting them too
-    costs more time than their memory (see `groups_sql`).
+    With ``phases`` the TTFT, generation and speed quantiles are sorted too, into each
+    group's aggregates (``ttft_q``, ``gen_q``, ``speed_q``); otherwise the aggregating pass
+    has them.
     """
-    return sorted_statistics(store, query, _times(described), level=level).latency
+    if not phases:
+        return sorted_statistics(store, query, _times(described), level=level).latency
+    phase = {g.gid: int(g.agg["n_phase"]) for g in described if g.agg["n_phase"]}
+    speed = {int(a[GROUP_ID]): int(a["n_speed"]) for a in aggs if a["n_speed"]}
+    found = sorted_statistics(
+        store, query, _times(described), level=level, phase=phase, speed=speed
+    )
+    for a in aggs:
+        gid = int(a[GROUP_ID])
+        a["ttft_q"], a["gen_q"], a["speed_q"] = (
+            found.ttft.get(gid),
+            found.gen.get(gid),
+            found.speed.get(gid),
+        )
+    return found.latency
 
 
 def _warning(

@@ -14,12 +14,14 @@ import typer
 
 from tailkit.cli import _check, _demo, _docs, _races, _render, _replay, _report, _serve, _workflow
 from tailkit.cli._common import (
+    READ_MEMORY_LIMIT,
     DbOption,
     InputEdges,
     JsonOption,
     MapOption,
     MemoryLimitOption,
     OutputEdges,
+    ReadMemoryLimitOption,
     SetOption,
     SetOverOption,
     StatusMapOption,
@@ -312,7 +314,7 @@ def stats(
             help="Approximate quantiles when the selected calls are more than N.",
         ),
     ] = None,
-    memory_limit: MemoryLimitOption = None,
+    memory_limit: ReadMemoryLimitOption = READ_MEMORY_LIMIT,
 ) -> None:
     """
     Show where the latency tail is, per group and token bucket, with intervals and fits.

@@ -25,6 +25,17 @@ MemoryLimitOption = Annotated[
         "(default: DuckDB's, 80% of RAM).",
     ),
 ]
+READ_MEMORY_LIMIT = "1GB"  # what stats, calibrate and simulate let DuckDB hold, unless told
+ReadMemoryLimitOption = Annotated[
+    str,
+    typer.Option(
+        "--memory-limit",
+        metavar="SIZE",
+        help="Cap DuckDB's memory, e.g. 4GB; beyond it DuckDB spills to disk, so a store of "
+        "any size fits.",
+        show_default=True,
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 InputEdges = Annotated[
     str | None,

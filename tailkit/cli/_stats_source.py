@@ -5,6 +5,7 @@ Where ``tailkit stats`` reads calls from: the store, or files read in place (``-
 from __future__ import annotations
 
 import contextlib
+import tempfile
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +84,12 @@ def stats_store(
     options = scan_options(**{k: v for k, v in reading.items() if k != "format"})
     files, _ = expand_paths(source)
     total = sum(f.stat().st_size for f in files)
-    with Store.open(":memory:", memory_limit=memory_limit) as store:
+    with (
+        tempfile.TemporaryDirectory(prefix="tailkit-spill-") as spill,
+        Store.open(":memory:", memory_limit=memory_limit) as store,
+    ):
+        # beyond the memory limit DuckDB spills here, not into a `.tmp` of the working folder
+        store.execute(f"SET temp_directory = '{spill}'")
         with IngestProgress(store, total, enabled=progress, verb="read") as bar:
             read = read_in_place(
                 store, source, format=reading["format"], options=options, progress=bar

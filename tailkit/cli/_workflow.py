@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tailkit.cli._common import (
+    READ_MEMORY_LIMIT,
     DbOption,
     InputEdges,
     JsonOption,
-    MemoryLimitOption,
     OutputEdges,
+    ReadMemoryLimitOption,
     buckets_of,
     fail,
 )
@@ -146,7 +147,7 @@ def calibrate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
-    memory_limit: MemoryLimitOption = None,
+    memory_limit: ReadMemoryLimitOption = READ_MEMORY_LIMIT,
     quiet: Annotated[
         bool,
         typer.Option("--quiet", "-q", help="Print nothing but errors and warnings (stderr)."),
@@ -234,7 +235,7 @@ def simulate(
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     as_json: JsonOption = False,
-    memory_limit: MemoryLimitOption = None,
+    memory_limit: ReadMemoryLimitOption = READ_MEMORY_LIMIT,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print the plan's line only, no table.")
     ] = False,
