@@ -70,11 +70,8 @@ class _Ranks:
     Strictly private: the order statistics an uncensored group needs, filled in as they pass.
     """
 
-    def __init__(self, n: int, level: float) -> None:
-        wide = (1.0 + level) / 2.0
-        sizes = np.array([max(n, 1)], dtype=np.int64)
-        self.main = OrderStatisticRanks.of(sizes, _Q, 1.0 - level)
-        self.wide = OrderStatisticRanks.of(sizes, _Q2, 1.0 - wide)
+    def __init__(self, main: OrderStatisticRanks, wide: OrderStatisticRanks) -> None:
+        self.main, self.wide = main, wide
         wanted = [
             r.ravel() for x in (self.main, self.wide) for r in (x.below, x.above, x.low, x.high)
         ]
@@ -162,13 +159,18 @@ def sorted_statistics(
     out = Quantiles(*(np.full((k, size), math.nan) for size in (4, 4, 4, 2, 2)))
     wide = (1.0 + level) / 2.0
     states: dict[tuple[int, int], Any] = {}
+    plain = [g for g in groups if not g.cuts]
+    sizes = np.array([max(g.events, 1) for g in plain], dtype=np.int64)
+    main = OrderStatisticRanks.of(sizes, _Q, 1.0 - level)  # one call for every group: cheaper
+    wide_ranks = OrderStatisticRanks.of(sizes, _Q2, 1.0 - wide)
+    for i, g in enumerate(plain):
+        row = np.array([i])
+        states[g.gid, 0] = _Ranks(main.take(row), wide_ranks.take(row))
     for g in groups:
-        total = g.events + g.cuts
         if g.cuts:
+            total = g.events + g.cuts
             km = KaplanMeierStream(total, _Q, level), KaplanMeierStream(total, _Q2, wide)
             states[g.gid, 0] = km
-        else:
-            states[g.gid, 0] = _Ranks(g.events, level)
     for gid, n in phase.items():
         states[gid, 1], states[gid, 2] = _Type7(n, (0.5, 0.99)), _Type7(n, (0.5, 0.99))
     for gid, n in speed.items():
