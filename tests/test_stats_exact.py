@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from tailkit._stats import TableQuery, tail_report
+from tailkit._stats import _bands as bands_module
 from tailkit._stats import _table as table_module
 from tailkit.fit import (
     KaplanMeierStream,
@@ -137,18 +138,29 @@ def test_quantiles_and_intervals_equal_tailkit_fit_on_every_call(db: Path) -> No
     assert {"Kaplan-Meier", "order statistics"} == methods
 
 
-@pytest.mark.parametrize("holistic", [True, False], ids=["aggregated", "sorted"])
+@pytest.mark.parametrize("band", [None, 0.005, -1.0], ids=["aggregated", "banded", "sorted"])
 def test_moments_phase_quantiles_and_warnings_use_every_call(
-    db: Path, holistic: bool, monkeypatch: pytest.MonkeyPatch
+    db: Path, band: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     Uncut groups' lognormal fit, TTFT/generation quantiles and warnings come from every call.
 
-    Also when the TTFT, generation and speed quantiles do not fit in DuckDB's memory and are
-    sorted out of core instead (``sorted``): the same numbers.
+    Also when the TTFT, generation and speed quantiles do not fit in DuckDB's memory: read
+    exactly from a band around DuckDB's estimate (``banded``), or sorted out of core where
+    every band misses (``sorted``, a band of negative width): the same numbers.
     """
-    if not holistic:
+    holistic = band is None
+    if band is not None:
         monkeypatch.setattr(table_module, "HOLISTIC_BYTES_PER_CALL", 1 << 60)
+        monkeypatch.setattr(bands_module, "BAND", band)
+        missed = bands_module.exact_in_bands
+        seen: list[tuple[dict[int, int], dict[int, int]]] = []
+
+        def spy(*args: Any) -> tuple[dict[int, int], dict[int, int]]:
+            seen.append(missed(*args))
+            return seen[-1]
+
+        monkeypatch.setattr(table_module, "exact_in_bands", spy)
     with Store.open(db, read_only=True) as store:
         assert holistic == table_module.holistic_fits(store)
     table, calls = _table(db), _calls(db)
@@ -170,6 +182,9 @@ def test_moments_phase_quantiles_and_warnings_use_every_call(
         p50, p10 = np.quantile(speeds[row["provider"]], [0.5, 0.1])
         assert row["tokens_per_s_p50"] == pytest.approx(p50, rel=1e-12)
         assert row["tokens_per_s_p10"] == pytest.approx(p10, rel=1e-12)
+    if band is not None:  # the bands held, or all missed and the sorted pass stepped in
+        ((phase, speed),) = seen
+        assert (len(phase), len(speed)) == ((0, 0) if band > 0 else (table.height,) * 2)
 
 
 def _speeds(db: Path) -> dict[str, np.ndarray]:

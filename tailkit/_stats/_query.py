@@ -99,7 +99,6 @@ _QUANTILES = (
     f"{{f}}(CASE WHEN {SPEED} THEN (output_tokens - 1) / (total_s - ttft_s) END, "
     "[0.5, 0.1]) AS speed_q"
 )
-_NO_QUANTILES = ", NULL::DOUBLE[] AS ttft_q, NULL::DOUBLE[] AS gen_q, NULL::DOUBLE[] AS speed_q"
 GROUP_ID = "_gid"  # a 64-bit hash of a group's key, the same in every query of one table
 ROUTE_ID = "_rid"  # the same of its route's key (the ``by`` columns)
 
@@ -111,7 +110,9 @@ def group_id_sql(keys: Sequence[str]) -> str:
     return f"hash({_keys_sql(keys)})"
 
 
-def groups_sql(query: TableQuery, *, approx: bool = False, holistic: bool = True) -> str:
+def groups_sql(
+    query: TableQuery, *, approx: bool = False, holistic: bool = True, band_estimates: str = ""
+) -> str:
     """
     One pass over the calls: per group, its counts and the statistics that aggregate.
 
@@ -122,14 +123,14 @@ def groups_sql(query: TableQuery, *, approx: bool = False, holistic: bool = True
     population sd of log latency; ``n_phase`` counts the streamed calls (`PHASE`), ``n_speed``
     those whose speed counts (`SPEED`); ``ttft_q``, ``gen_q`` and ``speed_q`` are their p50 and
     p99 (speed: p50 and p10), DuckDB's ``quantile_cont`` (``approx_quantile``, a t-digest, with
-    ``approx``), or NULL without ``holistic`` (`times_sql` sorts them instead). Groups come in
-    no particular order.
+    ``approx``); without ``holistic`` they are NULL and ``band_estimates`` (columns, see
+    `_bands.py`) takes their place. Groups come in no particular order.
     """
     keys = _keys_sql(query.keys)
     quantiles = (
         _QUANTILES.format(f="approx_quantile" if approx else "quantile_cont")
         if approx or holistic
-        else _NO_QUANTILES
+        else band_estimates
     )
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
     # the ids hash the aggregated keys: as part of the grouping they would slow it down

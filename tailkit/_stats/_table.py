@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tailkit._stats._bands import band_estimates_sql, exact_in_bands
 from tailkit._stats._order import GroupTimes, Quantiles, sorted_statistics
 from tailkit._stats._query import (
     GROUP_ID,
@@ -61,7 +62,10 @@ def fetch_groups(
     """
     The one aggregating pass (`groups_sql`): a row per group, in table order.
     """
-    frame = pl.from_arrow(store.arrow(groups_sql(query, approx=approx, holistic=holistic)))
+    bands = "" if holistic else band_estimates_sql()
+    frame = pl.from_arrow(
+        store.arrow(groups_sql(query, approx=approx, holistic=holistic, band_estimates=bands))
+    )
     assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
     return frame.sort(order_columns(query), nulls_last=True, maintain_order=True)
 
@@ -291,24 +295,22 @@ def _sorted_pass(
     """
     The exact quantiles of the described groups (`sorted_statistics`).
 
-    With ``phases`` the TTFT, generation and speed quantiles are sorted too, into each
-    group's aggregates (``ttft_q``, ``gen_q``, ``speed_q``); otherwise the aggregating pass
-    has them.
+    With ``phases`` the TTFT, generation and speed quantiles are read from their bands
+    (`exact_in_bands`) into each group's aggregates (``ttft_q``, ``gen_q``, ``speed_q``), and
+    sorted here where a band missed; otherwise the aggregating pass has them.
     """
     if not phases:
         return sorted_statistics(store, query, _times(described), level=level).latency
-    phase = {g.gid: int(g.agg["n_phase"]) for g in described if g.agg["n_phase"]}
-    speed = {int(a[GROUP_ID]): int(a["n_speed"]) for a in aggs if a["n_speed"]}
+    phase, speed = exact_in_bands(store, query, aggs)
     found = sorted_statistics(
         store, query, _times(described), level=level, phase=phase, speed=speed
     )
     for a in aggs:
         gid = int(a[GROUP_ID])
-        a["ttft_q"], a["gen_q"], a["speed_q"] = (
-            found.ttft.get(gid),
-            found.gen.get(gid),
-            found.speed.get(gid),
-        )
+        if gid in phase:
+            a["ttft_q"], a["gen_q"] = found.ttft[gid], found.gen[gid]
+        if gid in speed:
+            a["speed_q"] = found.speed[gid]
     return found.latency
 
 
