@@ -19,6 +19,7 @@ import pytest
 from tailkit._stats import TableQuery, tail_report
 from tailkit._stats import _bands as bands_module
 from tailkit._stats import _table as table_module
+from tailkit.errors import OutOfMemoryError
 from tailkit.fit import (
     KaplanMeierStream,
     empirical_quantiles,
@@ -138,21 +139,33 @@ def test_quantiles_and_intervals_equal_tailkit_fit_on_every_call(db: Path) -> No
     assert {"Kaplan-Meier", "order statistics"} == methods
 
 
-@pytest.mark.parametrize("band", [None, 0.005, -1.0], ids=["aggregated", "banded", "sorted"])
+@pytest.mark.parametrize(
+    ("band", "estimates"),
+    [(None, True), (0.005, True), (-1.0, True), (0.005, False)],
+    ids=["aggregated", "banded", "sorted", "no-estimates"],
+)
 def test_moments_phase_quantiles_and_warnings_use_every_call(
-    db: Path, band: float | None, monkeypatch: pytest.MonkeyPatch
+    db: Path, band: float | None, estimates: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """
     Uncut groups' lognormal fit, TTFT/generation quantiles and warnings come from every call.
 
     Also when the TTFT, generation and speed quantiles do not fit in DuckDB's memory: read
     exactly from a band around DuckDB's estimate (``banded``), or sorted out of core where
-    every band misses (``sorted``, a band of negative width): the same numbers.
+    every band misses (``sorted``, a band of negative width) or the estimates themselves ran
+    out of memory (``no-estimates``): the same numbers.
     """
     holistic = band is None
     if band is not None:
         monkeypatch.setattr(table_module, "HOLISTIC_BYTES_PER_CALL", 1 << 60)
         monkeypatch.setattr(bands_module, "BAND", band)
+        if not estimates:
+
+            def out_of_memory() -> str:
+                msg = "DuckDB ran out of memory"
+                raise OutOfMemoryError(msg)
+
+            monkeypatch.setattr(table_module, "band_estimates_sql", out_of_memory)
         missed = bands_module.exact_in_bands
         seen: list[tuple[dict[int, int], dict[int, int]]] = []
 
@@ -184,7 +197,8 @@ def test_moments_phase_quantiles_and_warnings_use_every_call(
         assert row["tokens_per_s_p10"] == pytest.approx(p10, rel=1e-12)
     if band is not None:  # the bands held, or all missed and the sorted pass stepped in
         ((phase, speed),) = seen
-        assert (len(phase), len(speed)) == ((0, 0) if band > 0 else (table.height,) * 2)
+        banded = band > 0 and estimates
+        assert (len(phase), len(speed)) == ((0, 0) if banded else (table.height,) * 2)
 
 
 def _speeds(db: Path) -> dict[str, np.ndarray]:

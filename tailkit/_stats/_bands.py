@@ -54,6 +54,12 @@ def band_estimates_sql() -> str:
     return ", " + ", ".join(parts)
 
 
+NO_ESTIMATES = ", " + ", ".join(
+    f"NULL::DOUBLE[] AS {name}, NULL::DOUBLE[] AS {name.removesuffix('_q')}_band" for name in SERIES
+)
+"""The aggregating pass's columns when even the estimates do not fit: every group is sorted."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Want:
     """
@@ -121,20 +127,23 @@ def exact_in_bands(
         aggs: The aggregating pass's rows (`band_estimates_sql`'s columns), changed in place.
 
     Returns:
-        The groups a band missed, for the sorted pass: TTFT or generation (group id: its
-        streamed calls) and speed (group id: its calls whose speed counts).
+        The groups a band missed or that have none (`NO_ESTIMATES`), for the sorted pass:
+        TTFT or generation (group id: its streamed calls) and speed (group id: its calls
+        whose speed counts).
 
     Raises:
         QueryError: DuckDB refused the query.
     """
-    wanted = [
-        _Want(int(a[GROUP_ID]), name, int(a[COUNTS[name]]), list(a[_band(name)]))
-        for a in aggs
-        for name in SERIES
-        if int(a[COUNTS[name]]) > 0 and a[_band(name)] is not None
-    ]
     phase: dict[int, int] = {}
     speed: dict[int, int] = {}
+    wanted = []
+    for a in aggs:
+        for name in SERIES:
+            gid, n = int(a[GROUP_ID]), int(a[COUNTS[name]])
+            if n and a[_band(name)] is None:
+                (speed if name == "speed_q" else phase)[gid] = n
+            elif n:
+                wanted.append(_Want(gid, name, n, list(a[_band(name)])))
     if not wanted:
         return phase, speed
     found = {int(r[GROUP_ID]): r for r in store.arrow(band_sql(query, wanted)).to_pylist()}

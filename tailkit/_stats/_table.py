@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tailkit._stats._bands import band_estimates_sql, exact_in_bands
+from tailkit._stats._bands import NO_ESTIMATES, band_estimates_sql, exact_in_bands
 from tailkit._stats._order import GroupTimes, Quantiles, sorted_statistics
 from tailkit._stats._query import (
     GROUP_ID,
@@ -41,6 +41,7 @@ from tailkit._stats._query import (
 )
 from tailkit._stats._samples import Calls, fetch_calls, fetch_samples
 from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator
+from tailkit.errors import OutOfMemoryError
 from tailkit.fit import (
     fit_lognormal,
     fit_transient_tails,
@@ -62,10 +63,15 @@ def fetch_groups(
     """
     The one aggregating pass (`groups_sql`): a row per group, in table order.
     """
-    bands = "" if holistic else band_estimates_sql()
-    frame = pl.from_arrow(
-        store.arrow(groups_sql(query, approx=approx, holistic=holistic, band_estimates=bands))
-    )
+    if holistic:
+        table = store.arrow(groups_sql(query, approx=approx))
+    else:
+        try:
+            sql = groups_sql(query, holistic=False, band_estimates=band_estimates_sql())
+            table = store.arrow(sql)
+        except OutOfMemoryError:  # a t-digest per group and series: too many groups for it
+            table = store.arrow(groups_sql(query, holistic=False, band_estimates=NO_ESTIMATES))
+    frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
     return frame.sort(order_columns(query), nulls_last=True, maintain_order=True)
 
