@@ -3,7 +3,8 @@ The tail table: one row per group (route, step, token bucket, …) saying where 
 
 Memory grows with the number of groups, not of calls. One SQL pass counts each group's calls
 and aggregates what is a count, a quantile or a moment: the shares, tokens per second, the
-TTFT and generation quantiles, the mean and sd of log latency. A second reads each group's
+TTFT and generation quantiles (in DuckDB's memory while they fit, else exactly from a narrow
+band around an estimate, `_bands.py`), the mean and sd of log latency. A second reads each group's
 latencies sorted by DuckDB, in chunks, for the exact quantiles and their intervals: order
 statistics at ranks computed from n and the level, or Kaplan-Meier where calls were cut (see
 `_order.py`) -- the same numbers as `tailkit.fit.empirical_quantiles` on every call. Per
@@ -88,8 +89,8 @@ def holistic_fits(store: Store) -> bool:
     DuckDB's ``quantile_cont`` holds every value of a group and cannot spill: about
     `HOLISTIC_BYTES_PER_CALL` bytes a call (an aggregate of 2 M calls needed 100-130 MB).
     It is used while the store's calls need at most half of the memory limit in force;
-    beyond, or for calls read in place (a view, whose size is unknown until read), the
-    sorted pass sorts them out of core, at more time (`sorted_statistics`).
+    beyond, or for calls read in place (a view, whose size is unknown until read), they are
+    read exactly from bands (`exact_in_bands`), at one more scan.
     """
     row = store.fetchone(
         "SELECT (SELECT estimated_size FROM duckdb_tables() WHERE table_name = 'calls' "
