@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailkit.errors import InputFileError
+from tailkit.formats._parquet_footer import parquet_columns
 from tailkit.formats._trace import DETECT_KEYS
 
 
@@ -65,18 +66,9 @@ class Detector:
     parquet: Callable[[Sequence[str]], str | None] | None = None
 
 
-def _parquet_columns(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    try:
-        return list(pq.read_schema(path).names)
-    except Exception:  # an unreadable schema is for the Parquet reader to report
-        return []
-
-
 def _parquet(path: Path, detectors: Sequence[Detector]) -> Detected:
     hooks = [d for d in detectors if d.parquet is not None]
-    columns = _parquet_columns(path) if hooks else []
+    columns = parquet_columns(path) if hooks else []
     for d in hooks:
         why = d.parquet(columns) if d.parquet is not None else None
         if why:

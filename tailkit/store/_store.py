@@ -9,14 +9,17 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from tailkit.errors import OutOfMemoryError, QueryError, StoreError, StoreVersionError
 from tailkit.record import CALL_COLUMNS, Buckets, bucket_label
 from tailkit.store import _schema
+
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # only for annotations: importing it costs a CLI run ~0.3 s
 
 
 DEFAULT_DB = Path("tailkit.duckdb")
