@@ -39,14 +39,12 @@ def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
         "CASE WHEN status = 'ok' THEN total_s END AS _total "
         f"FROM {source_sql} WHERE attempt > 0 AND role IN ('hedge', 'retry') "
         "AND (status = 'ok' OR censored_at_s > 0) "
-        "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt) = 1), "
+        # the first repeat; attempts numbered alike (a hedge and a retry) in a fixed order
+        "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt, started_at, call_id, "
+        "role, total_s) = 1), "
         f"f AS (SELECT *, {key} AS _key FROM {source_sql} WHERE attempt = 0 "
         f"AND {key} IN (SELECT _key FROM fresh)), "
-        "ref AS (SELECT provider, model, step, "
-        f"quantile_cont(total_s, {ESCAPE_RANK}) AS _p75 FROM {source_sql} "
-        f"WHERE attempt = 0 AND {OK_CALL} "
-        "AND (provider, model) IN (SELECT (provider, model) FROM fresh) GROUP BY ALL "
-        f"HAVING count(*) >= {MIN_REFERENCE}) "
+        f"{_reference_sql(source_sql)}"
         f"SELECT {keys}count(*) AS pairs, "
         "count(*) FILTER (x._total < r._p75) AS escaped "
         "FROM f JOIN fresh AS x ON x._key = f._key "
@@ -54,4 +52,43 @@ def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
         "AND r.step IS NOT DISTINCT FROM x.step "
         "WHERE f.censored_at_s > 0 OR (x.role = 'hedge' AND f.status = 'ok') "
         f"{'GROUP BY ALL' if by else ''}"
+    )
+
+
+_BAND = 0.005  # each side of ESCAPE_RANK, in rank, around the t-digest's estimate
+
+
+def _reference_sql(source_sql: str) -> str:
+    """
+    The CTEs ending in ``ref``: each route and step's exact p75 of first attempts (``_p75``).
+
+    DuckDB's ``quantile_cont`` would hold every first attempt in memory, unable to spill; so
+    a t-digest (``approx_quantile``, fixed size) brackets the p75 at ±0.5 % in rank, one scan
+    lists the latencies inside the bracket and counts those below it, and the p75 is read from
+    the list, interpolated as ``quantile_cont`` does. A bracket that missed (a t-digest is far
+    closer) falls back to ``quantile_cont`` for its route alone.
+    """
+    lo, hi = ESCAPE_RANK - _BAND, ESCAPE_RANK + _BAND
+    route = "r.provider = e.provider AND r.model = e.model AND r.step IS NOT DISTINCT FROM e.step"
+    return (
+        "firsts AS (SELECT provider, model, step, total_s "
+        f"FROM {source_sql} WHERE attempt = 0 AND {OK_CALL} "
+        "AND (provider, model) IN (SELECT (provider, model) FROM fresh)), "
+        "est AS (SELECT provider, model, step, count(*) AS _n, "
+        f"approx_quantile(total_s, [{lo}, {hi}]) AS _e FROM firsts GROUP BY ALL "
+        f"HAVING count(*) >= {MIN_REFERENCE}), "
+        "band AS (SELECT e.provider, e.model, e.step, e._n, "
+        "count(*) FILTER (r.total_s < e._e[1]) AS _below, "
+        "list_sort(list(r.total_s) FILTER (r.total_s >= e._e[1] AND r.total_s <= e._e[2])) "
+        f"AS _in FROM firsts AS r JOIN est AS e ON {route} "
+        "GROUP BY e.provider, e.model, e.step, e._n), "
+        f"pos AS (SELECT *, (_n - 1) * {ESCAPE_RANK} AS _rn, "
+        f"floor((_n - 1) * {ESCAPE_RANK})::BIGINT - _below + 1 AS _f, "
+        f"ceil((_n - 1) * {ESCAPE_RANK})::BIGINT - _below + 1 AS _c FROM band), "
+        "banded AS (SELECT provider, model, step, CASE WHEN _f >= 1 AND _c <= len(_in) "
+        "THEN _in[_f] + (_in[_c] - _in[_f]) * (_rn - floor(_rn)) END AS _p75 FROM pos), "
+        "missed AS (SELECT e.provider, e.model, e.step, "
+        f"quantile_cont(r.total_s, {ESCAPE_RANK}) AS _p75 FROM firsts AS r "
+        f"JOIN (SELECT * FROM banded WHERE _p75 IS NULL) AS e ON {route} GROUP BY ALL), "
+        "ref AS (SELECT * FROM banded WHERE _p75 IS NOT NULL UNION ALL SELECT * FROM missed) "
     )
