@@ -62,37 +62,52 @@ def approx_statistics(
     fractions = [np.clip((index + 0.5) / n, 0.0, 1.0) for index, _ in ends]
     grid = np.unique(np.concatenate([_Q, *(f.ravel() for f in fractions)]))
     gids = [groups[i].gid for i in plain]
-    digest = _digest(store, query, gids, grid)
-    at = {g: np.asarray(v, dtype=np.float64) for g, v in digest.items()}
-    rows = np.array([at.get(g, np.full(grid.size, math.nan)) for g in gids])
-
-    def read(f: _Array) -> _Array:
-        return np.take_along_axis(rows, np.searchsorted(grid, f), axis=1)
-
-    value = read(np.broadcast_to(_Q, (len(plain), _Q.size)))
-    low = np.where(main.low >= 0, read(fractions[0]), 0.0)
-    high = np.where(main.high < main.n, read(fractions[1]), math.inf)
+    wanted = [np.broadcast_to(_Q, (len(plain), _Q.size)), *fractions]
+    picks = np.concatenate([np.searchsorted(grid, f) for f in wanted], axis=1)
+    rows = _digest(store, query, gids, grid, picks)
+    parts = np.split(rows, np.cumsum([f.shape[1] for f in wanted])[:-1], axis=1)
+    value = parts[0]
+    low = np.where(main.low >= 0, parts[1], 0.0)
+    high = np.where(main.high < main.n, parts[2], math.inf)
     out.value[plain] = value
     out.low[plain], out.high[plain] = np.minimum(low, value), np.maximum(high, value)
-    out.low2[plain] = np.where(wide.low >= 0, read(fractions[2]), 0.0)
-    out.high2[plain] = np.where(wide.high < wide.n, read(fractions[3]), math.inf)
+    out.low2[plain] = np.where(wide.low >= 0, parts[3], 0.0)
+    out.high2[plain] = np.where(wide.high < wide.n, parts[4], math.inf)
     errors[plain] = _rank_errors(store, query, gids, value, sizes)
     return out, errors
 
 
 def _digest(
-    store: Store, query: TableQuery, gids: list[int], grid: _Array
-) -> dict[int, list[float]]:
+    store: Store,
+    query: TableQuery,
+    gids: list[int],
+    grid: _Array,
+    picks: npt.NDArray[np.intp],
+) -> _Array:
     """
-    Per group, ``approx_quantile`` of its finished latencies at every fraction of ``grid``.
+    Per group (rows, in the order of ``gids``), its t-digest read at its own fractions.
+
+    DuckDB evaluates ``approx_quantile`` of each group's finished latencies at every fraction
+    of ``grid`` (the union of all groups' fractions) and keeps, in SQL, only the group's row
+    of ``picks`` (indices into ``grid``): the whole grid per group never reaches Python.
     """
     fractions = "[" + ", ".join(repr(float(f)) for f in grid) + "]"
-    sql = (
+    index = "[" + ", ".join("[" + ", ".join(str(int(i) + 1) for i in row) + "]" for row in picks)
+    digests = (
         f"SELECT {group_id_sql(query.keys)} AS {GROUP_ID}, "
-        f"approx_quantile(total_s, {fractions}) FROM {query.source_sql()} "
+        f"approx_quantile(total_s, {fractions}) AS _d FROM {query.source_sql()} "
         f"WHERE {EVENT} AND {_among(query, gids)} GROUP BY ALL"
     )
-    return {int(g): list(v) for g, v in store.fetchall(sql)}
+    wanted = f"SELECT unnest({_ubigints(gids)}) AS {GROUP_ID}, unnest({index}]::INTEGER[][]) AS _i"
+    sql = (
+        f"SELECT {GROUP_ID}, list_select(_d, _i) FROM ({digests}) "
+        f"JOIN ({wanted}) USING ({GROUP_ID})"
+    )
+    found = {int(g): v for g, v in store.fetchall(sql)}
+    missing = [math.nan] * picks.shape[1]
+    return np.array([found.get(g, missing) for g in gids], dtype=np.float64).reshape(
+        len(gids), picks.shape[1]
+    )
 
 
 def _rank_errors(
