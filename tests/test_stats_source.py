@@ -75,8 +75,10 @@ def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def _same(a: Any, b: Any) -> bool:
     """
-    Equal, floats to 1e-9 relative: several files reach a fit in another summation order, and
-    calls read in place sort their TTFT and generation quantiles (the last bit may differ).
+    Equal, floats to 1e-9 relative.
+
+    Several files reach a fit in another summation order, and calls read in place take their
+    TTFT and generation quantiles from bands (the last bit may differ).
     """
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
