@@ -25,20 +25,17 @@ from pathlib import Path
 from tailkit.errors import IngestError, InputFileError, QueryError
 from tailkit.formats import (
     REJECT_STATUS,
-    Detected,
     Scan,
     ScanOptions,
-    detect_format,
     literal,
-    read_head,
 )
 from tailkit.formats._paths import sql_path
 from tailkit.ingest._identity import content_id_sql, source_identity
 from tailkit.ingest._ingest import (
     Progress,
-    _check_forced,
     _real_name,
     checked_inputs,
+    choose_format,
     sniffed_scan,
 )
 from tailkit.ingest._load import check_median
@@ -192,7 +189,7 @@ def _source(
     """
     Detect, sniff and count one file; return it and its part of the view (``None``: skipped).
     """
-    detected = _detect(path, format_name)
+    _, detected = choose_format(path, format_name)
     if detected.format == "skip":
         return SourceFile(path, "skip", detected.why), None
     literal_path = sql_path(str(path))
@@ -220,23 +217,6 @@ def _source(
         reasons=reasons, notes=scan.notes,
     )  # fmt: skip
     return result, _view_part(sql, scan.format, path, index)
-
-
-def _detect(path: Path, format_name: str) -> Detected:
-    """
-    The format to read ``path`` as: detected, or forced with ``--format`` (as ingest decides).
-    """
-    head = read_head(path)
-    try:
-        detected = detect_format(path, head)
-    except InputFileError:
-        if format_name == "auto":
-            raise
-        return Detected(format_name, "--format")
-    if format_name == "auto" or detected.format == "skip":
-        return detected
-    _check_forced(path, format_name, detected)
-    return Detected(format_name, "--format")
 
 
 def _count(store: Store, path: Path, scan: Scan) -> tuple[str, dict[str, int]]:

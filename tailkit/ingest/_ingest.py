@@ -230,17 +230,8 @@ def _ingest_file(
     strict: bool,
     hasher: ThreadPoolExecutor,
 ) -> FileResult:
-    head = read_head(path)
-    try:
-        detected = detect_format(path, head)
-    except InputFileError:
-        if format_name == "auto":
-            raise
-        detected = Detected(format_name, "--format")  # forced: the reader is the judge
-    fmt_name, why = detected.format, detected.why
-    if format_name != "auto":
-        _check_forced(path, format_name, detected)
-        fmt_name, why = format_name, "--format"
+    detected, chosen = choose_format(path, format_name)
+    fmt_name, why = chosen.format, chosen.why
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
     load_file = functools.partial(
@@ -406,6 +397,26 @@ def _looks_like(detected: Detected, forced: str) -> str:
         f"; it looks like {detected.format} ({detected.why}): "
         f"use --format {detected.format} or --format auto"
     )
+
+
+def choose_format(path: Path, format_name: str) -> tuple[Detected, Detected]:
+    """
+    What ``path`` looks like, and the format to read it as (``--format``, checked, wins).
+
+    Raises:
+        InputFileError: The file cannot be detected and no ``--format`` was given, or the
+            given one does not fit what it is.
+    """
+    try:
+        detected = detect_format(path, read_head(path))
+    except InputFileError:
+        if format_name == "auto":
+            raise
+        detected = Detected(format_name, "--format")  # forced: the reader is the judge
+    if format_name == "auto":
+        return detected, detected
+    _check_forced(path, format_name, detected)
+    return detected, Detected(format_name, "--format")
 
 
 def _check_forced(path: Path, forced: str, detected: Detected) -> None:
