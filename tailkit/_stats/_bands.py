@@ -7,23 +7,19 @@ quantile lies with DuckDB's ``approx_quantile`` (a t-digest of fixed size) at ``
 ``q + BAND``. One more scan (`band_sql`) counts the values below each band and lists those
 inside it: the two order statistics a type-7 quantile interpolates are in the list whenever
 the estimate was off by less than `BAND` in rank (a t-digest is far closer), and the quantile
-is then exact: ``lo + (hi - lo) * (rn - floor(rn))``, ``rn = (n - 1) q``, as `_Type7` computes
-it. A band that missed sends its group to the sorted pass (`sorted_statistics`), so no value
-is ever an estimate. Memory: the lists hold about ``2 * BAND`` of each series' values.
+is then exact, read from the list in SQL (`band_quantile_sql`, as `_Type7` computes it). A
+band that missed sends its group to the sorted pass (`sorted_statistics`), so no value is ever
+an estimate. Memory: the lists hold about ``2 * BAND`` of each series' values.
 """
 
 from __future__ import annotations
-
-import math
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tailkit._stats._query import GROUP_ID, PHASE, SPEED, TableQuery, group_id_sql
-from tailkit.store import Store
+from tailkit.store import Store, band_quantile_sql
 
 
 BAND = 0.005  # each side of a quantile, in rank: t-digest's error is far smaller
@@ -74,20 +70,19 @@ class _Want:
 
 def band_sql(query: TableQuery, wanted: Sequence[_Want]) -> str:
     """
-    One scan: per group, the values below each band and the values inside it.
+    One scan: per group, the values below each band and inside it, and the quantiles they give.
 
-    Columns ``_gid``, then per series ``{stem}_below{j}`` (count) and ``{stem}_in{j}`` (list)
-    for its quantiles ``j`` = 0, 1.
+    Columns ``_gid``, then per series ``{stem}_q{j}`` for its quantiles ``j`` = 0, 1: the exact
+    value (`band_quantile_sql`), NULL where the band missed it or the group was not wanted.
     """
     gids = sorted({w.gid for w in wanted})
     edge_cols: dict[str, list[Any]] = {}
     for name in SERIES:
         stem = name.removesuffix("_q")
-        by_gid = {w.gid: w.edges for w in wanted if w.name == name}
+        by_gid = {w.gid: w for w in wanted if w.name == name}
+        edge_cols[f"{stem}_n"] = [by_gid[g].n if g in by_gid else None for g in gids]
         for k in range(4):
-            edge_cols[f"{stem}_e{k}"] = [
-                by_gid[g][k] if g in by_gid and k < len(by_gid[g]) else None for g in gids
-            ]
+            edge_cols[f"{stem}_e{k}"] = [by_gid[g].edges[k] if g in by_gid else None for g in gids]
     unnests = ", ".join(
         f"unnest([{', '.join('NULL' if v is None else repr(float(v)) for v in vals)}]"
         f"::DOUBLE[]) AS {col}"
@@ -99,19 +94,23 @@ def band_sql(query: TableQuery, wanted: Sequence[_Want]) -> str:
         for name, (value, calls, _) in SERIES.items()
     )
     rows = f"SELECT {group_id_sql(query.keys)} AS {GROUP_ID}, {values} FROM {query.source_sql()}"
-    aggs = []
-    for name in SERIES:
+    aggs, picks = [], []
+    for name, (_, _, qs) in SERIES.items():
         stem = name.removesuffix("_q")
         v = f"{stem}_v"
-        for j in range(2):
+        aggs.append(f"any_value(b.{stem}_n) AS {stem}_n")
+        for j, q in enumerate(qs):
             lo, hi = f"b.{stem}_e{2 * j}", f"b.{stem}_e{2 * j + 1}"
             aggs.append(
                 f"count(*) FILTER ({v} < {lo}) AS {stem}_below{j}, "
-                f"list({v}) FILTER ({v} >= {lo} AND {v} <= {hi}) AS {stem}_in{j}"
+                f"list_sort(list({v}) FILTER ({v} >= {lo} AND {v} <= {hi})) AS {stem}_in{j}"
             )
+            exact = band_quantile_sql(f"{stem}_n", f"{stem}_below{j}", f"{stem}_in{j}", q)
+            picks.append(f"{exact} AS {stem}_q{j}")
     return (
-        f"SELECT r.{GROUP_ID}, {', '.join(aggs)} FROM ({rows}) AS r "
-        f"JOIN ({table}) AS b ON r.{GROUP_ID} = b._gid GROUP BY r.{GROUP_ID}"
+        f"SELECT {GROUP_ID}, {', '.join(picks)} FROM (SELECT r.{GROUP_ID}, {', '.join(aggs)} "
+        f"FROM ({rows}) AS r JOIN ({table}) AS b ON r.{GROUP_ID} = b._gid "
+        f"GROUP BY r.{GROUP_ID})"
     )
 
 
@@ -150,10 +149,7 @@ def exact_in_bands(
     by_gid = {int(a[GROUP_ID]): a for a in aggs}
     for w in wanted:
         stem, row = w.name.removesuffix("_q"), found.get(w.gid, {})
-        values = [
-            _exact(row.get(f"{stem}_below{j}"), row.get(f"{stem}_in{j}"), w.n, q)
-            for j, q in enumerate(SERIES[w.name][2])
-        ]
+        values = [row.get(f"{stem}_q{j}") for j in range(len(SERIES[w.name][2]))]
         if any(v is None for v in values):
             (speed if w.name == "speed_q" else phase)[w.gid] = w.n
         else:
@@ -163,17 +159,3 @@ def exact_in_bands(
 
 def _band(name: str) -> str:
     return f"{name.removesuffix('_q')}_band"
-
-
-def _exact(below: int | None, inside: list[float] | None, n: int, q: float) -> float | None:
-    """
-    The type-7 quantile ``q`` of ``n`` values, from those below a band and inside it.
-    """
-    rn = (n - 1) * q
-    f, c = math.floor(rn), math.ceil(rn)
-    below = int(below or 0)
-    inside_sorted = np.sort(np.asarray(inside or [], dtype=np.float64))
-    if not (below <= f and c < below + inside_sorted.size):
-        return None
-    lo, hi = float(inside_sorted[f - below]), float(inside_sorted[c - below])
-    return lo if f == c else lo + (hi - lo) * (rn - f)

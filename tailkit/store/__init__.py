@@ -2,6 +2,7 @@
 The DuckDB store: schema, inserts, dedupe, rejects and queries.
 """
 
+from tailkit.store._band import band_quantile_sql as band_quantile_sql
 from tailkit.store._repeats import repeat_attempts_sql as repeat_attempts_sql
 from tailkit.store._sample import group_sample_sql as group_sample_sql
 from tailkit.store._schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -24,6 +25,7 @@ __all__ = [
     "RouteSummary",
     "Store",
     "StoreSummary",
+    "band_quantile_sql",
     "bucket_columns_sql",
     "calls_with_buckets_sql",
     "group_sample_sql",

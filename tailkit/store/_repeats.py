@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tailkit.store._band import band_quantile_sql
 from tailkit.store._summary import OK_CALL
 
 
@@ -65,7 +66,7 @@ def _reference_sql(source_sql: str) -> str:
     DuckDB's ``quantile_cont`` would hold every first attempt in memory, unable to spill; so
     a t-digest (``approx_quantile``, fixed size) brackets the p75 at ±0.5 % in rank, one scan
     lists the latencies inside the bracket and counts those below it, and the p75 is read from
-    the list, interpolated as ``quantile_cont`` does. A bracket that missed (a t-digest is far
+    the list (`band_quantile_sql`). A bracket that missed (a t-digest is far
     closer) falls back to ``quantile_cont`` for its route alone.
     """
     lo, hi = ESCAPE_RANK - _BAND, ESCAPE_RANK + _BAND
@@ -82,11 +83,8 @@ def _reference_sql(source_sql: str) -> str:
         "list_sort(list(r.total_s) FILTER (r.total_s >= e._e[1] AND r.total_s <= e._e[2])) "
         f"AS _in FROM firsts AS r JOIN est AS e ON {route} "
         "GROUP BY e.provider, e.model, e.step, e._n), "
-        f"pos AS (SELECT *, (_n - 1) * {ESCAPE_RANK} AS _rn, "
-        f"floor((_n - 1) * {ESCAPE_RANK})::BIGINT - _below + 1 AS _f, "
-        f"ceil((_n - 1) * {ESCAPE_RANK})::BIGINT - _below + 1 AS _c FROM band), "
-        "banded AS (SELECT provider, model, step, CASE WHEN _f >= 1 AND _c <= len(_in) "
-        "THEN _in[_f] + (_in[_c] - _in[_f]) * (_rn - floor(_rn)) END AS _p75 FROM pos), "
+        "banded AS (SELECT provider, model, step, "
+        f"{band_quantile_sql('_n', '_below', '_in', ESCAPE_RANK)} AS _p75 FROM band), "
         "missed AS (SELECT e.provider, e.model, e.step, "
         f"quantile_cont(r.total_s, {ESCAPE_RANK}) AS _p75 FROM firsts AS r "
         f"JOIN (SELECT * FROM banded WHERE _p75 IS NULL) AS e ON {route} GROUP BY ALL), "
