@@ -110,9 +110,7 @@ def group_id_sql(keys: Sequence[str]) -> str:
     return f"hash({_keys_sql(keys)})"
 
 
-def groups_sql(
-    query: TableQuery, *, approx: bool = False, holistic: bool = True, band_estimates: str = ""
-) -> str:
+def groups_sql(query: TableQuery, *, approx: bool = False, phase_columns: str | None = None) -> str:
     """
     One pass over the calls: per group, its counts and the statistics that aggregate.
 
@@ -123,14 +121,12 @@ def groups_sql(
     population sd of log latency; ``n_phase`` counts the streamed calls (`PHASE`), ``n_speed``
     those whose speed counts (`SPEED`); ``ttft_q``, ``gen_q`` and ``speed_q`` are their p50 and
     p99 (speed: p50 and p10), DuckDB's ``quantile_cont`` (``approx_quantile``, a t-digest, with
-    ``approx``); without ``holistic`` they are NULL and ``band_estimates`` (columns, see
-    `_bands.py`) takes their place. Groups come in no particular order.
+    ``approx``), unless ``phase_columns`` (SQL columns, see `_bands.py`) take their place.
+    Groups come in no particular order.
     """
     keys = _keys_sql(query.keys)
-    quantiles = (
-        _QUANTILES.format(f="approx_quantile" if approx else "quantile_cont")
-        if approx or holistic
-        else band_estimates
+    quantiles = phase_columns or _QUANTILES.format(
+        f="approx_quantile" if approx else "quantile_cont"
     )
     order = ", ".join(f"min({b}_tokens) AS {ORDER_PREFIX}{b}" for b in query.bucket)
     # the ids hash the aggregated keys: as part of the grouping they would slow it down

@@ -68,10 +68,9 @@ def fetch_groups(
         table = store.arrow(groups_sql(query, approx=approx))
     else:
         try:
-            sql = groups_sql(query, holistic=False, band_estimates=band_estimates_sql())
-            table = store.arrow(sql)
+            table = store.arrow(groups_sql(query, phase_columns=band_estimates_sql()))
         except OutOfMemoryError:  # a t-digest per group and series: too many groups for it
-            table = store.arrow(groups_sql(query, holistic=False, band_estimates=NO_ESTIMATES))
+            table = store.arrow(groups_sql(query, phase_columns=NO_ESTIMATES))
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a table converts to a frame
     return frame.sort(order_columns(query), nulls_last=True, maintain_order=True)
