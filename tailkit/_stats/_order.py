@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,13 +135,14 @@ class Sorted:
 
 
 def sorted_statistics(
-    store: Store,
+    store: Store | None,
     query: TableQuery,
     groups: Sequence[GroupTimes],
     *,
     level: float,
     phase: dict[int, int] | None = None,
     speed: dict[int, int] | None = None,
+    chunks: Iterable[Chunk] | None = None,
 ) -> Sorted:
     """
     Each group's quantiles with their intervals, in the order of ``groups``, in one sorted pass.
@@ -149,7 +150,8 @@ def sorted_statistics(
     A group without cut calls gets the order statistics (`OrderStatisticRanks`), one with cut
     calls Kaplan-Meier (`KaplanMeierStream`), as `empirical_quantiles` chooses. ``phase`` and
     ``speed`` (calls per group id) ask for the TTFT / generation p50 and p99 and the speed's
-    p50 and p10 (type 7, as numpy's default quantile).
+    p50 and p10 (type 7, as numpy's default quantile). ``chunks``, when given, stand in for
+    the store's sorted times (`times_sql`'s columns and order): the bins of merged sketches.
 
     Raises:
         QueryError: DuckDB refused the query.
@@ -177,8 +179,24 @@ def sorted_statistics(
         states[gid, 3] = _Type7(n, (0.5, 0.1))
     if not states:
         return Sorted(out, {}, {}, {})
-    sql = times_sql(query, [g.gid for g in groups], list(phase), list(speed))
-    for ids, series, t, d, c in _chunks(store, sql):
+    if chunks is None:
+        assert store is not None  # noqa: S101 - without chunks the store is read
+        chunks = _chunks(store, times_sql(query, [g.gid for g in groups], list(phase), list(speed)))
+    _consume(states, chunks)
+    _fill(out, [states[g.gid, 0] for g in groups])
+    return Sorted(
+        out,
+        {gid: states[gid, 1].values() for gid in phase},
+        {gid: states[gid, 2].values() for gid in phase},
+        {gid: states[gid, 3].values() for gid in speed},
+    )
+
+
+def _consume(states: dict[tuple[int, int], Any], chunks: Iterable[Chunk]) -> None:
+    """
+    Feed each (group, series) run of the chunks to its state; runs come sorted by time.
+    """
+    for ids, series, t, d, c in chunks:
         change = np.flatnonzero((np.diff(ids) != 0) | (np.diff(series) != 0)) + 1
         for start, stop in itertools.pairwise([0, *change.tolist(), ids.size]):
             state = states[int(ids[start]), int(series[start])]
@@ -188,13 +206,6 @@ def sorted_statistics(
             else:
                 state[0].add(t[part], d[part], c[part])
                 state[1].add(t[part], d[part], c[part])
-    _fill(out, [states[g.gid, 0] for g in groups])
-    return Sorted(
-        out,
-        {gid: states[gid, 1].values() for gid in phase},
-        {gid: states[gid, 2].values() for gid in phase},
-        {gid: states[gid, 3].values() for gid in speed},
-    )
 
 
 def _fill(out: Quantiles, states: list[Any]) -> None:
@@ -207,13 +218,13 @@ def _fill(out: Quantiles, states: list[Any]) -> None:
             _, out.low2[i], out.high2[i] = state[1].quantiles()
 
 
-_Chunk = tuple[
+Chunk = tuple[
     npt.NDArray[np.uint64], npt.NDArray[np.int64], _Array, npt.NDArray[np.int64],
     npt.NDArray[np.int64],
 ]  # fmt: skip
 
 
-def _chunks(store: Store, sql: str) -> Iterator[_Chunk]:
+def _chunks(store: Store, sql: str) -> Iterator[Chunk]:
     """
     The rows of ``sql`` (``_gid``, ``s``, ``t``, ``d``, ``c``) as numpy columns, a chunk at a time.
     """

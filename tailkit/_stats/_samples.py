@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,9 +108,21 @@ def fetch_samples(
         group_size=group_size,
         route_size=route_size,
     )
+    batches = record_batches(store, f"{sql} ORDER BY {ROUTE_ID}, _h", rows=CHUNK_ROWS)
+    return read_samples(batches, on_route)
+
+
+def read_samples(
+    batches: Iterable[Any], on_route: Callable[[int, Calls], None]
+) -> dict[int, Calls]:
+    """
+    The group samples of `samples_sql`'s rows; each route's sample goes to ``on_route``.
+
+    ``batches`` are Arrow record batches of the rows sorted by route id, then draw.
+    """
     kept: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], list[_Array]]] = []
     route: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64], list[_Array]]] = []
-    for batch in record_batches(store, f"{sql} ORDER BY {ROUTE_ID}, _h", rows=CHUNK_ROWS):
+    for batch in batches:
 
         def column(name: str, dtype: type, batch: Any = batch) -> npt.NDArray[Any]:
             return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=dtype)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -105,6 +106,97 @@ def holistic_fits(store: Store) -> bool:
     return int(row[0]) * HOLISTIC_BYTES_PER_CALL <= limit / 2
 
 
+class TableSource(Protocol):
+    """
+    Where the table's numbers come from: a store's calls, or merged summaries (`_summary.py`).
+    """
+
+    def groups(self, query: TableQuery) -> pl.DataFrame:
+        """
+        `fetch_groups`: a row per group (`groups_sql`'s columns), in table order.
+        """
+
+    def latency(
+        self, query: TableQuery, described: list[_Group], aggs: list[dict[str, Any]], level: float
+    ) -> tuple[Quantiles, dict[str, list[float]]]:
+        """
+        The described groups' quantiles, and columns to add to their rows.
+
+        Fills in each aggregate's ``ttft_q``, ``gen_q`` and ``speed_q`` where it lacks them.
+        """
+
+    def hedges(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
+        """
+        Per route, ``(pairs, escaped)`` (`hedges_sql`).
+        """
+
+    def samples(
+        self,
+        query: TableQuery,
+        groups: dict[int, int | None],
+        routes: dict[int, int],
+        *,
+        group_size: int,
+        route_size: int,
+        on_route: Callable[[int, Calls], None],
+    ) -> dict[int, Calls]:
+        """
+        `fetch_samples`: the groups' samples; each route's to ``on_route``.
+        """
+
+    def every_call(self, query: TableQuery, gid: int) -> Calls | None:
+        """
+        Every finished or cut call of a group (``None``: only its sample is known).
+        """
+
+
+class _StoreSource:
+    """
+    Strictly private: the numbers read from a store's calls, exactly (or with ``approx``).
+    """
+
+    def __init__(self, store: Store, *, approx: bool) -> None:
+        self.store, self.approx = store, approx
+        self.holistic = approx or holistic_fits(store)
+
+    def groups(self, query: TableQuery) -> pl.DataFrame:
+        return fetch_groups(self.store, query, approx=self.approx, holistic=self.holistic)
+
+    def latency(
+        self, query: TableQuery, described: list[_Group], aggs: list[dict[str, Any]], level: float
+    ) -> tuple[Quantiles, dict[str, list[float]]]:
+        if self.approx:
+            from tailkit._stats._approx import approx_statistics
+
+            found, errors = approx_statistics(self.store, query, _times(described), level=level)
+            return found, {"approx_rank_error": errors.tolist()}
+        phases = not self.holistic
+        found = _sorted_pass(self.store, query, described, aggs, level=level, phases=phases)
+        return found, {}
+
+    def hedges(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
+        rows = self.store.fetchall(hedges_sql(query))
+        return {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in rows}
+
+    def samples(
+        self,
+        query: TableQuery,
+        groups: dict[int, int | None],
+        routes: dict[int, int],
+        *,
+        group_size: int,
+        route_size: int,
+        on_route: Callable[[int, Calls], None],
+    ) -> dict[int, Calls]:
+        return fetch_samples(
+            self.store, query, groups, routes,
+            group_size=group_size, route_size=route_size, on_route=on_route,
+        )  # fmt: skip
+
+    def every_call(self, query: TableQuery, gid: int) -> Calls | None:
+        return fetch_calls(self.store, query, gid)
+
+
 @dataclass(frozen=True, slots=True)
 class TailReport:
     """
@@ -148,9 +240,26 @@ def tail_report(
     Raises:
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
     """
-    query = query or TableQuery()
-    holistic = approx or holistic_fits(store)
-    groups = fetch_groups(store, query, approx=approx, holistic=holistic)
+    source = _StoreSource(store, approx=approx)
+    return build_report(
+        source, query or TableQuery(),
+        min_group=min_group, level=level, fit_max_n=fit_max_n, window_s=window_s,
+    )  # fmt: skip
+
+
+def build_report(
+    source: TableSource,
+    query: TableQuery,
+    *,
+    min_group: int,
+    level: float,
+    fit_max_n: int,
+    window_s: float,
+) -> TailReport:
+    """
+    The tail table and the verdicts from ``source``'s numbers (see `tail_report`).
+    """
+    groups = source.groups(query)
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
     described: list[_Group] = []
@@ -184,23 +293,19 @@ def tail_report(
             continue
         described.append(_Group(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
-    latency = (
-        None
-        if approx
-        else _sorted_pass(store, query, described, aggs, level=level, phases=not holistic)
-    )
+    latency = source.latency(query, described, aggs, level)
     for row, agg in zip(rows, aggs, strict=True):
         speed = agg.get("speed_q") or [None, None]
         row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
-    hedges = {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in store.fetchall(hedges_sql(query))}
-    group_calls = fetch_samples(
-        store, query, kept, _route_counts(kept, groups),
+    hedges = source.hedges(query)
+    group_calls = source.samples(
+        query, kept, _route_counts(kept, groups),
         group_size=fit_max_n, route_size=MAX_ROUTE_CALLS,
         on_route=lambda route_id, calls: routes.judge(route_id, calls, hedges),
     )  # fmt: skip
     routes.judge_rest(hedges)
     if described:
-        _describe(store, query, described, group_calls, latency, level=level, max_n=fit_max_n)
+        _describe(source, query, described, group_calls, latency, level=level, max_n=fit_max_n)
     verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:
@@ -253,11 +358,11 @@ class _Group:
 
 
 def _describe(
-    store: Store,
+    source: TableSource,
     query: TableQuery,
     described: list[_Group],
     drawn: dict[int, Calls],
-    latency: Quantiles | None,
+    latency: tuple[Quantiles, dict[str, list[float]]],
     *,
     level: float,
     max_n: int,
@@ -265,15 +370,13 @@ def _describe(
     """
     Add the latency columns to each group's row; ``drawn`` holds the groups' samples.
 
-    ``latency`` holds the exact quantiles; ``None`` asks for the approximate ones.
+    ``latency`` holds the quantiles and the source's own columns (a value per group).
     """
-    if latency is None:
-        from tailkit._stats._approx import approx_statistics
-
-        latency, errors = approx_statistics(store, query, _times(described), level=level)
-        for g, error in zip(described, errors.tolist(), strict=True):
-            g.row["approx_rank_error"] = error
-    _quantile_columns(described, latency)
+    found, extra = latency
+    for name, values in extra.items():
+        for g, value in zip(described, values, strict=True):
+            g.row[name] = value
+    _quantile_columns(described, found)
     calls = [drawn.get(g.gid, Calls.empty()) for g in described]
     samples = [c.fit_input(censored=g.censored) for g, c in zip(described, calls, strict=True)]
     notes = _fit_columns(described, samples, level=level, max_n=max_n)
@@ -281,7 +384,7 @@ def _describe(
         g.row |= _phase_columns(g, c)
         # The intervals are in the row already: only an unbounded one needs the warning.
         bounded = math.isfinite(g.row["p99_s_hi"]) and math.isfinite(g.row["p99_p50_hi"])
-        said = None if bounded else _warning(store, query, g, sample, max_n=max_n, level=level)
+        said = None if bounded else _warning(source, query, g, sample, max_n=max_n, level=level)
         g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
 
 
@@ -321,7 +424,7 @@ def _sorted_pass(
 
 
 def _warning(
-    store: Store,
+    source: TableSource,
     query: TableQuery,
     g: _Group,
     sample: tuple[_Array, _Array | None],
@@ -335,8 +438,9 @@ def _warning(
     listed = int(g.agg["n_listed"])
     if listed <= max_n:  # the sample is the whole group
         return tail_warning(sample[0], censored_at_s=sample[1], level=level)
-    if listed <= WARNING_MAX_CALLS:
-        latency, cut = fetch_calls(store, query, g.gid).fit_input(censored=g.censored)
+    every = source.every_call(query, g.gid) if listed <= WARNING_MAX_CALLS else None
+    if every is not None:
+        latency, cut = every.fit_input(censored=g.censored)
         return tail_warning(latency, censored_at_s=cut, level=level)
     said = tail_warning(sample[0], censored_at_s=sample[1], level=level)
     return f"{said} (from a seeded sample of {sample[0].size:,} calls)" if said else None
