@@ -118,10 +118,11 @@ def groups_sql(query: TableQuery, *, approx: bool = False, phase_columns: str | 
     ``n_ok`` counts finished calls (`OK_CALL`: ``status = 'ok'`` and ``total_s > 0``).
     ``n_listed`` counts the finished and the cut calls, ``n_events`` and ``n_cuts`` the
     Kaplan-Meier input (`EVENT`, `CUT`). ``log_mean`` and ``log_sd`` are the mean and the
-    population sd of log latency; ``n_phase`` counts the streamed calls (`PHASE`), ``n_speed``
-    those whose speed counts (`SPEED`); ``ttft_q``, ``gen_q`` and ``speed_q`` are their p50 and
-    p99 (speed: p50 and p10), DuckDB's ``quantile_cont`` (``approx_quantile``, a t-digest, with
-    ``approx``), unless ``phase_columns`` (SQL columns, see `_bands.py`) take their place.
+    population sd of log latency (over ``n_log`` calls); ``n_phase`` counts the streamed calls
+    (`PHASE`), ``n_speed`` those whose speed counts (`SPEED`); ``ttft_q``, ``gen_q`` and
+    ``speed_q`` are their p50 and p99 (speed: p50 and p10), DuckDB's ``quantile_cont``
+    (``approx_quantile``, a t-digest, with ``approx``), unless ``phase_columns`` (SQL columns,
+    see `_bands.py`) take their place.
     Groups come in no particular order.
     """
     keys = _keys_sql(query.keys)
@@ -154,6 +155,7 @@ def groups_sql(query: TableQuery, *, approx: bool = False, phase_columns: str | 
         "count(*) FILTER (_listed) AS n_listed, count(*) FILTER (_event) AS n_events, "
         "count(*) FILTER (_cut) AS n_cuts, "
         "min(total_s) FILTER (_event) AS event_min, max(total_s) FILTER (_event) AS event_max, "
+        "count(*) FILTER (_event AND total_s > 0) AS n_log, "
         "avg(ln(total_s)) FILTER (_event AND total_s > 0) AS log_mean, "
         "stddev_pop(ln(total_s)) FILTER (_event AND total_s > 0) AS log_sd"
         f"{quantiles} "
@@ -162,6 +164,14 @@ def groups_sql(query: TableQuery, *, approx: bool = False, phase_columns: str | 
 
 
 SERIES = ("latency", "ttft", "gen", "speed")  # the sorted series of `times_sql`, by number
+TIME_SERIES = (
+    (0, "total_s", 1, EVENT),
+    (0, "censored_at_s", 0, CUT),
+    (1, "ttft_s", 1, PHASE),
+    (2, "total_s - ttft_s", 1, PHASE),
+    (3, "(output_tokens - 1) / (total_s - ttft_s)", 1, SPEED),
+)
+"""Each series' values: (series, value SQL, 1 for a finished call or 0 for a cut, which calls)."""
 
 
 def times_sql(
@@ -180,13 +190,7 @@ def times_sql(
     ``t``) and ``c`` (calls cut at ``t``, series 0 only), ordered by ``_gid``, ``s``, ``t``.
     """
     gid, src = group_id_sql(query.keys), query.source_sql()
-    parts = [
-        (0, "total_s", 1, EVENT),
-        (0, "censored_at_s", 0, CUT),
-        (1, "ttft_s", 1, PHASE),
-        (2, "total_s - ttft_s", 1, PHASE),
-        (3, "(output_tokens - 1) / (total_s - ttft_s)", 1, SPEED),
-    ]
+    parts = list(TIME_SERIES)
     rows = " UNION ALL ".join(
         f"SELECT {gid} AS {GROUP_ID}, {series} AS s, ({value})::DOUBLE AS t, {e} AS e "
         f"FROM {src} WHERE {where}"
