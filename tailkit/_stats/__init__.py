@@ -4,9 +4,31 @@ The tail table per group and bucket (`tailkit stats`).
 
 from tailkit._stats._api import stats as stats
 from tailkit._stats._query import TableQuery as TableQuery
+from tailkit._stats._sketch import RELATIVE_ACCURACY as RELATIVE_ACCURACY
+from tailkit._stats._summary import Summary as Summary
+from tailkit._stats._summary import aggregate as aggregate
+from tailkit._stats._summary import draw as draw
+from tailkit._stats._summary import merge as merge
+from tailkit._stats._summary import merge_samples as merge_samples
+from tailkit._stats._summary import summarize as summarize
+from tailkit._stats._summary import summary_report as summary_report
 from tailkit._stats._table import TailReport as TailReport
 from tailkit._stats._table import tail_report as tail_report
 from tailkit._stats._table import tail_table as tail_table
 
 
-__all__ = ["TableQuery", "TailReport", "stats", "tail_report", "tail_table"]
+__all__ = [
+    "RELATIVE_ACCURACY",
+    "Summary",
+    "TableQuery",
+    "TailReport",
+    "aggregate",
+    "draw",
+    "merge",
+    "merge_samples",
+    "stats",
+    "summarize",
+    "summary_report",
+    "tail_report",
+    "tail_table",
+]

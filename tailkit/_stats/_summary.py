@@ -1,20 +1,21 @@
 """
 Mergeable per-group summaries: the tail table of many partitions, without their calls.
 
-A partition of the calls (a file, a day, a worker's share) gives a `Summary` (`summarize`):
-per group, exact counts and the log-latency moments; DDSketch bins of the latency, cut ages,
-TTFT, generation time and speed (`_sketch.py`); the seeded samples the fits and verdicts read
-(the ``fit_max_n`` calls of each group and the `MAX_ROUTE_CALLS` of each route with the
-smallest draws, `samples_sql`); and the repeat attempts per route (`hedges_sql`). `merge`
-adds counts and bins, pools the moments (Chan's formula) and keeps the smallest draws of the
-union: associative and exact, so any tree of merges gives the summary of all the calls, the
-samples the very calls the store's table draws. `summary_report` builds the table from a
-summary with the table's own code (`build_report`): the same columns and verdicts, quantiles
-within the sketch's bound (column ``quantile_rel_error``).
+A partition of the calls (a file, a day, a worker's share) is read twice. `aggregate` gives
+per group exact counts and the log-latency moments, DDSketch bins of the latency, cut ages,
+TTFT, generation time and speed (`_sketch.py`), and per route the repeat attempts
+(`hedges_sql`). Once every partition's are merged, `draw` gives the partition's share of the
+seeded samples the fits and verdicts read: the ``fit_max_n`` calls of each group and the
+`MAX_ROUTE_CALLS` of each route with the smallest draws (`samples_sql`), pre-filtered with the
+counts of all partitions so that each ships about its share. `merge` adds counts and bins,
+pools the moments (Chan's formula) and keeps the smallest draws of the union: associative and
+exact, so any tree of merges gives the summary of all the calls, and the samples are the very
+calls the store's table draws. `summary_report` builds the table from a summary with the
+table's own code (`build_report`): the same columns and verdicts, quantiles within the
+sketch's bound (column ``quantile_rel_error``).
 
-Two things a partition cannot know: a repeat attempt pairs with its first attempt only in the
-same partition, against that partition's p75 (keep each run's calls in one file); and a route
-sample counts the calls of groups that ``min_group`` later leaves out.
+What a partition cannot know: a repeat attempt pairs with its first attempt only in the same
+partition, against that partition's p75 of first attempts (keep each run's calls in one file).
 """
 
 from __future__ import annotations
@@ -90,9 +91,27 @@ def summarize(
     *,
     group_size: int = 2000,
     route_size: int = MAX_ROUTE_CALLS,
+    min_group: int = 1,
 ) -> Summary:
     """
-    The summary of a store's calls (a partition's view, or a whole store): four scans.
+    The whole summary of a store's calls, taken as one partition: `aggregate`, then `draw`.
+
+    Raises:
+        QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
+    """
+    summary = aggregate(store, query, group_size=group_size, route_size=route_size)
+    return replace(summary, samples=draw(store, query, summary, min_group=min_group))
+
+
+def aggregate(
+    store: Store,
+    query: TableQuery,
+    *,
+    group_size: int = 2000,
+    route_size: int = MAX_ROUTE_CALLS,
+) -> Summary:
+    """
+    A partition's counts, moments, bins and repeat attempts (three scans), without samples.
 
     Raises:
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
@@ -103,20 +122,41 @@ def summarize(
         (pl.col("log_sd").fill_null(0.0) ** 2 * pl.col("n_log")).alias("log_m2")
     ).drop("log_sd")
     bins = _frame(store, bins_sql(query)).cast({"s": pl.Int8, "k": pl.Int32})
-    listed = {int(g): int(n) for g, n in groups.select(GROUP_ID, "n_listed").iter_rows()}
+    hedges = _frame(store, hedges_sql(query))
+    return Summary(groups, bins, pl.DataFrame(), hedges, 1, group_size, route_size)
+
+
+def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1) -> pl.DataFrame:
+    """
+    A partition's share of the seeded samples of all partitions (one scan).
+
+    ``counts`` is the merged summary of every partition (`aggregate`, `merge`): its counts
+    set the draw below which a call can be among the smallest of its group or route over all
+    partitions (`keep_threshold`), so each partition ships about its share of the samples, not
+    a sample of its own. The groups and routes are those the table describes (``min_group``),
+    so the partitions' rows merge (`merge_samples`) into the rows the store's table draws.
+
+    Raises:
+        QueryError: DuckDB refused a query.
+    """
+    kept = counts.groups.filter(pl.col("n") >= min_group)
+    if not kept.height:
+        return pl.DataFrame()
+    groups: dict[int, float] = {}
     routes: dict[int, int] = {}
-    for rid, n in groups.select(ROUTE_ID, "n_listed").iter_rows():
-        routes[int(rid)] = routes.get(int(rid), 0) + int(n)
+    for gid, rid, listed, ok in kept.select(GROUP_ID, ROUTE_ID, "n_listed", "n_ok").iter_rows():
+        # as the table: a group with under two finished calls has no sample of its own
+        described = listed > 0 and ok >= 2
+        groups[int(gid)] = keep_threshold(listed, counts.group_size) if described else 0.0
+        routes[int(rid)] = routes.get(int(rid), 0) + int(listed)
     sql = samples_sql(
         query,
-        {g: keep_threshold(n, group_size) for g, n in listed.items()},
-        {r: keep_threshold(n, route_size) for r, n in routes.items()},
-        group_size=group_size,
-        route_size=route_size,
+        groups,
+        {r: keep_threshold(n, counts.route_size) for r, n in routes.items()},
+        group_size=counts.group_size,
+        route_size=counts.route_size,
     )
-    samples = _frame(store, sql) if listed else pl.DataFrame()
-    hedges = _frame(store, hedges_sql(query))
-    return Summary(groups, bins, samples, hedges, 1, group_size, route_size)
+    return _frame(store, sql)
 
 
 def _frame(store: Store, sql: str) -> pl.DataFrame:
@@ -147,9 +187,7 @@ def merge(summaries: Sequence[Summary]) -> Summary:
         bins=pl.concat([s.bins for s in summaries])
         .group_by(GROUP_ID, "s", "k")
         .agg(pl.col("d").sum(), pl.col("c").sum()),
-        samples=_merge_samples(
-            [s.samples for s in summaries if s.samples.height], first.group_size, first.route_size
-        ),
+        samples=merge_samples([s.samples for s in summaries], first),
         hedges=_merge_hedges([s.hedges for s in summaries]),
         partitions=sum(s.partitions for s in summaries),
     )
@@ -162,25 +200,35 @@ def _merge_groups(groups: pl.DataFrame) -> pl.DataFrame:
     weighted = (pl.col("log_mean").fill_null(0.0) * pl.col("n_log")).sum() / pl.col("n_log").sum()
     pooled = groups.with_columns(weighted.over(GROUP_ID).alias("_mean"))
     between = pl.col("n_log") * (pl.col("log_mean").fill_null(0.0) - pl.col("_mean")) ** 2
-    return pooled.group_by(GROUP_ID, maintain_order=True).agg(
-        *(pl.col(k).first() for k in keys),
-        *(pl.col(c).sum() for c in _SUMS),
-        *(pl.col(c).min() for c in groups.columns if c.startswith("_order_")),
-        pl.col("event_min").min(),
-        pl.col("event_max").max(),
-        pl.when(pl.col("n_log").sum() > 0).then(pl.col("_mean").first()).alias("log_mean"),
-        (pl.col("log_m2").sum() + between.sum()).alias("log_m2"),
+    return (
+        pooled.group_by(GROUP_ID, maintain_order=True)
+        .agg(
+            *(pl.col(k).first() for k in keys),
+            *(pl.col(c).sum() for c in _SUMS),
+            *(pl.col(c).min() for c in groups.columns if c.startswith("_order_")),
+            pl.col("event_min").min(),
+            pl.col("event_max").max(),
+            pl.when(pl.col("n_log").sum() > 0).then(pl.col("_mean").first()).alias("log_mean"),
+            (pl.col("log_m2").sum() + between.sum()).alias("log_m2"),
+        )
+        .select(groups.columns)
     )
 
 
-def _merge_samples(samples: list[pl.DataFrame], group_size: int, route_size: int) -> pl.DataFrame:
+def merge_samples(samples: Sequence[pl.DataFrame], sizes: Summary) -> pl.DataFrame:
+    """
+    The rows of several partitions' samples (`draw`) that are among the smallest draws of all.
+
+    ``sizes`` gives the sample sizes (its ``group_size`` and ``route_size``).
+    """
+    samples = [s for s in samples if s.height]
     if not samples:
         return pl.DataFrame()
     rows = pl.concat(samples, how="vertical_relaxed")
     rank = pl.col("_h").rank("ordinal")
     return rows.with_columns(
-        in_group=pl.col("in_group") & (rank.over(GROUP_ID, "in_group") <= group_size),
-        in_route=pl.col("in_route") & (rank.over(ROUTE_ID, "in_route") <= route_size),
+        in_group=pl.col("in_group") & (rank.over(GROUP_ID, "in_group") <= sizes.group_size),
+        in_route=pl.col("in_route") & (rank.over(ROUTE_ID, "in_route") <= sizes.route_size),
     ).filter(pl.col("in_group") | pl.col("in_route"))
 
 

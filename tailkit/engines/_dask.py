@@ -1,0 +1,163 @@
+"""
+The tail table's summaries on a Dask cluster (``stats --engine dask``): the ``distributed`` extra.
+
+Each file is a task of each pass (`tailkit.engines`): a worker reads it with DuckDB and
+returns its summary, then its share of the samples; both merge on the workers in a tree of
+`FAN_IN` at a time, so the client receives one of each, never the calls.
+``scheduler="local"`` starts a `LocalCluster` of worker processes on this machine and stops it
+after; an address (``tcp://host:8786``) connects to a running scheduler, whose workers must
+have tailkit installed and read the files at the same paths (a shared or mounted file system).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tailkit._stats import Summary, TableQuery, merge_samples
+from tailkit.engines import (
+    EngineRun,
+    Partition,
+    Reading,
+    aggregate_file,
+    counts_only,
+    draw_file,
+    merge_partitions,
+    peak_rss_bytes,
+)
+from tailkit.errors import ConfigError
+
+
+FAN_IN = 4  # summaries merged by one task
+CONNECT_TIMEOUT_S = 20
+
+
+def summarize_dask(
+    files: Sequence[str | Path],
+    query: TableQuery,
+    reading: Reading,
+    *,
+    scheduler: str = "local",
+    workers: int = 2,
+    min_group: int = 1,
+    on_file: Callable[[int], None] | None = None,
+) -> EngineRun:
+    """
+    Every file summarized by a Dask worker, merged in a tree on the workers.
+
+    Args:
+        files: The partitions, one task each.
+        query: Grouping, buckets and filter.
+        reading: How to read each file; on a local cluster, ``threads`` defaults to the cores
+            shared among the workers.
+        scheduler: ``local`` (start a cluster of ``workers`` processes here) or an address.
+        workers: Worker processes of a local cluster.
+        min_group: The table's ``min_group`` (which groups the samples serve).
+        on_file: Called with the count of file tasks done, as they finish (two per file).
+
+    Raises:
+        ConfigError: Dask is not installed, or the scheduler cannot be reached.
+        IngestError: A file cannot be read (raised as the worker raised it).
+    """
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        msg = "--engine dask needs Dask: pip install 'tailkit[distributed]'"
+        raise ConfigError(msg) from None
+    if not files:
+        msg = "no files to summarize"
+        raise ValueError(msg)
+    with contextlib.ExitStack() as stack:
+        if scheduler == "local":
+            if workers < 1:
+                msg = f"--workers must be at least 1, got {workers}"
+                raise ConfigError(msg)
+            cluster = stack.enter_context(
+                LocalCluster(  # type: ignore[no-untyped-call]
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",  # any free port: never a clash with 8787
+                    silence_logs=logging.ERROR,
+                )
+            )
+            client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
+            if reading.threads is None:
+                cores = max(1, (os.cpu_count() or 1) // workers)
+                reading = Reading(reading.format, reading.options, reading.memory_limit, cores)
+        else:
+            client = stack.enter_context(_connect(Client, scheduler))
+        count = len(client.scheduler_info()["workers"])
+        paths = [str(f) for f in files]
+        firsts = client.map(aggregate_file, paths, query=query, reading=reading, pure=False)
+        watch = _Progress(on_file)
+        merged: Partition = _tree(client, merge_partitions, firsts, watch).result()
+        counts = client.scatter(counts_only(merged.summary), broadcast=True)
+        seconds = client.map(
+            draw_file, paths, query=query, reading=reading, counts=counts,
+            min_group=min_group, pure=False,
+        )  # fmt: skip
+        sizes = counts_only(merged.summary)
+        samples = _tree(client, _merge_drawn, seconds, watch, sizes=sizes).result()
+        peaks = client.run(peak_rss_bytes)
+        summary = replace(merged.summary, samples=samples)
+        return EngineRun(
+            Partition(summary, merged.read), "dask", count, [int(v) for v in peaks.values()]
+        )
+
+
+def _merge_drawn(frames: list[pl.DataFrame], sizes: Summary) -> pl.DataFrame:
+    return merge_samples(frames, sizes)
+
+
+class _Progress:
+    """
+    Strictly private: counts finished file tasks over both passes for ``on_file``.
+    """
+
+    def __init__(self, on_file: Callable[[int], None] | None) -> None:
+        self.on_file, self.done = on_file, 0
+
+    def __call__(self, future: Any) -> None:
+        self.done += 1
+        if self.on_file:
+            self.on_file(self.done)
+
+
+def _tree(
+    client: Any, merge: Callable[..., Any], futures: list[Any], watch: _Progress, **kwargs: Any
+) -> Any:
+    """
+    Merge the futures' results `FAN_IN` at a time on the workers, to one future.
+    """
+    from distributed import as_completed
+
+    level = list(futures)
+    while len(level) > 1:
+        level = [
+            client.submit(merge, level[i : i + FAN_IN], pure=False, **kwargs)
+            for i in range(0, len(level), FAN_IN)
+        ]
+    for future in as_completed(futures):  # type: ignore[no-untyped-call]
+        future.result()  # a file that failed raises its error here
+        watch(future)
+    return level[0]
+
+
+def _connect(client: Callable[..., Any], address: str) -> Any:
+    try:
+        return client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except (OSError, TimeoutError) as exc:
+        msg = (
+            f"cannot reach the Dask scheduler at {address!r} ({exc}); give its address as "
+            "tcp://HOST:8786, or --scheduler local to start workers on this machine"
+        )
+        raise ConfigError(msg) from None
