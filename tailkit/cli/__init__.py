@@ -315,6 +315,35 @@ def stats(
         ),
     ] = None,
     memory_limit: ReadMemoryLimitOption = READ_MEMORY_LIMIT,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            metavar="NAME",
+            help="duckdb: this machine; dask: a Dask cluster, one task per --source file.",
+        ),
+    ] = "duckdb",
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="With --engine dask: local (start workers here, the default) or tcp://HOST:8786.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", metavar="N", min=1, help="With --scheduler local: worker processes [2]."
+        ),
+    ] = None,
+    sketch: Annotated[
+        bool,
+        typer.Option(
+            "--sketch",
+            help="Quantiles from mergeable sketches (within 0.5%), as --engine dask computes them.",
+        ),
+    ] = False,
 ) -> None:
     """
     Show where the latency tail is, per group and token bucket, with intervals and fits.
@@ -331,16 +360,24 @@ def stats(
     --format/--map/--set/--unit as for ingest; rows ingest would reject are left out and
     counted on stderr. --approx (or --approx-above N calls) computes quantiles approximately.
 
+    --engine dask spreads the --source files over a Dask cluster (pip install
+    'tailkit[distributed]'): each file is summarized by a worker (counts, DDSketch bins within
+    0.5 %, seeded samples) and the summaries merge; --sketch computes the same summaries here.
+    Column quantile_rel_error bounds each row's p50-p99 against the exact values.
+
     Example:
 
         tailkit stats --by provider,model --bucket output --where "step = 'draft'"
 
         tailkit stats --source 'logs/*.parquet' --set provider=openai --memory-limit 2GB
+
+        tailkit stats --source 'lake/day=*/*.parquet' --engine dask --scheduler tcp://10.0.0.5:8786
     """
     from rich.console import Console
 
     from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
+    from tailkit.cli._stats_engine import check_engine, summary_tables
     from tailkit.cli._stats_source import (
         check_source_options,
         rejects_line,
@@ -349,6 +386,11 @@ def stats(
     )
 
     check_source_options(ctx, source)
+    summaries = engine == "dask" or sketch
+    check_engine(
+        engine=engine, scheduler=scheduler, workers=workers, source=source,
+        approx=summaries and (approx or approx_above is not None),
+    )  # fmt: skip
     reading = {"format": format, "map_": map_, "set_": set_, "set_over": set_over,
                "status_map": status_map, "unit": unit}  # fmt: skip
 
@@ -361,15 +403,25 @@ def stats(
     bucket_names = ("input", "output") if bucket.strip() == "both" else _names(bucket, "--bucket")
     try:
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
-        with stats_store(
-            db=db, source=source, memory_limit=memory_limit, reading=reading,
-            progress=not (as_json or as_csv or parquet),
-        ) as (store, read):  # fmt: skip
-            if read is not None and (line := rejects_line(read)):
+        run = None
+        if summaries:
+            report, run = summary_tables(
+                engine=engine, db=db, source=source, scheduler=scheduler, workers=workers,
+                query=query, reading=reading, memory_limit=memory_limit, min_group=min_group,
+                progress=not (as_json or as_csv or parquet),
+            )  # fmt: skip
+            if line := rejects_line(run.partition.read):
                 typer.echo(line, err=True)
-            if approx_above is not None and not approx:
-                approx = selected_calls(store, where, read) > approx_above
-            report = tail_report(store, query, min_group=min_group, approx=approx)
+        else:
+            with stats_store(
+                db=db, source=source, memory_limit=memory_limit, reading=reading,
+                progress=not (as_json or as_csv or parquet),
+            ) as (store, read):  # fmt: skip
+                if read is not None and (line := rejects_line(read)):
+                    typer.echo(line, err=True)
+                if approx_above is not None and not approx:
+                    approx = selected_calls(store, where, read) > approx_above
+                report = tail_report(store, query, min_group=min_group, approx=approx)
     except QueryError as exc:
         bad_filter = where and not isinstance(exc, OutOfMemoryError)
         fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))
@@ -379,7 +431,8 @@ def stats(
         report.table.write_parquet(parquet)
         typer.echo(f"wrote {len(report.table)} rows to {parquet}")
     elif as_json:
-        typer.echo(_stats_view.to_json(report))
+        described = run.describe() if run else {"name": "duckdb", "workers": 1, "exact": True}
+        typer.echo(_stats_view.to_json(report, engine=described))
     elif as_csv:
         typer.echo(report.table.write_csv(), nl=False)
     else:

@@ -152,11 +152,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def to_json(report: TailReport) -> str:
+def to_json(report: TailReport, *, engine: dict[str, Any] | None = None) -> str:
     """
     Both tables as one JSON document (non-finite numbers as null / "inf").
+
+    ``engine`` describes what computed them (``stats --json``'s ``"engine"``).
     """
-    doc = {
+    doc: dict[str, Any] = {"engine": engine} if engine else {}
+    doc |= {
         "table": [{k: _clean(v) for k, v in r.items()} for r in report.table.iter_rows(named=True)],
         "verdicts": [
             {k: _clean(v) for k, v in r.items()} for r in report.verdicts.iter_rows(named=True)

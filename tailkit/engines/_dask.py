@@ -86,7 +86,7 @@ def summarize_dask(
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=":0",  # any free port: never a clash with 8787
-                    silence_logs=logging.ERROR,
+                    silence_logs=logging.CRITICAL,
                 )
             )
             client = stack.enter_context(Client(cluster))  # type: ignore[no-untyped-call]
