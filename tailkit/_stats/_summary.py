@@ -303,10 +303,10 @@ class SummarySource:
         rows = self.summary.samples
         if not rows.height:
             return {}
-        wanted = [g for g, n in groups.items() if n is not None]
-        in_group = pl.col("in_group") & pl.col(GROUP_ID).is_in(pl.Series(wanted, dtype=pl.UInt64))
+        wanted = pl.Series([g for g, n in groups.items() if n is not None], dtype=pl.UInt64)
+        in_group = pl.col("in_group") & pl.col(GROUP_ID).is_in(wanted.implode())
         in_route = pl.col("in_route") & pl.col(ROUTE_ID).is_in(
-            pl.Series(list(routes), dtype=pl.UInt64)
+            pl.Series(list(routes), dtype=pl.UInt64).implode()
         )
         rows = rows.with_columns(in_group.alias("in_group"), in_route.alias("in_route"))
         rows = rows.filter(pl.col("in_group") | pl.col("in_route")).sort(ROUTE_ID, "_h")
