@@ -327,3 +327,32 @@ def test_nothing_but_the_dask_engine_imports_dask() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_sketch_reads_files_as_ingest_does(tmp_path: Path) -> None:
+    """
+    --set-over and rejected rows through the summaries: the exact path's counts, rejects on stderr.
+    """
+    from tests.test_stats_source import _rows, _write_jsonl
+
+    rows = _rows(2000, seed=7)
+    for row in rows[:5]:
+        row["total_s"] = -1.0
+    _write_jsonl(tmp_path / "a.jsonl", rows)
+    _write_jsonl(tmp_path / "b.jsonl", _rows(2000, seed=8))
+    args = ["stats", "--source", str(tmp_path / "*.jsonl"), "--set-over", "provider=acme",
+            "--by", "provider,model", "--bucket", "none", "--json"]  # fmt: skip
+    sketch = CliRunner().invoke(app, [*args, "--sketch"])
+    exact = CliRunner().invoke(app, args)
+    assert sketch.exit_code == 0, sketch.output
+    assert sketch.stderr == exact.stderr
+    assert sketch.stderr.startswith("5 of 4,000 rows rejected, most often total_s_negative (5)")
+    mine, theirs = json.loads(sketch.stdout), json.loads(exact.stdout)
+    assert {r["provider"] for r in mine["table"]} == {"acme"}
+    assert [r["n"] for r in mine["table"]] == [r["n"] for r in theirs["table"]]
+    assert sum(r["n"] for r in mine["table"]) == 3995
+    assert mine["engine"] | {"peak_rss_bytes": None, "summary_bytes": None} == {
+        "name": "duckdb", "workers": 1, "partitions": 2, "summary_bytes": None,
+        "summary_bytes_per_group": mine["engine"]["summary_bytes_per_group"],
+        "peak_rss_bytes": None,
+    }  # fmt: skip
