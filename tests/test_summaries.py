@@ -46,7 +46,6 @@ QUANTILE_COLUMNS = ("p50_s", "p90_s", "p95_s", "p99_s")
 # order (the log moments): everything else must be equal
 APPROXIMATE = ("mu", "sigma", "tokens_per_s_p50", "tokens_per_s_p10", "ttft_p50_s",
                "ttft_p99_s", "gen_p50_s", "gen_p99_s", "p99_p50")  # fmt: skip
-HEDGES = ("hedge_escaped", "hedge_share", "hedge_share_lo", "hedge_share_hi")
 
 
 @pytest.fixture(scope="module")
@@ -161,10 +160,9 @@ def test_files_summarized_one_by_one_give_the_table_of_all(log: tuple[Path, Path
     report = summary_report(mine, query)
     _assert_same_table(report.table, exact.table, exact_right=True)
     _assert_within_bound(exact.table, report.table)
-    # a retry pairs with its first attempt within a partition (runs stay in one file here),
-    # against that partition's p75: the pair counts are the store's, escapes may differ
-    assert report.verdicts["hedge_pairs"].equals(exact.verdicts["hedge_pairs"])
-    assert report.verdicts.drop(*HEDGES, "verdict").equals(exact.verdicts.drop(*HEDGES, "verdict"))
+    # a retry pairs with its first attempt within a file (each run is in one file here), judged
+    # against the p75 of all files' first attempts (from their bins, within 0.5 %)
+    assert report.verdicts.equals(exact.verdicts)
 
 
 def test_merging_is_associative_and_order_free(log: tuple[Path, Path]) -> None:

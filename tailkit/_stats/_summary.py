@@ -3,8 +3,8 @@ Mergeable per-group summaries: the tail table of many partitions, without their 
 
 A partition of the calls (a file, a day, a worker's share) is read twice. `aggregate` gives
 per group exact counts and the log-latency moments, DDSketch bins of the latency, cut ages,
-TTFT, generation time and speed (`_sketch.py`), and per route the repeat attempts
-(`hedges_sql`). Once every partition's are merged, `draw` gives the partition's share of the
+TTFT, generation time and speed (`_sketch.py`), and the bins of first attempts per provider,
+model and step. Once every partition's are merged, `draw` gives the partition's share of the
 seeded samples the fits and verdicts read: the ``fit_max_n`` calls of each group and the
 `MAX_ROUTE_CALLS` of each route with the smallest draws (`samples_sql`), pre-filtered with the
 counts of all partitions so that each ships about its share. `merge` adds counts and bins,
@@ -14,11 +14,15 @@ calls the store's table draws. `summary_report` builds the table from a summary 
 table's own code (`build_report`): the same columns and verdicts, quantiles within the
 sketch's bound (column ``quantile_rel_error``).
 
-What a partition cannot know: a repeat attempt pairs with its first attempt only in the same
-partition, against that partition's p75 of first attempts (keep each run's calls in one file).
+The second pass also pairs repeat attempts with their first attempts (`repeat_attempts_sql`)
+and judges them against the p75 of every partition's first attempts, read from their merged
+bins (`references_sql`). What a partition cannot know: a repeat attempt pairs with its first
+attempt only when both are in it (keep each run's calls in one file).
 """
 
 from __future__ import annotations
+
+import math
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -34,15 +38,22 @@ from tailkit._stats._query import (
     ROUTE_ID,
     TableQuery,
     groups_sql,
-    hedges_sql,
     order_columns,
     samples_sql,
 )
 from tailkit._stats._samples import CHUNK_ROWS, Calls, read_samples
-from tailkit._stats._sketch import RELATIVE_ACCURACY, bins_chunk, bins_sql, km_bound
+from tailkit._stats._sketch import (
+    RELATIVE_ACCURACY,
+    bins_chunk,
+    bins_sql,
+    key_sql,
+    key_values,
+    km_bound,
+)
 from tailkit._stats._table import TailReport, _Group, build_report
 from tailkit._stats._verdicts import MAX_ROUTE_CALLS
-from tailkit.store import Store
+from tailkit.store import OK_CALL, Store, repeat_attempts_sql
+from tailkit.store._repeats import ESCAPE_RANK, MIN_REFERENCE
 from tailkit.store._sample import keep_threshold
 
 
@@ -63,7 +74,9 @@ class Summary:
         bins: ``_gid``, ``s`` (series), ``k`` (bucket), ``d`` (finished), ``c`` (cut).
         samples: `samples_sql`'s rows (``_gid``, ``_rid``, ``_h``, ``in_group``,
             ``in_route`` and the calls' fields).
-        hedges: The ``by`` columns, ``pairs`` and ``escaped``.
+        hedges: The ``by`` columns, ``pairs`` and ``escaped`` (`draw` finds them).
+        firsts: DDSketch bins of first attempts' latencies per ``provider``, ``model`` and
+            ``step`` (``k``, ``n``): the reference a repeat attempt's latency is judged by.
         partitions: How many partitions were merged into it.
         group_size: Calls per group sample (the fits' ``fit_max_n``).
         route_size: Calls per route sample.
@@ -73,6 +86,7 @@ class Summary:
     bins: pl.DataFrame
     samples: pl.DataFrame
     hedges: pl.DataFrame
+    firsts: pl.DataFrame
     partitions: int = 1
     group_size: int = 2000
     route_size: int = MAX_ROUTE_CALLS
@@ -81,7 +95,7 @@ class Summary:
         """
         The summary's size in memory (about what a worker ships).
         """
-        frames = (self.groups, self.bins, self.samples, self.hedges)
+        frames = (self.groups, self.bins, self.samples, self.hedges, self.firsts)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -100,7 +114,8 @@ def summarize(
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
     """
     summary = aggregate(store, query, group_size=group_size, route_size=route_size)
-    return replace(summary, samples=draw(store, query, summary, min_group=min_group))
+    samples, hedges = draw(store, query, summary, min_group=min_group)
+    return replace(summary, samples=samples, hedges=hedges)
 
 
 def aggregate(
@@ -111,7 +126,7 @@ def aggregate(
     route_size: int = MAX_ROUTE_CALLS,
 ) -> Summary:
     """
-    A partition's counts, moments, bins and repeat attempts (three scans), without samples.
+    A partition's counts, moments and bins (three scans), without samples or repeat attempts.
 
     Raises:
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
@@ -122,26 +137,88 @@ def aggregate(
         (pl.col("log_sd").fill_null(0.0) ** 2 * pl.col("n_log")).alias("log_m2")
     ).drop("log_sd")
     bins = _frame(store, bins_sql(query)).cast({"s": pl.Int8, "k": pl.Int32})
-    hedges = _frame(store, hedges_sql(query))
-    return Summary(groups, bins, pl.DataFrame(), hedges, 1, group_size, route_size)
+    firsts = _frame(store, _firsts_sql(query)).cast({"k": pl.Int32})
+    empty = pl.DataFrame()
+    return Summary(groups, bins, empty, empty, firsts, 1, group_size, route_size)
 
 
-def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1) -> pl.DataFrame:
+def _firsts_sql(query: TableQuery) -> str:
     """
-    A partition's share of the seeded samples of all partitions (one scan).
+    Bins of finished first attempts per provider, model and step (the repeats' reference).
+    """
+    where = f"attempt = 0 AND {OK_CALL}"
+    return (
+        f"SELECT provider, model, step, {key_sql('total_s')} AS k, count(*) AS n "
+        f"FROM {query.source_sql()} WHERE {where} GROUP BY ALL"
+    )
+
+
+def references_sql(firsts: pl.DataFrame) -> str:
+    """
+    Each provider, model and step's p75 of first attempts, from merged bins, as a relation.
+
+    Type 7 over the bins' values (within `RELATIVE_ACCURACY` of the exact p75); only where
+    there are `MIN_REFERENCE` first attempts, as `repeat_attempts_sql` requires.
+    """
+    rows = []
+    routes = firsts.group_by("provider", "model", "step", "k").agg(pl.col("n").sum())
+    for (provider, model, step), route in routes.sort("k").group_by(
+        "provider", "model", "step", maintain_order=True
+    ):
+        counts = route["n"].to_numpy().astype(np.int64)
+        n = int(counts.sum())
+        if n < MIN_REFERENCE:
+            continue
+        values = key_values(route["k"].to_numpy().astype(np.int64))
+        upto = np.cumsum(counts)  # the j-th first attempt (0-based) is in the first bin past j
+        rank = (n - 1) * ESCAPE_RANK
+        below, above = math.floor(rank), math.ceil(rank)
+        lo, hi = (float(values[np.searchsorted(upto, r, side="right")]) for r in (below, above))
+        p75 = lo + (hi - lo) * (rank - below)
+        rows.append(f"({_literal(provider)}, {_literal(model)}, {_literal(step)}, {p75!r})")
+    if not rows:
+        return (
+            "(SELECT NULL::VARCHAR AS provider, NULL::VARCHAR AS model, NULL::VARCHAR AS step, "
+            "NULL::DOUBLE AS _p75 WHERE FALSE)"
+        )
+    return f"(VALUES {', '.join(rows)}) AS _refs(provider, model, step, _p75)"
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def draw(
+    store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """
+    A partition's share of the seeded samples of all partitions, and its repeat attempts.
 
     ``counts`` is the merged summary of every partition (`aggregate`, `merge`): its counts
     set the draw below which a call can be among the smallest of its group or route over all
     partitions (`keep_threshold`), so each partition ships about its share of the samples, not
     a sample of its own. The groups and routes are those the table describes (``min_group``),
     so the partitions' rows merge (`merge_samples`) into the rows the store's table draws.
+    Repeat attempts (`repeat_attempts_sql`) are judged against the p75 of first attempts of
+    all partitions (`references_sql`), so a partition's pairs count as they would in the whole.
+
+    Returns:
+        The sample rows and the repeat attempts (the ``by`` columns, ``pairs``, ``escaped``).
 
     Raises:
         QueryError: DuckDB refused a query.
     """
+    hedges = _frame(
+        store,
+        repeat_attempts_sql(
+            query.source_sql(), query.by, reference_sql=references_sql(counts.firsts)
+        ),
+    )
     kept = counts.groups.filter(pl.col("n") >= min_group)
     if not kept.height:
-        return pl.DataFrame()
+        return pl.DataFrame(), hedges
     groups: dict[int, float] = {}
     routes: dict[int, int] = {}
     for gid, rid, listed, ok in kept.select(GROUP_ID, ROUTE_ID, "n_listed", "n_ok").iter_rows():
@@ -156,7 +233,7 @@ def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1
         group_size=counts.group_size,
         route_size=counts.route_size,
     )
-    return _frame(store, sql)
+    return _frame(store, sql), hedges
 
 
 def _frame(store: Store, sql: str) -> pl.DataFrame:
@@ -188,7 +265,10 @@ def merge(summaries: Sequence[Summary]) -> Summary:
         .group_by(GROUP_ID, "s", "k")
         .agg(pl.col("d").sum(), pl.col("c").sum()),
         samples=merge_samples([s.samples for s in summaries], first),
-        hedges=_merge_hedges([s.hedges for s in summaries]),
+        hedges=merge_hedges([s.hedges for s in summaries]),
+        firsts=pl.concat([s.firsts for s in summaries], how="vertical_relaxed")
+        .group_by("provider", "model", "step", "k")
+        .agg(pl.col("n").sum()),
         partitions=sum(s.partitions for s in summaries),
     )
 
@@ -232,7 +312,13 @@ def merge_samples(samples: Sequence[pl.DataFrame], sizes: Summary) -> pl.DataFra
     ).filter(pl.col("in_group") | pl.col("in_route"))
 
 
-def _merge_hedges(hedges: list[pl.DataFrame]) -> pl.DataFrame:
+def merge_hedges(hedges: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """
+    The repeat attempts of several partitions, added per route.
+    """
+    hedges = [h for h in hedges if h.width]
+    if not hedges:
+        return pl.DataFrame()
     rows = pl.concat(hedges, how="vertical_relaxed")
     by = [c for c in rows.columns if c not in ("pairs", "escaped")]
     if not by:

@@ -22,9 +22,16 @@ from pathlib import Path
 
 import polars as pl
 
-from tailkit._stats import Summary, TableQuery, aggregate, draw, merge, merge_samples
-from tailkit.formats import ScanOptions
-from tailkit.ingest import InPlace, open_in_place
+from tailkit._stats import (
+    Summary,
+    TableQuery,
+    aggregate,
+    draw,
+    merge,
+    merge_hedges,
+    merge_samples,
+)
+from tailkit.ingest import InPlace, ScanOptions, open_in_place
 from tailkit.store import Store
 
 
@@ -122,14 +129,26 @@ def aggregate_file(path: str, query: TableQuery, reading: Reading) -> Partition:
         return Partition(aggregate(store, query), read)
 
 
+Drawn = tuple[pl.DataFrame, pl.DataFrame]
+"""What the second pass gives of some files: sample rows and repeat attempts."""
+
+
 def draw_file(
     path: str, query: TableQuery, reading: Reading, counts: Summary, min_group: int
-) -> pl.DataFrame:
+) -> Drawn:
     """
-    The second pass over one file: its share of the samples (`tailkit._stats.draw`).
+    The second pass over one file: its share of the samples, its repeats (`draw`).
     """
     with _opened(path, reading) as (store, _):
         return draw(store, query, counts, min_group=min_group)
+
+
+def merge_drawn(parts: Sequence[Drawn], sizes: Summary) -> Drawn:
+    """
+    The second pass's results of several files as one (``sizes``: the samples' sizes).
+    """
+    samples = merge_samples([p[0] for p in parts], sizes)
+    return samples, merge_hedges([p[1] for p in parts])
 
 
 def merge_partitions(parts: Sequence[Partition]) -> Partition:
@@ -143,9 +162,9 @@ def merge_partitions(parts: Sequence[Partition]) -> Partition:
 
 def counts_only(summary: Summary) -> Summary:
     """
-    What the second pass needs of the first: the groups' counts (not the bins).
+    What the second pass needs of the first: the groups' counts, the first attempts' bins.
     """
-    return replace(summary, bins=summary.bins.clear(), hedges=summary.hedges.clear())
+    return replace(summary, bins=summary.bins.clear(), samples=pl.DataFrame())
 
 
 def summarize_local(
@@ -178,13 +197,14 @@ def summarize_local(
             on_file(done)
     assert merged is not None  # noqa: S101 - there were files
     counts = counts_only(merged.summary)
-    samples = pl.DataFrame()
+    drawn: Drawn = (pl.DataFrame(), pl.DataFrame())
     for done, path in enumerate(files, start=len(files) + 1):
-        drawn = draw_file(str(path), query, reading, counts, min_group)
-        samples = merge_samples([samples, drawn], counts)
+        drawn = merge_drawn(
+            [drawn, draw_file(str(path), query, reading, counts, min_group)], counts
+        )
         if on_file:
             on_file(done)
-    summary = replace(merged.summary, samples=samples)
+    summary = replace(merged.summary, samples=drawn[0], hedges=drawn[1])
     return EngineRun(Partition(summary, merged.read), "duckdb", 1, [peak_rss_bytes()])
 
 
@@ -203,6 +223,7 @@ __all__ = [
     "aggregate_file",
     "counts_only",
     "draw_file",
+    "merge_drawn",
     "merge_partitions",
     "peak_rss_bytes",
     "summarize_local",

@@ -16,7 +16,9 @@ ESCAPE_RANK = 0.75  # a fresh attempt "escaped" when it finished below its route
 MIN_REFERENCE = 50  # first attempts a route needs for its p75 to be a reference
 
 
-def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
+def repeat_attempts_sql(
+    source_sql: str, by: Sequence[str] = (), *, reference_sql: str | None = None
+) -> str:
     """
     Slow calls retried or hedged, and how many of those fresh attempts finished fast.
 
@@ -30,9 +32,15 @@ def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
     model) for the same step: an independent draw does so 75 % of the time, a call as big as
     the slow one rarely. Pairs whose fresh route has fewer than 50 such first attempts have
     no reference and are left out. Columns: the ``by`` columns, ``pairs`` and ``escaped``.
+
+    ``reference_sql``, when given, is the references instead: a relation with ``provider``,
+    ``model``, ``step`` and ``_p75`` (the p75 of first attempts of a larger log, of which
+    ``source_sql`` is a part).
     """
     keys = "".join(f'f."{k}", ' for k in by)
     key = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
+    given = f"ref AS (SELECT * FROM {reference_sql}) " if reference_sql else None
+    references = given or _reference_sql(source_sql)
     # Only repeat attempts are few: find them first, then their first attempts and the
     # references of their routes, so a log without any costs one scan.
     return (
@@ -45,7 +53,7 @@ def repeat_attempts_sql(source_sql: str, by: Sequence[str] = ()) -> str:
         "role, total_s) = 1), "
         f"f AS (SELECT *, {key} AS _key FROM {source_sql} WHERE attempt = 0 "
         f"AND {key} IN (SELECT _key FROM fresh)), "
-        f"{_reference_sql(source_sql)}"
+        f"{references}"
         f"SELECT {keys}count(*) AS pairs, "
         "count(*) FILTER (x._total < r._p75) AS escaped "
         "FROM f JOIN fresh AS x ON x._key = f._key "
