@@ -17,13 +17,16 @@ already in ``--workdir``. Then runs, each in a fresh child process whose peak RS
 
 Per variant: wall seconds of the whole child (start-up, and for Dask the cluster's start and
 stop, included), the ratio to the exact variant's wall time measured in the same run, the
-client's peak RSS, each worker's peak RSS and the summaries' size (from the JSON ``engine``
-field), and the partitions. Agreement with the exact table, group by group (matched on the
-key columns, e.g. provider, model, input_bucket, output_bucket): ``n`` must be equal, and p50
-and p99 must be within 1 % of the exact values (PASS/FAIL); the table also counts the rows whose
-p50 or p99 falls outside the row's own ``quantile_rel_error`` bound, and the rows skipped
-because the exact value is missing or infinite. Exits 0 whatever the figures (``--check``:
-1 when a variant's agreement FAILs), nonzero on errors.
+client's peak RSS (GNU time's ``%M``: Linux folds the peak of every process the command waited
+for into it, so with a local cluster it is the larger of the client's and its workers'), each
+worker's peak RSS and the summaries' size (from the JSON ``engine`` field), and the partitions.
+
+Agreement with the exact table, group by group (matched on the key columns, e.g. provider,
+model, input_bucket, output_bucket): ``n`` must be equal, and p50 and p99 must be within 1 % of
+the exact values (PASS/FAIL); the table also counts the rows whose p50 or p99 falls outside the
+row's own ``quantile_rel_error`` bound, and the rows skipped because the exact value is missing
+or infinite. Exits 0 whatever the figures (``--check``: 1 when a variant's agreement FAILs),
+nonzero on errors.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ HERE = Path(__file__).resolve().parent
 TARGET_REL = 0.01  # p50 and p99 within 1 % of the exact values
 KEY_FALLBACK = ("provider", "model", "input_bucket", "output_bucket")
 BATCH = 1_000_000  # rows read at a time when splitting --from
+CLIENT_RSS_NOTE = (
+    "client peak RSS is GNU time's %M, which includes the processes the command waited for: "
+    "with --scheduler local, the Dask workers too; worker peak RSS is what each worker reported"
+)
 
 
 def _scale() -> ModuleType:
@@ -530,11 +537,12 @@ def bench(args: argparse.Namespace) -> int:
     if not args.reuse and rows * 25 / 1e9 > shutil.disk_usage(d).free / 1e9:
         sys.exit(f"error: {d} has {shutil.disk_usage(d).free / 1e9:.0f} GB free; {rows:,} rows "
                  f"need ~{rows * 25 / 1e9:.0f} GB (choose another --workdir)")  # fmt: skip
-    notes: list[str] = []
+    notes = [CLIENT_RSS_NOTE] if args.workers else []
     wrote = False
     try:
-        print(f"== {rows:,} rows in {args.partitions} parts in {d}", file=sys.stderr, flush=True)
+        print(f"== {args.partitions} parts in {d}", file=sys.stderr, flush=True)
         rows, desc, wrote = prepare(args, d, notes)
+        print(f"  {rows:,} rows ({desc})", file=sys.stderr, flush=True)
         parquet_mb = sum(p.stat().st_size for p in existing_parts(d)) / 1e6
         cmds = variants(tailkit, str(d / "part-*.parquet"), args.workers)
         measured, docs = run_all(cmds, d, args.repeat)

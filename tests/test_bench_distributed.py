@@ -76,6 +76,33 @@ def test_write_parts_refuses_a_wrong_row_count(tmp_path: Path) -> None:
         bench.write_parts(iter([table]), table.schema, 4, 2, tmp_path)
 
 
+def _args(**kw: Any) -> Any:
+    import argparse
+
+    base = {"rows": 1_000, "partitions": 3, "seed": 7, "source": None, "reuse": True}
+    return argparse.Namespace(**(base | kw))
+
+
+def test_reuse_measures_the_parts_already_there(tmp_path: Path) -> None:
+    """--reuse takes the rows from the parts' footers and writes nothing."""
+    paths = bench.generate(900, 7, 3, tmp_path)
+    before = [p.stat().st_mtime_ns for p in paths]
+    notes: list[str] = []
+    assert bench.prepare(_args(), tmp_path, notes) == (900, "reused", False)
+    assert [p.stat().st_mtime_ns for p in paths] == before
+    assert "reused" in notes[0]
+
+
+def test_reuse_with_another_partition_count_writes_the_parts(tmp_path: Path) -> None:
+    """--reuse with a different --partitions writes the log again, and says so."""
+    bench.generate(900, 7, 3, tmp_path)
+    notes: list[str] = []
+    rows, _, wrote = bench.prepare(_args(partitions=2), tmp_path, notes)
+    assert (rows, wrote) == (1_000, True)
+    assert len(bench.existing_parts(tmp_path)) == 2
+    assert "not 2; wrote them" in notes[0]
+
+
 def _row(provider: str, n: int, p50: Any, p99: Any, bound: Any = 0.005) -> dict[str, Any]:
     return {"provider": provider, "model": "m", "input_bucket": "0-1k", "output_bucket": None,
             "n": n, "quantile_rel_error": bound, "p50_s": p50, "p99_s": p99}  # fmt: skip
