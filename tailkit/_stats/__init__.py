@@ -9,7 +9,6 @@ from tailkit._stats._summary import Summary as Summary
 from tailkit._stats._summary import aggregate as aggregate
 from tailkit._stats._summary import draw as draw
 from tailkit._stats._summary import merge as merge
-from tailkit._stats._summary import merge_hedges as merge_hedges
 from tailkit._stats._summary import merge_samples as merge_samples
 from tailkit._stats._summary import summarize as summarize
 from tailkit._stats._summary import summary_report as summary_report
@@ -26,7 +25,6 @@ __all__ = [
     "aggregate",
     "draw",
     "merge",
-    "merge_hedges",
     "merge_samples",
     "stats",
     "summarize",

@@ -3,26 +3,23 @@ Mergeable per-group summaries: the tail table of many partitions, without their 
 
 A partition of the calls (a file, a day, a worker's share) is read twice. `aggregate` gives
 per group exact counts and the log-latency moments, DDSketch bins of the latency, cut ages,
-TTFT, generation time and speed (`_sketch.py`), and the bins of first attempts per provider,
-model and step. Once every partition's are merged, `draw` gives the partition's share of the
-seeded samples the fits and verdicts read: the ``fit_max_n`` calls of each group and the
-`MAX_ROUTE_CALLS` of each route with the smallest draws (`samples_sql`), pre-filtered with the
-counts of all partitions so that each ships about its share. `merge` adds counts and bins,
+TTFT, generation time and speed (`_sketch.py`), and its repeat attempts of slow calls with
+the bins of first attempts they are judged by (`_pairs.py`). Once every partition's are
+merged, `draw` gives the partition's share of the seeded samples the fits and verdicts read:
+the ``fit_max_n`` calls of each group and the `MAX_ROUTE_CALLS` of each route with the
+smallest draws (`samples_sql`), pre-filtered with the counts of all partitions so that each
+ships about its share. `merge` adds counts and bins,
 pools the moments (Chan's formula) and keeps the smallest draws of the union: associative and
 exact, so any tree of merges gives the summary of all the calls, and the samples are the very
 calls the store's table draws. `summary_report` builds the table from a summary with the
 table's own code (`build_report`): the same columns and verdicts, quantiles within the
 sketch's bound (column ``quantile_rel_error``).
 
-The second pass also pairs repeat attempts with their first attempts (`repeat_attempts_sql`)
-and judges them against the p75 of every partition's first attempts, read from their merged
-bins (`references_sql`). What a partition cannot know: a repeat attempt pairs with its first
-attempt only when both are in it (keep each run's calls in one file).
+What a partition cannot know: a repeat attempt pairs with its first attempt only when both
+are in it (keep each run's calls in one file).
 """
 
 from __future__ import annotations
-
-import math
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +30,7 @@ import polars as pl
 
 from tailkit._stats._bands import NO_ESTIMATES
 from tailkit._stats._order import GroupTimes, Quantiles, sorted_statistics
+from tailkit._stats._pairs import firsts_sql, judge, merge_counts, pairs_sql
 from tailkit._stats._query import (
     GROUP_ID,
     ROUTE_ID,
@@ -42,18 +40,10 @@ from tailkit._stats._query import (
     samples_sql,
 )
 from tailkit._stats._samples import CHUNK_ROWS, Calls, read_samples
-from tailkit._stats._sketch import (
-    RELATIVE_ACCURACY,
-    bins_chunk,
-    bins_sql,
-    key_sql,
-    key_values,
-    km_bound,
-)
+from tailkit._stats._sketch import RELATIVE_ACCURACY, bins_chunk, bins_sql, km_bound
 from tailkit._stats._table import TailReport, _Group, build_report
 from tailkit._stats._verdicts import MAX_ROUTE_CALLS
-from tailkit.store import OK_CALL, Store, repeat_attempts_sql
-from tailkit.store._repeats import ESCAPE_RANK, MIN_REFERENCE
+from tailkit.store import Store
 from tailkit.store._sample import keep_threshold
 
 
@@ -74,9 +64,10 @@ class Summary:
         bins: ``_gid``, ``s`` (series), ``k`` (bucket), ``d`` (finished), ``c`` (cut).
         samples: `samples_sql`'s rows (``_gid``, ``_rid``, ``_h``, ``in_group``,
             ``in_route`` and the calls' fields).
-        hedges: The ``by`` columns, ``pairs`` and ``escaped`` (`draw` finds them).
-        firsts: DDSketch bins of first attempts' latencies per ``provider``, ``model`` and
-            ``step`` (``k``, ``n``): the reference a repeat attempt's latency is judged by.
+        pairs: Slow first attempts and their fresh attempts (`pairs_sql`): the ``by``
+            columns, the fresh attempt's ``_provider``, ``_model``, ``_step``, ``_total``, ``n``.
+        firsts: DDSketch bins (``k``, ``n``) of finished first attempts per ``provider``,
+            ``model`` and ``step``: what the fresh attempts are judged by (`_pairs.py`).
         partitions: How many partitions were merged into it.
         group_size: Calls per group sample (the fits' ``fit_max_n``).
         route_size: Calls per route sample.
@@ -85,7 +76,7 @@ class Summary:
     groups: pl.DataFrame
     bins: pl.DataFrame
     samples: pl.DataFrame
-    hedges: pl.DataFrame
+    pairs: pl.DataFrame
     firsts: pl.DataFrame
     partitions: int = 1
     group_size: int = 2000
@@ -95,7 +86,7 @@ class Summary:
         """
         The summary's size in memory (about what a worker ships).
         """
-        frames = (self.groups, self.bins, self.samples, self.hedges, self.firsts)
+        frames = (self.groups, self.bins, self.samples, self.pairs, self.firsts)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -114,8 +105,7 @@ def summarize(
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
     """
     summary = aggregate(store, query, group_size=group_size, route_size=route_size)
-    samples, hedges = draw(store, query, summary, min_group=min_group)
-    return replace(summary, samples=samples, hedges=hedges)
+    return replace(summary, samples=draw(store, query, summary, min_group=min_group))
 
 
 def aggregate(
@@ -126,7 +116,7 @@ def aggregate(
     route_size: int = MAX_ROUTE_CALLS,
 ) -> Summary:
     """
-    A partition's counts, moments and bins (three scans), without samples or repeat attempts.
+    A partition's counts, moments, bins and repeat attempts (four scans), without samples.
 
     Raises:
         QueryError: DuckDB refused a query (a ``where`` that is not valid SQL).
@@ -137,88 +127,27 @@ def aggregate(
         (pl.col("log_sd").fill_null(0.0) ** 2 * pl.col("n_log")).alias("log_m2")
     ).drop("log_sd")
     bins = _frame(store, bins_sql(query)).cast({"s": pl.Int8, "k": pl.Int32})
-    firsts = _frame(store, _firsts_sql(query)).cast({"k": pl.Int32})
-    empty = pl.DataFrame()
-    return Summary(groups, bins, empty, empty, firsts, 1, group_size, route_size)
+    firsts = _frame(store, firsts_sql(query)).cast({"k": pl.Int32})
+    pairs = _frame(store, pairs_sql(query))
+    return Summary(groups, bins, pl.DataFrame(), pairs, firsts, 1, group_size, route_size)
 
 
-def _firsts_sql(query: TableQuery) -> str:
+def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1) -> pl.DataFrame:
     """
-    Bins of finished first attempts per provider, model and step (the repeats' reference).
-    """
-    where = f"attempt = 0 AND {OK_CALL}"
-    return (
-        f"SELECT provider, model, step, {key_sql('total_s')} AS k, count(*) AS n "
-        f"FROM {query.source_sql()} WHERE {where} GROUP BY ALL"
-    )
-
-
-def references_sql(firsts: pl.DataFrame) -> str:
-    """
-    Each provider, model and step's p75 of first attempts, from merged bins, as a relation.
-
-    Type 7 over the bins' values (within `RELATIVE_ACCURACY` of the exact p75); only where
-    there are `MIN_REFERENCE` first attempts, as `repeat_attempts_sql` requires.
-    """
-    rows = []
-    routes = firsts.group_by("provider", "model", "step", "k").agg(pl.col("n").sum())
-    for (provider, model, step), route in routes.sort("k").group_by(
-        "provider", "model", "step", maintain_order=True
-    ):
-        counts = route["n"].to_numpy().astype(np.int64)
-        n = int(counts.sum())
-        if n < MIN_REFERENCE:
-            continue
-        values = key_values(route["k"].to_numpy().astype(np.int64))
-        upto = np.cumsum(counts)  # the j-th first attempt (0-based) is in the first bin past j
-        rank = (n - 1) * ESCAPE_RANK
-        below, above = math.floor(rank), math.ceil(rank)
-        lo, hi = (float(values[np.searchsorted(upto, r, side="right")]) for r in (below, above))
-        p75 = lo + (hi - lo) * (rank - below)
-        rows.append(f"({_literal(provider)}, {_literal(model)}, {_literal(step)}, {p75!r})")
-    if not rows:
-        return (
-            "(SELECT NULL::VARCHAR AS provider, NULL::VARCHAR AS model, NULL::VARCHAR AS step, "
-            "NULL::DOUBLE AS _p75 WHERE FALSE)"
-        )
-    return f"(VALUES {', '.join(rows)}) AS _refs(provider, model, step, _p75)"
-
-
-def _literal(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def draw(
-    store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """
-    A partition's share of the seeded samples of all partitions, and its repeat attempts.
+    A partition's share of the seeded samples of all partitions (one scan).
 
     ``counts`` is the merged summary of every partition (`aggregate`, `merge`): its counts
     set the draw below which a call can be among the smallest of its group or route over all
     partitions (`keep_threshold`), so each partition ships about its share of the samples, not
     a sample of its own. The groups and routes are those the table describes (``min_group``),
     so the partitions' rows merge (`merge_samples`) into the rows the store's table draws.
-    Repeat attempts (`repeat_attempts_sql`) are judged against the p75 of first attempts of
-    all partitions (`references_sql`), so a partition's pairs count as they would in the whole.
-
-    Returns:
-        The sample rows and the repeat attempts (the ``by`` columns, ``pairs``, ``escaped``).
 
     Raises:
         QueryError: DuckDB refused a query.
     """
-    hedges = _frame(
-        store,
-        repeat_attempts_sql(
-            query.source_sql(), query.by, reference_sql=references_sql(counts.firsts)
-        ),
-    )
     kept = counts.groups.filter(pl.col("n") >= min_group)
     if not kept.height:
-        return pl.DataFrame(), hedges
+        return pl.DataFrame()
     groups: dict[int, float] = {}
     routes: dict[int, int] = {}
     for gid, rid, listed, ok in kept.select(GROUP_ID, ROUTE_ID, "n_listed", "n_ok").iter_rows():
@@ -233,7 +162,7 @@ def draw(
         group_size=counts.group_size,
         route_size=counts.route_size,
     )
-    return _frame(store, sql), hedges
+    return _frame(store, sql)
 
 
 def _frame(store: Store, sql: str) -> pl.DataFrame:
@@ -265,10 +194,8 @@ def merge(summaries: Sequence[Summary]) -> Summary:
         .group_by(GROUP_ID, "s", "k")
         .agg(pl.col("d").sum(), pl.col("c").sum()),
         samples=merge_samples([s.samples for s in summaries], first),
-        hedges=merge_hedges([s.hedges for s in summaries]),
-        firsts=pl.concat([s.firsts for s in summaries], how="vertical_relaxed")
-        .group_by("provider", "model", "step", "k")
-        .agg(pl.col("n").sum()),
+        pairs=merge_counts([s.pairs for s in summaries]),
+        firsts=merge_counts([s.firsts for s in summaries]),
         partitions=sum(s.partitions for s in summaries),
     )
 
@@ -310,22 +237,6 @@ def merge_samples(samples: Sequence[pl.DataFrame], sizes: Summary) -> pl.DataFra
         in_group=pl.col("in_group") & (rank.over(GROUP_ID, "in_group") <= sizes.group_size),
         in_route=pl.col("in_route") & (rank.over(ROUTE_ID, "in_route") <= sizes.route_size),
     ).filter(pl.col("in_group") | pl.col("in_route"))
-
-
-def merge_hedges(hedges: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    """
-    The repeat attempts of several partitions, added per route.
-    """
-    hedges = [h for h in hedges if h.width]
-    if not hedges:
-        return pl.DataFrame()
-    rows = pl.concat(hedges, how="vertical_relaxed")
-    by = [c for c in rows.columns if c not in ("pairs", "escaped")]
-    if not by:
-        return rows.select(pl.col("pairs").sum(), pl.col("escaped").sum())
-    return rows.group_by(by, maintain_order=True).agg(
-        pl.col("pairs").sum(), pl.col("escaped").sum()
-    )
 
 
 class SummarySource:
@@ -373,8 +284,7 @@ class SummarySource:
         return found.latency, {"quantile_rel_error": bound.tolist()}
 
     def hedges(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
-        rows = self.summary.hedges.iter_rows()
-        return {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in rows}
+        return judge(self.summary.pairs, self.summary.firsts, query.by)
 
     def samples(
         self,

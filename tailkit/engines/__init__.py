@@ -28,7 +28,6 @@ from tailkit._stats import (
     aggregate,
     draw,
     merge,
-    merge_hedges,
     merge_samples,
 )
 from tailkit.ingest import InPlace, ScanOptions, open_in_place
@@ -129,26 +128,14 @@ def aggregate_file(path: str, query: TableQuery, reading: Reading) -> Partition:
         return Partition(aggregate(store, query), read)
 
 
-Drawn = tuple[pl.DataFrame, pl.DataFrame]
-"""What the second pass gives of some files: sample rows and repeat attempts."""
-
-
 def draw_file(
     path: str, query: TableQuery, reading: Reading, counts: Summary, min_group: int
-) -> Drawn:
+) -> pl.DataFrame:
     """
-    The second pass over one file: its share of the samples, its repeats (`draw`).
+    The second pass over one file: its share of the samples (`tailkit._stats.draw`).
     """
     with _opened(path, reading) as (store, _):
         return draw(store, query, counts, min_group=min_group)
-
-
-def merge_drawn(parts: Sequence[Drawn], sizes: Summary) -> Drawn:
-    """
-    The second pass's results of several files as one (``sizes``: the samples' sizes).
-    """
-    samples = merge_samples([p[0] for p in parts], sizes)
-    return samples, merge_hedges([p[1] for p in parts])
 
 
 def merge_partitions(parts: Sequence[Partition]) -> Partition:
@@ -162,9 +149,9 @@ def merge_partitions(parts: Sequence[Partition]) -> Partition:
 
 def counts_only(summary: Summary) -> Summary:
     """
-    What the second pass needs of the first: the groups' counts, the first attempts' bins.
+    What the second pass needs of the first: the groups' counts and the samples' sizes.
     """
-    return replace(summary, bins=summary.bins.clear(), samples=pl.DataFrame())
+    return replace(summary, bins=summary.bins.clear(), pairs=summary.pairs.clear())
 
 
 def summarize_local(
@@ -197,14 +184,12 @@ def summarize_local(
             on_file(done)
     assert merged is not None  # noqa: S101 - there were files
     counts = counts_only(merged.summary)
-    drawn: Drawn = (pl.DataFrame(), pl.DataFrame())
+    drawn = []  # each file's share: together about the samples' size, merged once
     for done, path in enumerate(files, start=len(files) + 1):
-        drawn = merge_drawn(
-            [drawn, draw_file(str(path), query, reading, counts, min_group)], counts
-        )
+        drawn.append(draw_file(str(path), query, reading, counts, min_group))
         if on_file:
             on_file(done)
-    summary = replace(merged.summary, samples=drawn[0], hedges=drawn[1])
+    summary = replace(merged.summary, samples=merge_samples(drawn, counts))
     return EngineRun(Partition(summary, merged.read), "duckdb", 1, [peak_rss_bytes()])
 
 
@@ -223,7 +208,6 @@ __all__ = [
     "aggregate_file",
     "counts_only",
     "draw_file",
-    "merge_drawn",
     "merge_partitions",
     "peak_rss_bytes",
     "summarize_local",

@@ -20,7 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tailkit._stats import TableQuery
+import polars as pl
+
+from tailkit._stats import Summary, TableQuery, merge_samples
 from tailkit.engines import (
     EngineRun,
     Partition,
@@ -28,7 +30,6 @@ from tailkit.engines import (
     aggregate_file,
     counts_only,
     draw_file,
-    merge_drawn,
     merge_partitions,
     peak_rss_bytes,
 )
@@ -105,12 +106,16 @@ def summarize_dask(
             min_group=min_group, pure=False,
         )  # fmt: skip
         sizes = counts_only(merged.summary)
-        samples, hedges = _tree(client, merge_drawn, seconds, watch, sizes=sizes).result()
+        samples = _tree(client, _merge_samples, seconds, watch, sizes=sizes).result()
         peaks = client.run(peak_rss_bytes)
-        summary = replace(merged.summary, samples=samples, hedges=hedges)
+        summary = replace(merged.summary, samples=samples)
         return EngineRun(
             Partition(summary, merged.read), "dask", count, [int(v) for v in peaks.values()]
         )
+
+
+def _merge_samples(frames: list[pl.DataFrame], sizes: Summary) -> pl.DataFrame:
+    return merge_samples(frames, sizes)
 
 
 class _Progress:

@@ -17,7 +17,7 @@ MIN_REFERENCE = 50  # first attempts a route needs for its p75 to be a reference
 
 
 def repeat_attempts_sql(
-    source_sql: str, by: Sequence[str] = (), *, reference_sql: str | None = None
+    source_sql: str, by: Sequence[str] = (), *, pairs_only: bool = False
 ) -> str:
     """
     Slow calls retried or hedged, and how many of those fresh attempts finished fast.
@@ -33,17 +33,16 @@ def repeat_attempts_sql(
     the slow one rarely. Pairs whose fresh route has fewer than 50 such first attempts have
     no reference and are left out. Columns: the ``by`` columns, ``pairs`` and ``escaped``.
 
-    ``reference_sql``, when given, is the references instead: a relation with ``provider``,
-    ``model``, ``step`` and ``_p75`` (the p75 of first attempts of a larger log, of which
-    ``source_sql`` is a part).
+    With ``pairs_only`` the pairs are counted before any reference: per ``by`` columns and
+    fresh attempt's ``_provider``, ``_model``, ``_step`` and latency ``_total`` (NULL: cut),
+    ``n`` pairs; a part of a log judges them later by the references of the whole.
     """
     keys = "".join(f'f."{k}", ' for k in by)
     key = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
-    given = f"ref AS (SELECT * FROM {reference_sql}) " if reference_sql else None
-    references = given or _reference_sql(source_sql)
     # Only repeat attempts are few: find them first, then their first attempts and the
     # references of their routes, so a log without any costs one scan.
-    return (
+    slow = "WHERE f.censored_at_s > 0 OR (x.role = 'hedge' AND f.status = 'ok')"
+    found = (
         f"WITH fresh AS (SELECT {key} AS _key, role, provider, model, step, "
         "CASE WHEN status = 'ok' THEN total_s END AS _total "
         f"FROM {source_sql} WHERE attempt > 0 AND role IN ('hedge', 'retry') "
@@ -52,14 +51,21 @@ def repeat_attempts_sql(
         "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt, started_at, call_id, "
         "role, total_s) = 1), "
         f"f AS (SELECT *, {key} AS _key FROM {source_sql} WHERE attempt = 0 "
-        f"AND {key} IN (SELECT _key FROM fresh)), "
-        f"{references}"
+        f"AND {key} IN (SELECT _key FROM fresh)) "
+    )
+    if pairs_only:
+        return (
+            f"{found}SELECT {keys}x.provider AS _provider, x.model AS _model, x.step AS _step, "
+            f"x._total AS _total, count(*) AS n FROM f JOIN fresh AS x ON x._key = f._key "
+            f"{slow} GROUP BY ALL"
+        )
+    return (
+        f"{found}, {_reference_sql(source_sql)}"
         f"SELECT {keys}count(*) AS pairs, "
         "count(*) FILTER (x._total < r._p75) AS escaped "
         "FROM f JOIN fresh AS x ON x._key = f._key "
         "JOIN ref AS r ON r.provider = x.provider AND r.model = x.model "
-        "AND r.step IS NOT DISTINCT FROM x.step "
-        "WHERE f.censored_at_s > 0 OR (x.role = 'hedge' AND f.status = 'ok') "
+        f"AND r.step IS NOT DISTINCT FROM x.step {slow} "
         f"{'GROUP BY ALL' if by else ''}"
     )
 
