@@ -136,4 +136,6 @@ def km_bound(reported: _Array, earliest: _Array) -> _Array:
         lower_edge = np.exp((k - 1.0) * _LN_GAMMA)
         spread = np.where(earliest > 0, reported / lower_edge - 1.0, math.nan)
     worst = np.nanmax(np.where(np.isfinite(spread), spread, math.nan), axis=1, initial=0.0)
-    return np.asarray(np.maximum(worst, RELATIVE_ACCURACY), dtype=np.float64)
+    # one bucket apart is alpha itself, up to rounding: say alpha, not alpha + 1e-16
+    bound = np.where(worst <= RELATIVE_ACCURACY * (1 + 1e-9), RELATIVE_ACCURACY, worst)
+    return np.asarray(bound, dtype=np.float64)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tailkit._stats import TableQuery, TailReport, summarize, summary_report
 from tailkit.cli._common import fail, scan_options
 from tailkit.engines import EngineRun, Partition, Reading, peak_rss_bytes, summarize_local
-from tailkit.ingest import expand_paths
+from tailkit.ingest import InPlace, expand_paths
 from tailkit.store import Store
 
 
@@ -79,7 +79,7 @@ def summary_tables(
     if not source:
         with Store.open(db, read_only=True, memory_limit=memory_limit) as store:
             summary = summarize(store, query, min_group=min_group)
-        run = EngineRun(Partition(summary, _no_files()), "duckdb", 1, [peak_rss_bytes()])
+        run = EngineRun(Partition(summary, InPlace([])), "duckdb", 1, [peak_rss_bytes()])
         return summary_report(summary, query, min_group=min_group), run
     files, missing = expand_paths(source)
     if missing:
@@ -100,12 +100,6 @@ def summary_tables(
         else:
             run = summarize_local(files, query, how, min_group=min_group, on_file=on_file)
     return summary_report(run.partition.summary, query, min_group=min_group), run
-
-
-def _no_files() -> Any:
-    from tailkit.ingest import InPlace
-
-    return InPlace([])
 
 
 @contextmanager

@@ -139,6 +139,12 @@ def _print_warnings(table: pl.DataFrame, keys: list[str], console: Console) -> N
             f"(a 95% bound needs at least {min_calls_for_quantile(0.99)} calls): "
             f"{_some(unbounded)}"
         )
+    if "quantile_rel_error" in table.columns and table["quantile_rel_error"].max() is not None:
+        worst = float(table["quantile_rel_error"].max())  # type: ignore[arg-type]
+        console.print(
+            f"[yellow]note[/yellow] quantiles from mergeable sketches: every p50-p99 is within "
+            f"{100 * worst:.2g} % of the exact value (column quantile_rel_error, per group)"
+        )
 
 
 def _some(names: list[str], shown: int = 3) -> str:
