@@ -126,3 +126,23 @@ def test_out_of_memory_names_the_option_and_the_limit(tmp_path: Path) -> None:
 
     assert "DuckDB ran out of memory (memory limit " in str(caught.value)
     assert "give it more with --memory-limit SIZE (e.g. 4GB)" in str(caught.value)
+
+
+def test_the_store_answers_after_running_out_of_memory(tmp_path: Path) -> None:
+    """
+    After a query ran out of memory, the next one runs: stats falls back to a lighter query.
+
+    Naming the memory limit once read DuckDB's setting without draining the result, and DuckDB
+    2 then refused every later query on the connection ("unfinished result from execute()"),
+    which hid the out-of-memory error behind another and broke the fallback.
+    """
+    from tailkit.errors import OutOfMemoryError
+
+    with Store.open(tmp_path / "s.duckdb", memory_limit="32MB") as store:
+        store.execute("SET preserve_insertion_order = false")
+        heavy = "SELECT list(i) FROM (SELECT i, i % 7 AS g FROM range(30000000) t(i)) GROUP BY g"
+        for run in (store.arrow, store.fetchall):
+            with pytest.raises(OutOfMemoryError):
+                run(heavy)
+            assert store.arrow("SELECT 42 AS a").to_pylist() == [{"a": 42}]
+            assert store.fetchall("SELECT 43") == [(43,)]

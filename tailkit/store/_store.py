@@ -101,8 +101,10 @@ def _query_error(con: duckdb.DuckDBPyConnection, exc: duckdb.Error) -> QueryErro
     if not isinstance(exc, duckdb.OutOfMemoryException):
         return QueryError(first)
     try:
-        row = con.execute("SELECT current_setting('memory_limit')").fetchone()
-        limit = f" (memory limit {row[0]})" if row else ""
+        # fetchall, not fetchone: DuckDB 2 keeps a result it was not fetched to its end open,
+        # and the next query on the connection (a fallback after this error) would be refused
+        rows = con.execute("SELECT current_setting('memory_limit')").fetchall()
+        limit = f" (memory limit {rows[0][0]})" if rows else ""
     except duckdb.Error:
         limit = ""
     msg = (
