@@ -141,6 +141,7 @@ def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1
     partitions (`keep_threshold`), so each partition ships about its share of the samples, not
     a sample of its own. The groups and routes are those the table describes (``min_group``),
     so the partitions' rows merge (`merge_samples`) into the rows the store's table draws.
+    Rows come sorted by route and draw, as the table reads them.
 
     Raises:
         QueryError: DuckDB refused a query.
@@ -162,7 +163,7 @@ def draw(store: Store, query: TableQuery, counts: Summary, *, min_group: int = 1
         group_size=counts.group_size,
         route_size=counts.route_size,
     )
-    return _frame(store, sql)
+    return _frame(store, f"{sql} ORDER BY {ROUTE_ID}, _h")  # as the table reads them
 
 
 def _frame(store: Store, sql: str) -> pl.DataFrame:
@@ -231,12 +232,18 @@ def merge_samples(samples: Sequence[pl.DataFrame], sizes: Summary) -> pl.DataFra
     samples = [s for s in samples if s.height]
     if not samples:
         return pl.DataFrame()
-    rows = pl.concat(samples, how="vertical_relaxed")
+    rows = pl.concat(samples, how="vertical_relaxed", rechunk=False).lazy()
     rank = pl.col("_h").rank("ordinal")
-    return rows.with_columns(
-        in_group=pl.col("in_group") & (rank.over(GROUP_ID, "in_group") <= sizes.group_size),
-        in_route=pl.col("in_route") & (rank.over(ROUTE_ID, "in_route") <= sizes.route_size),
-    ).filter(pl.col("in_group") | pl.col("in_route"))
+    # sorted as the table reads them (by route, then draw), so it need not sort a copy
+    return (
+        rows.with_columns(
+            in_group=pl.col("in_group") & (rank.over(GROUP_ID, "in_group") <= sizes.group_size),
+            in_route=pl.col("in_route") & (rank.over(ROUTE_ID, "in_route") <= sizes.route_size),
+        )
+        .filter(pl.col("in_group") | pl.col("in_route"))
+        .sort(ROUTE_ID, "_h")
+        .collect()
+    )
 
 
 class SummarySource:
@@ -304,8 +311,11 @@ class SummarySource:
         in_route = pl.col("in_route") & pl.col(ROUTE_ID).is_in(
             pl.Series(list(routes), dtype=pl.UInt64).implode()
         )
-        rows = rows.with_columns(in_group.alias("in_group"), in_route.alias("in_route"))
-        rows = rows.filter(pl.col("in_group") | pl.col("in_route")).sort(ROUTE_ID, "_h")
+        # drawn for these groups and routes (`draw`'s min_group), unless drawn for others
+        other = (pl.col("in_group") & ~in_group) | (pl.col("in_route") & ~in_route)
+        if rows.select(other.any()).item():
+            rows = rows.with_columns(in_group.alias("in_group"), in_route.alias("in_route"))
+            rows = rows.filter(pl.col("in_group") | pl.col("in_route")).sort(ROUTE_ID, "_h")
         batches: Iterable[Any] = rows.to_arrow().to_batches(max_chunksize=CHUNK_ROWS)
         return read_samples(batches, on_route)
 
