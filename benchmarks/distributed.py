@@ -407,8 +407,10 @@ def finite(value: Any) -> Any:
 
 def worker_counts(text: str) -> list[int]:
     """
-    ``--workers 1,2,4`` as a list of positive ints.
+    ``--workers 1,2,4`` as a list of positive ints (``none``: no Dask variant).
     """
+    if text.strip().lower() == "none":
+        return []
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -465,7 +467,7 @@ def parser() -> argparse.ArgumentParser:
         type=worker_counts,
         default=[1, 2],
         metavar="N,N",
-        help="Dask worker counts, one variant each (default 1,2)",
+        help="Dask worker counts, one variant each (default 1,2; none: no Dask variant)",
     )
     p.add_argument(
         "--repeat",
