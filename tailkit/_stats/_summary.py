@@ -41,7 +41,7 @@ from tailkit._stats._query import (
 )
 from tailkit._stats._samples import CHUNK_ROWS, Calls, read_samples
 from tailkit._stats._sketch import RELATIVE_ACCURACY, bins_chunk, bins_sql, km_bound
-from tailkit._stats._table import TailReport, _Group, build_report
+from tailkit._stats._table import DescribedGroup, TailReport, build_report
 from tailkit._stats._verdicts import MAX_ROUTE_CALLS
 from tailkit.store import Store
 from tailkit.store._sample import keep_threshold
@@ -263,7 +263,11 @@ class SummarySource:
         )
 
     def latency(
-        self, query: TableQuery, described: list[_Group], aggs: list[dict[str, Any]], level: float
+        self,
+        query: TableQuery,
+        described: list[DescribedGroup],
+        aggs: list[dict[str, Any]],
+        level: float,
     ) -> tuple[Quantiles, dict[str, list[float]]]:
         times = [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
         phase = {int(a[GROUP_ID]): int(a["n_phase"]) for a in aggs if a["n_phase"]}

@@ -117,7 +117,11 @@ class TableSource(Protocol):
         """
 
     def latency(
-        self, query: TableQuery, described: list[_Group], aggs: list[dict[str, Any]], level: float
+        self,
+        query: TableQuery,
+        described: list[DescribedGroup],
+        aggs: list[dict[str, Any]],
+        level: float,
     ) -> tuple[Quantiles, dict[str, list[float]]]:
         """
         The described groups' quantiles, and columns to add to their rows.
@@ -163,7 +167,11 @@ class _StoreSource:
         return fetch_groups(self.store, query, approx=self.approx, holistic=self.holistic)
 
     def latency(
-        self, query: TableQuery, described: list[_Group], aggs: list[dict[str, Any]], level: float
+        self,
+        query: TableQuery,
+        described: list[DescribedGroup],
+        aggs: list[dict[str, Any]],
+        level: float,
     ) -> tuple[Quantiles, dict[str, list[float]]]:
         if self.approx:
             from tailkit._stats._approx import approx_statistics
@@ -262,7 +270,7 @@ def build_report(
     groups = source.groups(query)
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
-    described: list[_Group] = []
+    described: list[DescribedGroup] = []
     kept: dict[int, int | None] = {}  # group id: its finished and cut calls when described
     aggs: list[dict[str, Any]] = []
     # Every call goes to its route's verdict, also those of groups too thin to describe
@@ -291,7 +299,7 @@ def build_report(
             # is no latency to describe.
             row["warning"] = f"{n_ok} finished call(s): no latency statistics"
             continue
-        described.append(_Group(row, key, agg, censored=n_censored > 0))
+        described.append(DescribedGroup(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
     latency = source.latency(query, described, aggs, level)
     for row, agg in zip(rows, aggs, strict=True):
@@ -342,9 +350,9 @@ def tail_table(
 
 
 @dataclass(slots=True)
-class _Group:
+class DescribedGroup:
     """
-    Strictly private: a group with latencies to describe, its row, key and aggregates.
+    A group with latencies to describe (its row, key and aggregates), as a source sees it.
     """
 
     row: dict[str, Any]
@@ -360,7 +368,7 @@ class _Group:
 def _describe(
     source: TableSource,
     query: TableQuery,
-    described: list[_Group],
+    described: list[DescribedGroup],
     drawn: dict[int, Calls],
     latency: tuple[Quantiles, dict[str, list[float]]],
     *,
@@ -388,14 +396,14 @@ def _describe(
         g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
 
 
-def _times(described: list[_Group]) -> list[GroupTimes]:
+def _times(described: list[DescribedGroup]) -> list[GroupTimes]:
     return [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
 
 
 def _sorted_pass(
     store: Store,
     query: TableQuery,
-    described: list[_Group],
+    described: list[DescribedGroup],
     aggs: list[dict[str, Any]],
     *,
     level: float,
@@ -426,7 +434,7 @@ def _sorted_pass(
 def _warning(
     source: TableSource,
     query: TableQuery,
-    g: _Group,
+    g: DescribedGroup,
     sample: tuple[_Array, _Array | None],
     *,
     max_n: int,
@@ -446,7 +454,7 @@ def _warning(
     return f"{said} (from a seeded sample of {sample[0].size:,} calls)" if said else None
 
 
-def _phase_columns(g: _Group, calls: Calls) -> dict[str, Any]:
+def _phase_columns(g: DescribedGroup, calls: Calls) -> dict[str, Any]:
     """
     TTFT and generation quantiles over every call; which phase holds the tail, from the sample.
     """
@@ -468,7 +476,7 @@ def _interval_columns(name: str, value: _Array, low: _Array, high: _Array) -> di
     return {name: value, f"{name}_lo": low, f"{name}_hi": high}
 
 
-def _quantile_columns(described: list[_Group], stats: Quantiles) -> None:
+def _quantile_columns(described: list[DescribedGroup], stats: Quantiles) -> None:
     """
     p50 to p99 with their intervals, and p99/p50 with an interval that holds at ``level``.
     """
@@ -487,7 +495,7 @@ def _quantile_columns(described: list[_Group], stats: Quantiles) -> None:
 
 
 def _fit_columns(
-    described: list[_Group],
+    described: list[DescribedGroup],
     samples: list[tuple[_Array, _Array | None]],
     *,
     level: float,
