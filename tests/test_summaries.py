@@ -354,3 +354,14 @@ def test_sketch_reads_files_as_ingest_does(tmp_path: Path) -> None:
         "summary_bytes_per_group": mine["engine"]["summary_bytes_per_group"],
         "peak_rss_bytes": None,
     }  # fmt: skip
+
+
+def test_running_out_of_memory_on_files_points_to_the_summaries() -> None:
+    """
+    The exact table of files read in place, out of memory: the error names --sketch.
+    """
+    source = str(PRODUCTION / "calls.parquet")
+    result = CliRunner().invoke(app, ["stats", "--source", source, "--memory-limit", "16MB"])
+    assert result.exit_code != 0
+    assert "DuckDB ran out of memory" in result.output
+    assert "read the files one at a time with --sketch" in " ".join(result.output.split())

@@ -424,7 +424,12 @@ def stats(
                 report = tail_report(store, query, min_group=min_group, approx=approx)
     except QueryError as exc:
         bad_filter = where and not isinstance(exc, OutOfMemoryError)
-        fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))
+        # the exact table of files read in place holds all of them in one DuckDB; the
+        # summaries read one file at a time (at 100 M rows in 50 files: 1 GB and 4 GB caps
+        # were not enough for the first, the 1 GB default was for the second)
+        per_file = isinstance(exc, OutOfMemoryError) and source and not summaries
+        hint = "; or read the files one at a time with --sketch" if per_file else ""
+        fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else f"{exc}{hint}")
     except TailkitError as exc:
         fail(str(exc))
     if parquet is not None:
