@@ -7,7 +7,7 @@ quantile lies with DuckDB's ``approx_quantile`` (a t-digest of fixed size) at ``
 ``q + BAND``. One more scan (`band_sql`) counts the values below each band and lists those
 inside it: the two order statistics a type-7 quantile interpolates are in the list whenever
 the estimate was off by less than `BAND` in rank (a t-digest is far closer), and the quantile
-is then exact, read from the list in SQL (`band_quantile_sql`, as `_Type7` computes it). A
+is then exact, read from the list in SQL (`band_quantile_sql`, as `Type7` computes it). A
 band that missed sends its group to the sorted pass (`sorted_statistics`), so no value is ever
 an estimate. Memory: the lists hold about ``2 * BAND`` of each series' values.
 """

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailkit._stats._query import QUANTILES, TableQuery, times_sql
+from tailkit._stats._query import GROUP_ID, QUANTILES, TableQuery, times_sql
 from tailkit.fit import KaplanMeierStream, OrderStatisticRanks
 from tailkit.store import Store
 from tailkit.store._sample import record_batches
@@ -98,9 +98,9 @@ class _Ranks:
         return v[0], lo[0], hi[0]
 
 
-class _Type7(_Ranks):
+class Type7(_Ranks):
     """
-    Strictly private: the type-7 quantiles ``q`` of ``n`` values, as they pass.
+    The type-7 quantiles ``q`` of ``n`` values, as they pass.
 
     ``lo + (hi - lo) * (rn - floor(rn))`` with ``rn = (n - 1) q``, numpy's default and DuckDB's
     ``quantile_cont`` (whose rounding differs in the last bit at times).
@@ -132,6 +132,17 @@ class Sorted:
     ttft: dict[int, tuple[float, ...]]
     gen: dict[int, tuple[float, ...]]
     speed: dict[int, tuple[float, ...]]
+
+    def fill(self, aggs: list[dict[str, Any]]) -> None:
+        """
+        Write the TTFT, generation and speed quantiles found into the groups' aggregates.
+        """
+        for a in aggs:
+            gid = int(a[GROUP_ID])
+            if gid in self.ttft:
+                a["ttft_q"], a["gen_q"] = self.ttft[gid], self.gen[gid]
+            if gid in self.speed:
+                a["speed_q"] = self.speed[gid]
 
 
 def sorted_statistics(
@@ -174,9 +185,9 @@ def sorted_statistics(
             km = KaplanMeierStream(total, _Q, level), KaplanMeierStream(total, _Q2, wide)
             states[g.gid, 0] = km
     for gid, n in phase.items():
-        states[gid, 1], states[gid, 2] = _Type7(n, (0.5, 0.99)), _Type7(n, (0.5, 0.99))
+        states[gid, 1], states[gid, 2] = Type7(n, (0.5, 0.99)), Type7(n, (0.5, 0.99))
     for gid, n in speed.items():
-        states[gid, 3] = _Type7(n, (0.5, 0.1))
+        states[gid, 3] = Type7(n, (0.5, 0.1))
     if not states:
         return Sorted(out, {}, {}, {})
     if chunks is None:

@@ -12,14 +12,13 @@ pairs and the escapes as the store's query does on the whole log.
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from tailkit._stats._order import Type7
 from tailkit._stats._query import TableQuery
 from tailkit._stats._sketch import key_sql, key_values
 from tailkit.store import OK_CALL, repeat_attempts_sql
@@ -75,12 +74,9 @@ def references(firsts: pl.DataFrame) -> pl.DataFrame:
             n = int(counts.sum())
             if n < MIN_REFERENCE:
                 continue
-            values = key_values(part["k"].to_numpy().astype(np.int64))
-            upto = np.cumsum(counts)  # the j-th attempt (0-based) is in the first bin past j
-            rank = (n - 1) * ESCAPE_RANK
-            below, above = math.floor(rank), math.ceil(rank)
-            lo, hi = (float(values[np.searchsorted(upto, r, side="right")]) for r in (below, above))
-            rows.append((*route, lo + (hi - lo) * (rank - below)))
+            p75 = Type7(n, (ESCAPE_RANK,))  # the type-7 quantile the sorted pass computes
+            p75.add(key_values(part["k"].to_numpy().astype(np.int64)), counts)
+            rows.append((*route, p75.values()[0]))
     schema = {"provider": pl.String, "model": pl.String, "step": pl.String, "_p75": pl.Float64}
     return pl.DataFrame(rows, schema=schema, orient="row")
 

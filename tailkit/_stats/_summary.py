@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from tailkit._stats._bands import NO_ESTIMATES
-from tailkit._stats._order import GroupTimes, Quantiles, sorted_statistics
+from tailkit._stats._order import Quantiles, sorted_statistics
 from tailkit._stats._pairs import firsts_sql, judge, merge_counts, pairs_sql
 from tailkit._stats._query import (
     GROUP_ID,
@@ -41,7 +41,7 @@ from tailkit._stats._query import (
 )
 from tailkit._stats._samples import CHUNK_ROWS, Calls, read_samples
 from tailkit._stats._sketch import RELATIVE_ACCURACY, bins_chunk, bins_sql, km_bound
-from tailkit._stats._table import DescribedGroup, TailReport, build_report
+from tailkit._stats._table import DescribedGroup, TailReport, build_report, group_times
 from tailkit._stats._verdicts import MAX_ROUTE_CALLS
 from tailkit.store import Store
 from tailkit.store._sample import keep_threshold
@@ -269,7 +269,7 @@ class SummarySource:
         aggs: list[dict[str, Any]],
         level: float,
     ) -> tuple[Quantiles, dict[str, list[float]]]:
-        times = [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
+        times = group_times(described)
         phase = {int(a[GROUP_ID]): int(a["n_phase"]) for a in aggs if a["n_phase"]}
         speed = {int(a[GROUP_ID]): int(a["n_speed"]) for a in aggs if a["n_speed"]}
         wanted = [(t.gid, 0) for t in times] + [(g, s) for g in phase for s in (1, 2)]
@@ -278,12 +278,7 @@ class SummarySource:
         found = sorted_statistics(
             None, query, times, level=level, phase=phase, speed=speed, chunks=[chunk]
         )
-        for a in aggs:
-            gid = int(a[GROUP_ID])
-            if gid in phase:
-                a["ttft_q"], a["gen_q"] = found.ttft[gid], found.gen[gid]
-            if gid in speed:
-                a["speed_q"] = found.speed[gid]
+        found.fill(aggs)
         bound = np.full(len(times), RELATIVE_ACCURACY)
         cut = [i for i, t in enumerate(times) if t.cuts]
         if cut:

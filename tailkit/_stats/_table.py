@@ -176,7 +176,9 @@ class _StoreSource:
         if self.approx:
             from tailkit._stats._approx import approx_statistics
 
-            found, errors = approx_statistics(self.store, query, _times(described), level=level)
+            found, errors = approx_statistics(
+                self.store, query, group_times(described), level=level
+            )
             return found, {"approx_rank_error": errors.tolist()}
         phases = not self.holistic
         found = _sorted_pass(self.store, query, described, aggs, level=level, phases=phases)
@@ -396,7 +398,10 @@ def _describe(
         g.row["warning"] = "; ".join(w for w in (said, note) if w) or None
 
 
-def _times(described: list[DescribedGroup]) -> list[GroupTimes]:
+def group_times(described: list[DescribedGroup]) -> list[GroupTimes]:
+    """
+    What the sorted pass needs to know of each described group.
+    """
     return [GroupTimes(g.gid, int(g.agg["n_events"]), int(g.agg["n_cuts"])) for g in described]
 
 
@@ -417,17 +422,12 @@ def _sorted_pass(
     sorted here where a band missed; otherwise the aggregating pass has them.
     """
     if not phases:
-        return sorted_statistics(store, query, _times(described), level=level).latency
+        return sorted_statistics(store, query, group_times(described), level=level).latency
     phase, speed = exact_in_bands(store, query, aggs)
     found = sorted_statistics(
-        store, query, _times(described), level=level, phase=phase, speed=speed
+        store, query, group_times(described), level=level, phase=phase, speed=speed
     )
-    for a in aggs:
-        gid = int(a[GROUP_ID])
-        if gid in phase:
-            a["ttft_q"], a["gen_q"] = found.ttft[gid], found.gen[gid]
-        if gid in speed:
-            a["speed_q"] = found.speed[gid]
+    found.fill(aggs)
     return found.latency
 
 
