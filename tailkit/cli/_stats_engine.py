@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tailkit._stats import TableQuery, TailReport, summarize, summary_report
-from tailkit.cli._common import fail, scan_options
+from tailkit.cli._common import fail
+from tailkit.cli._stats_source import reading_options
 from tailkit.engines import EngineRun, Partition, Reading, peak_rss_bytes, summarize_local
 from tailkit.ingest import InPlace, expand_paths
 from tailkit.store import Store
@@ -86,7 +87,7 @@ def summary_tables(
         fail("; ".join(str(e) for e in missing))
     how = Reading(
         format=reading["format"],
-        options=scan_options(**{k: v for k, v in reading.items() if k != "format"}),
+        options=reading_options(reading),
         memory_limit=memory_limit,
     )
     with _bar(2 * len(files), enabled=progress) as on_file:

@@ -15,7 +15,7 @@ import typer
 
 from tailkit.cli._common import fail, scan_options
 from tailkit.cli._progress import IngestProgress
-from tailkit.ingest import InPlace, expand_paths, read_in_place
+from tailkit.ingest import InPlace, ScanOptions, expand_paths, read_in_place
 from tailkit.store import Store
 
 
@@ -81,7 +81,7 @@ def stats_store(
         with Store.open(db, read_only=True, memory_limit=memory_limit) as store:
             yield store, None
         return
-    options = scan_options(**{k: v for k, v in reading.items() if k != "format"})
+    options = reading_options(reading)
     files, _ = expand_paths(source)
     total = sum(f.stat().st_size for f in files)
     with (
@@ -95,6 +95,13 @@ def stats_store(
                 store, source, format=reading["format"], options=options, progress=bar
             )
         yield store, read
+
+
+def reading_options(reading: dict[str, Any]) -> ScanOptions:
+    """
+    The scan options of ``reading`` (every value but ``format``), checked.
+    """
+    return scan_options(**{k: v for k, v in reading.items() if k != "format"})
 
 
 def rejects_line(files: InPlace) -> str | None:
