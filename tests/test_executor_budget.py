@@ -401,3 +401,16 @@ def test_boundary_arguments_are_accepted() -> None:
     throttle.on_success("p")
 
     assert 2.0 == throttle.tokens("p")
+
+
+def test_a_provider_rests_until_its_retry_after_and_a_later_429_extends_it() -> None:
+    """rest() keeps the latest instant; resting() is false from that instant on."""
+    throttle = ProviderThrottle()
+    assert not throttle.resting("a", 0.0)
+    throttle.rest("a", 5.0)
+    throttle.rest("a", 3.0)  # an earlier instant never shortens the rest
+    assert throttle.resting("a", 4.9)
+    assert not throttle.resting("b", 4.9)
+    assert not throttle.resting("a", 5.0)
+    throttle.rest("a", 7.0)
+    assert throttle.resting("a", 6.0)

@@ -264,6 +264,82 @@ def test_retry_after_is_honoured_only_if_the_expected_answer_still_fits() -> Non
     assert sent == ["primary", "retry"]
 
 
+def test_a_429_fails_over_to_the_hedge_provider_at_once() -> None:
+    """A 429 with a 5 s Retry-After on a: the retry goes to b now, not to a in 5 s."""
+    sink = MemorySink()
+
+    async def limited(a: Attempt) -> str:
+        await asyncio.sleep(0.1)
+        if a.provider == "a":
+            msg = "slow down"
+            raise AttemptError(msg, status="rate_limited", http_status=429, retry_after_s=5.0)
+        return a.provider
+
+    async def main() -> tuple[str, float]:
+        executor = Executor(plan("    hedge_route: b/m\n"), ledger=Ledger(sink))
+        start = now()
+        value = await executor.run_step("s", limited)
+        return value, now() - start
+
+    value, spent = run(main())
+    assert value == "b"
+    assert spent < 0.1 + 0.1 + 0.1 + 1e-6  # the 429, a jitter of at most 0.1 s, the answer
+    assert [(r.role, r.provider, r.status) for r in sink.records] == [
+        ("primary", "a", "rate_limited"),
+        ("retry", "b", "ok"),
+    ]
+    assert sink.records[0].attrs["failover"] == "b/m"
+
+
+def test_while_a_provider_rests_after_a_429_first_attempts_start_on_the_hedge_route() -> None:
+    """Retry-After 1 s on a: calls in that second start on b; after it, on a again."""
+    sink = MemorySink()
+    told = False
+
+    async def limited(a: Attempt) -> str:
+        nonlocal told
+        await asyncio.sleep(0.1)
+        if a.provider == "a" and not told:
+            told = True
+            msg = "slow down"
+            raise AttemptError(msg, status="rate_limited", http_status=429, retry_after_s=1.0)
+        return a.provider
+
+    async def main() -> list[str]:
+        executor = Executor(plan("    hedge_route: b/m\n"), ledger=Ledger(sink))
+        got = [await executor.run_step("s", limited)]  # a: 429 at 0.1 s, rests until 1.1 s
+        got.append(await executor.run_step("s", limited))  # starts at ~0.2 s: on b
+        await asyncio.sleep(1.0)
+        got.append(await executor.run_step("s", limited))  # starts at ~1.3 s: on a
+        return got
+
+    assert run(main()) == ["b", "b", "a"]
+    firsts = [r for r in sink.records if r.role == "primary"]
+    assert [r.provider for r in firsts] == ["a", "b", "a"]
+    assert firsts[1].attrs["rerouted"] == "a/m resting after a 429"
+
+
+def test_a_429_without_a_hedge_route_still_waits_its_retry_after_on_the_same_route() -> None:
+    """No other provider to go to: the retry waits the Retry-After, on a."""
+    sink = MemorySink()
+
+    async def limited(a: Attempt) -> str:
+        await asyncio.sleep(0.1)
+        if a.role == "primary":
+            msg = "slow down"
+            raise AttemptError(msg, status="rate_limited", http_status=429, retry_after_s=0.5)
+        return a.provider
+
+    async def main() -> float:
+        executor = Executor(plan(""), ledger=Ledger(sink))
+        start = now()
+        await executor.run_step("s", limited)
+        return now() - start
+
+    assert run(main()) >= 0.1 + 0.5 + 0.1
+    assert [(r.role, r.provider) for r in sink.records] == [("primary", "a"), ("retry", "a")]
+
+
 def _predicted(p50_s: float) -> Any:
     from tailkit.config import StepPrediction
 

@@ -39,6 +39,13 @@ no hedge goes to that provider, until successes refill it. Another provider has 
 and its own tokens, so a storm at one never stops hedges to another. With the defaults (10,
 0.1) it takes 5 net failures to engage and throttles at about a 9% failure rate. The simulator
 does not model it: a route failing that often is a brownout, not the tail a plan is built on.
+
+A 429 with a Retry-After says more than a failure: the provider's pool is full until then. The
+throttle remembers that instant per provider (`rest`); until it passes, `resting` says so, and
+the executor sends a step's first attempt straight to its hedge route (another provider, its
+own pool) and starts no immediate extra attempt there. The instant is on the caller's clock
+(the executor's loop clock, the same clock the Retry-After is waited on), so nothing else about
+the throttle depends on time.
 """
 
 from __future__ import annotations
@@ -241,7 +248,7 @@ class ProviderThrottle:
         ConfigError: An argument is out of range.
     """
 
-    __slots__ = ("_max", "_max_tokens", "_ratio", "_token_ratio", "_tokens")
+    __slots__ = ("_max", "_max_tokens", "_ratio", "_rest_until", "_token_ratio", "_tokens")
 
     def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
         if not 0.0 < max_tokens < math.inf:
@@ -258,6 +265,28 @@ class ProviderThrottle:
         self._max = round(max_tokens * _MILLI)
         self._ratio = round(token_ratio * _MILLI)
         self._tokens: dict[str, int] = {}
+        self._rest_until: dict[str, float] = {}
+
+    def rest(self, provider: str, until: float) -> None:
+        """
+        ``provider`` asked for no requests before ``until`` (a 429's Retry-After, as an instant).
+
+        A later instant extends the rest; an earlier one never shortens it.
+        """
+        if until > self._rest_until.get(provider, -math.inf):
+            self._rest_until[provider] = until
+
+    def resting(self, provider: str, at: float) -> bool:
+        """
+        Whether ``provider`` asked for no requests until after ``at`` (see `rest`).
+        """
+        until = self._rest_until.get(provider)
+        if until is None:
+            return False
+        if at >= until:
+            del self._rest_until[provider]  # over: forget it, the dict stays small
+            return False
+        return True
 
     def on_success(self, provider: str) -> None:
         """

@@ -6,6 +6,13 @@ extra load read in one place: every extra attempt -- an action at a cutoff, an e
 retry, an upgrade -- needs its provider not to be throttled and the hedge budget's grant; a
 retry waits a jittered moment, and a Retry-After only if the step's expected duration still
 fits after it; a validator that raises refuses the result.
+
+A 429 is about the provider's pool, not the call: a step with a hedge route on another
+provider fails over there (`failover`) after a jittered moment, instead of waiting out the
+Retry-After on the full pool; and while a provider rests after a 429's Retry-After, the step's
+first attempt starts on that hedge route and no immediate extra attempt goes to the resting
+provider. The simulator retries on the step's own route, so its prediction for a 429 storm is
+the slower of the two.
 """
 
 from __future__ import annotations
@@ -78,15 +85,36 @@ class ExtraAttempts:
         return InvalidOutput(f"step {self.step.name!r}: the validator refused the result",
                              status="invalid")  # fmt: skip
 
-    def _grant(self, asker: Live, route: str, denied_key: str, action: str) -> bool:
+    def failover(self, route: str) -> str | None:
+        """
+        Where a 429 on ``route`` fails over to: the step's hedge route, or ``None``.
+
+        Only a hedge route on another provider than ``route``'s, neither throttled nor resting.
+        """
+        other = self.step.hedge_route
+        if other is None or other == route:
+            return None
+        routes, throttle = self.s.plan.routes, self.s.throttle
+        provider = routes[other].provider
+        if provider == routes[route].provider:
+            return None
+        if throttle.throttled(provider) or throttle.resting(provider, now()):
+            return None
+        return other
+
+    def _grant(
+        self, asker: Live, route: str, denied_key: str, action: str, *, at_once: bool = True
+    ) -> bool:
         """
         Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
 
-        A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
+        An attempt that starts ``at_once`` also needs its provider not to be resting after a
+        429. A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
         """
         provider = self.s.plan.routes[route].provider
         why = None
-        if self.s.throttle.throttled(provider):
+        throttle = self.s.throttle
+        if throttle.throttled(provider) or (at_once and throttle.resting(provider, now())):
             why = "throttle"
             self._denied(asker, denied_key, why, f"provider {provider} throttled")
         elif not self.s.budget.try_extra(self.book.account):
@@ -105,6 +133,10 @@ class ExtraAttempts:
         if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
             return
         route = live.attempt.route
+        other = self.failover(route) if status == "rate_limited" else None
+        if other is not None:  # another pool: no need to wait out this one's Retry-After
+            route, retry_after = other, None
+            live.extra["failover"] = other
         wait = (retry_after or 0.0) + self.s.jitter(self.policy.retry_jitter_s)
         left = self.deadline - now()
         expected = self._expected_s(route) if retry_after is not None else 0.0
@@ -114,7 +146,9 @@ class ExtraAttempts:
                 f"do not fit the {left:.3f} s left"
             )
             return
-        if left - wait < NO_TIME_S or not self._grant(live, route, "retry_denied", "retry"):
+        if left - wait < NO_TIME_S or not self._grant(
+            live, route, "retry_denied", "retry", at_once=retry_after is None
+        ):
             return
         self.retries_left -= 1
         if self.tel is not None:

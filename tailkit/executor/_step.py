@@ -192,7 +192,12 @@ class StepRun(ExtraAttempts):
         return value
 
     async def _run(self) -> Any:
-        first = self.chain = self._launch(self.step.route, "primary")
+        route = self.step.route
+        resting = self.s.throttle.resting(self.s.plan.routes[route].provider, self.start)
+        other = self.failover(route) if resting else None
+        first = self.chain = self._launch(other or route, "primary")
+        if other is not None:
+            first.extra["rerouted"] = f"{route} resting after a 429"
         if (
             math.isfinite(self.stall_s)
             or self._projects
@@ -317,6 +322,8 @@ class StepRun(ExtraAttempts):
             self.errors.append(error)
             if status in _PROVIDER_FAILURES:
                 self._throttle(live.attempt.provider, ok=False)
+            if status == "rate_limited" and retry_after is not None:
+                self.s.throttle.rest(live.attempt.provider, at + retry_after)
             if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
             self._write(live, status, at, error=error, http_status=http)
@@ -379,9 +386,11 @@ class StepRun(ExtraAttempts):
             raise StepTimeout(msg, step=step.name, spent_s=spent, cutoff_s=spent)
         if action not in _ACTION_ROLES:
             return
-        route = {"hedge": step.hedge_route, "retry": step.route, "downgrade": step.downgrade_route}[
-            action
-        ]
+        routes = {"hedge": step.hedge_route, "retry": first.attempt.route,
+                  "downgrade": step.downgrade_route}  # fmt: skip
+        route = routes[action]
+        if action == "hedge" and route == first.attempt.route != step.route:
+            route = step.route  # the first attempt was rerouted: hedge back on the step's own
         if route is None or not (step.idempotent or self.policy.resend_non_idempotent):
             first.extra["action_skipped"] = "no route" if route is None else "not idempotent"
             return
