@@ -319,6 +319,32 @@ def test_while_a_provider_rests_after_a_429_first_attempts_start_on_the_hedge_ro
     assert firsts[1].attrs["rerouted"] == "a/m resting after a 429"
 
 
+def test_a_rerouted_first_attempt_hedges_on_its_own_route_while_the_other_rests() -> None:
+    """a rests for 10 s: a call rerouted to b that is slow at its cutoff hedges on b again."""
+    sink = MemorySink()
+    told = False
+
+    async def fn(a: Attempt) -> str:
+        nonlocal told
+        if a.provider == "a" and not told:
+            told = True
+            await asyncio.sleep(0.1)
+            msg = "slow down"
+            raise AttemptError(msg, status="rate_limited", http_status=429, retry_after_s=10.0)
+        await asyncio.sleep(5.0 if a.role == "primary" else 0.5)
+        return f"{a.provider}:{a.role}"
+
+    async def main() -> list[str]:
+        p = plan("    cutoff_s: 1\n    on_cutoff: hedge\n    hedge_route: b/m\n")
+        executor = Executor(p, ledger=Ledger(sink))
+        return [await executor.run_step("s", fn) for _ in range(2)]
+
+    # the first call: 429 on a, failover retry on b (slow, no cutoff on a retry); the second
+    # starts on b, and its hedge at 1 s goes to b as well
+    assert run(main()) == ["b:retry", "b:hedge"]
+    assert not any(r.provider == "a" for r in sink.records[1:])
+
+
 def test_a_429_without_a_hedge_route_still_waits_its_retry_after_on_the_same_route() -> None:
     """No other provider to go to: the retry waits the Retry-After, on a."""
     sink = MemorySink()

@@ -11,8 +11,8 @@ A 429 is about the provider's pool, not the call: a step with a hedge route on a
 provider fails over there (`failover`) after a jittered moment, instead of waiting out the
 Retry-After on the full pool; and while a provider rests after a 429's Retry-After, the step's
 first attempt starts on that hedge route and no immediate extra attempt goes to the resting
-provider. The simulator retries on the step's own route, so its prediction for a 429 storm is
-the slower of the two.
+provider: its hedges go to the first attempt's own route instead. The simulator retries on the
+step's own route, so its prediction for a 429 storm is the slower of the two.
 """
 
 from __future__ import annotations
@@ -100,6 +100,25 @@ class ExtraAttempts:
             return None
         if throttle.throttled(provider) or throttle.resting(provider, now()):
             return None
+        return other
+
+    def hedge_target(self, first: str) -> str:
+        """
+        Where the hedge of a first attempt on route ``first`` goes.
+
+        The other of the step's route and its hedge route (the first attempt may have been
+        rerouted to the hedge route). While that one's provider is resting after a 429, the
+        hedge goes to ``first`` itself: a fresh attempt escapes a transient stall there too,
+        and the provider under the storm gets no extra request. (A throttled provider is
+        refused as before, by `_grant`.)
+        """
+        step = self.step
+        assert step.hedge_route is not None  # noqa: S101 - only asked for a step that hedges
+        other = step.route if first == step.hedge_route else step.hedge_route
+        routes = self.s.plan.routes
+        provider = routes[other].provider
+        if routes[first].provider != provider and self.s.throttle.resting(provider, now()):
+            return first
         return other
 
     def _grant(

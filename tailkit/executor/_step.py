@@ -389,8 +389,8 @@ class StepRun(ExtraAttempts):
         routes = {"hedge": step.hedge_route, "retry": first.attempt.route,
                   "downgrade": step.downgrade_route}  # fmt: skip
         route = routes[action]
-        if action == "hedge" and route == first.attempt.route != step.route:
-            route = step.route  # the first attempt was rerouted: hedge back on the step's own
+        if action == "hedge" and route is not None:
+            route = self.hedge_target(first.attempt.route)
         if route is None or not (step.idempotent or self.policy.resend_non_idempotent):
             first.extra["action_skipped"] = "no route" if route is None else "not idempotent"
             return
