@@ -320,7 +320,7 @@ def test_while_a_provider_rests_after_a_429_first_attempts_start_on_the_hedge_ro
 
 
 def test_a_rerouted_first_attempt_hedges_on_its_own_route_while_the_other_rests() -> None:
-    """a rests for 10 s: a call rerouted to b that is slow at its cutoff hedges on b again."""
+    """Provider a rests 10 s: a call rerouted to b, slow at its cutoff, hedges on b again."""
     sink = MemorySink()
     told = False
 
