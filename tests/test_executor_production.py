@@ -291,6 +291,36 @@ def test_a_429_fails_over_to_the_hedge_provider_at_once() -> None:
     assert sink.records[0].attrs["failover"] == "b/m"
 
 
+def test_a_failover_after_a_429_needs_no_budget_but_a_retry_on_the_same_route_does() -> None:
+    """No hedge budget at all: the 429 fails over to b; a 503 is not retried."""
+    sink = MemorySink()
+
+    async def fn(a: Attempt) -> str:
+        await asyncio.sleep(0.1)
+        if a.provider == "a":
+            msg = "no"
+            status = "rate_limited" if a.idempotency_key.endswith("429") else "error"
+            raise AttemptError(msg, status=status, http_status=429 if status != "error" else 503)
+        return a.provider
+
+    async def main() -> list[Any]:
+        executor = Executor(plan("    hedge_route: b/m\n"), ledger=Ledger(sink),
+                            budget=HedgeBudget(0.0, allowance=0))  # fmt: skip
+        out: list[Any] = []
+        for key in ("429", "503"):
+            try:
+                out.append(await executor.run_step("s", lambda a, k=key: fn(
+                    dataclasses.replace(a, idempotency_key=k))))  # fmt: skip
+            except AllAttemptsFailed:
+                out.append("failed")
+        return out
+
+    assert run(main()) == ["b", "failed"]
+    assert [(r.role, r.provider, r.attrs.get("retry_denied")) for r in sink.records] == [
+        ("primary", "a", None), ("retry", "b", None), ("primary", "a", "budget"),
+    ]  # fmt: skip
+
+
 def test_while_a_provider_rests_after_a_429_first_attempts_start_on_the_hedge_route() -> None:
     """Retry-After 1 s on a: calls in that second start on b; after it, on a again."""
     sink = MemorySink()

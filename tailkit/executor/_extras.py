@@ -9,10 +9,12 @@ fits after it; a validator that raises refuses the result.
 
 A 429 is about the provider's pool, not the call: a step with a hedge route on another
 provider fails over there (`failover`) after a jittered moment, instead of waiting out the
-Retry-After on the full pool; and while a provider rests after a 429's Retry-After, the step's
-first attempt starts on that hedge route and no immediate extra attempt goes to the resting
-provider: its hedges go to the first attempt's own route instead. The simulator retries on the
-step's own route, so its prediction for a 429 storm is the slower of the two.
+Retry-After on the full pool, and without a grant from the hedge budget (the refused request
+did no work: the failover is the call's one real attempt). While a provider rests after a
+429's Retry-After, the step's first attempt starts on that hedge route and no immediate extra
+attempt goes to the resting provider: its hedges go to the first attempt's own route instead.
+The simulator retries on the step's own route, so its prediction for a 429 storm is the slower
+of the two.
 """
 
 from __future__ import annotations
@@ -107,28 +109,41 @@ class ExtraAttempts:
         Where the hedge of a first attempt on route ``first`` goes.
 
         The other of the step's route and its hedge route (the first attempt may have been
-        rerouted to the hedge route). While that one's provider is resting after a 429, the
-        hedge goes to ``first`` itself: a fresh attempt escapes a transient stall there too,
-        and the provider under the storm gets no extra request. (A throttled provider is
-        refused as before, by `_grant`.)
+        rerouted to the hedge route). While that one's provider is resting after a 429 (or,
+        for a rerouted attempt, is throttled by the 429s that made it rest), the hedge goes to
+        ``first`` itself: a fresh attempt escapes a transient stall there too, and the provider
+        under the storm gets no extra request. (Otherwise a throttled provider is refused, by
+        `_grant`.)
         """
         step = self.step
         assert step.hedge_route is not None  # noqa: S101 - only asked for a step that hedges
-        other = step.route if first == step.hedge_route else step.hedge_route
-        routes = self.s.plan.routes
+        rerouted = first == step.hedge_route
+        other = step.route if rerouted else step.hedge_route
+        routes, throttle = self.s.plan.routes, self.s.throttle
         provider = routes[other].provider
-        if routes[first].provider != provider and self.s.throttle.resting(provider, now()):
+        if routes[first].provider != provider and (
+            throttle.resting(provider, now()) or (rerouted and throttle.throttled(provider))
+        ):
             return first
         return other
 
     def _grant(
-        self, asker: Live, route: str, denied_key: str, action: str, *, at_once: bool = True
+        self,
+        asker: Live,
+        route: str,
+        denied_key: str,
+        action: str,
+        *,
+        at_once: bool = True,
+        charge: bool = True,
     ) -> bool:
         """
         Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
 
         An attempt that starts ``at_once`` also needs its provider not to be resting after a
-        429. A refusal is counted and written on ``asker``'s ledger line under ``denied_key``.
+        429; one that is not ``charge``d (a failover after a 429: the refused request did no
+        work) needs no grant from the budget. A refusal is counted and written on ``asker``'s
+        ledger line under ``denied_key``.
         """
         provider = self.s.plan.routes[route].provider
         why = None
@@ -136,7 +151,7 @@ class ExtraAttempts:
         if throttle.throttled(provider) or (at_once and throttle.resting(provider, now())):
             why = "throttle"
             self._denied(asker, denied_key, why, f"provider {provider} throttled")
-        elif not self.s.budget.try_extra(self.book.account):
+        elif charge and not self.s.budget.try_extra(self.book.account):
             why = "budget"
             self._denied(asker, denied_key, why, "hedge budget spent")
         if self.tel is not None:
@@ -166,7 +181,12 @@ class ExtraAttempts:
             )
             return
         if left - wait < NO_TIME_S or not self._grant(
-            live, route, "retry_denied", "retry", at_once=retry_after is None
+            live,
+            route,
+            "retry_denied",
+            "retry",
+            at_once=retry_after is None,
+            charge=other is None,
         ):
             return
         self.retries_left -= 1
