@@ -361,7 +361,7 @@ def test_a_rerouted_first_attempt_hedges_on_its_own_route_while_the_other_rests(
             await asyncio.sleep(0.1)
             msg = "slow down"
             raise AttemptError(msg, status="rate_limited", http_status=429, retry_after_s=10.0)
-        await asyncio.sleep(5.0 if a.role == "primary" else 0.5)
+        await asyncio.sleep(5.0 if a.role in ("primary", "retry") else 0.5)
         return f"{a.provider}:{a.role}"
 
     async def main() -> list[str]:
@@ -369,9 +369,9 @@ def test_a_rerouted_first_attempt_hedges_on_its_own_route_while_the_other_rests(
         executor = Executor(p, ledger=Ledger(sink))
         return [await executor.run_step("s", fn) for _ in range(2)]
 
-    # the first call: 429 on a, failover retry on b (slow, no cutoff on a retry); the second
-    # starts on b, and its hedge at 1 s goes to b as well
-    assert run(main()) == ["b:retry", "b:hedge"]
+    # the first call: 429 on a, failover on b, watched in the first attempt's place: slow at
+    # its cutoff, it hedges on b; the second starts on b, and its hedge goes to b as well
+    assert run(main()) == ["b:hedge", "b:hedge"]
     assert not any(r.provider == "a" for r in sink.records[1:])
 
 

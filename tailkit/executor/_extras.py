@@ -37,7 +37,7 @@ class ExtraAttempts:
     Strictly private: the step runner's rules for extra attempts (see the module docstring).
     """
 
-    __slots__ = ("chain", "retries_left")
+    __slots__ = ("chain", "failed_over", "retries_left")
 
     s: Shared
     step: Step
@@ -47,6 +47,7 @@ class ExtraAttempts:
     deadline: float
     retries_left: int  # error retries the step may still start
     chain: Live | None  # the attempt whose failure is retried at once
+    failed_over: bool  # the chain's last attempt is a failover after a 429 (watched for cutoffs)
 
     if TYPE_CHECKING:
 
@@ -194,6 +195,7 @@ class ExtraAttempts:
             self.tel.emit("retry_scheduled", live, reason=status, delay_s=wait)
         # the wait happens inside the retry's own task, so the deadline still cuts it
         self.chain = self._launch(route, "retry", cause="error", delay_s=wait)
+        self.failed_over = other is not None
 
     def _expected_s(self, route: str) -> float:
         """

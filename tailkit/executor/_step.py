@@ -17,7 +17,8 @@ and then decides:
   provider's Retry-After, honoured only if the step's expected duration still fits after it);
   a hedge, a retry or downgrade at the cutoff, an upgrade or an error retry that fails is not
   retried;
-- the first cutoff that passes (watched on the first attempt only) triggers the step's action:
+- the first cutoff that passes (watched on the first attempt only, or on its failover after a
+  429) triggers the step's action:
   ``hedge`` starts an attempt on the hedge route; ``retry`` and ``downgrade`` cancel and start
   again (same route, or the downgrade route); ``fail`` gives up; ``wait`` does nothing. A step
   that is not idempotent never re-sends (unless its `StepPolicy` opts in);
@@ -117,6 +118,7 @@ class StepRun(ExtraAttempts):
         self.fired = self.upgraded = self.acted = False
         self.chain: Live | None = None  # the attempt whose failure is retried at once
         self.retries_left = self.policy.error_retries
+        self.failed_over = False
         room = deadline - reserve_s - self.start if step.on_cutoff != "wait" else math.inf
         self.ttft_at = self._instant(step.ttft_cutoff_s, room if step.signal == "ttft" else None)
         self.total_at = self._instant(step.cutoff_s, room if step.signal == "total" else None)
@@ -212,6 +214,10 @@ class StepRun(ExtraAttempts):
                     return unwrap(winner)
                 if not self.running:
                     break
+                if self.failed_over and self.chain is not first and not self.fired:
+                    # the 429'd first attempt did no work: its failover is watched in its place
+                    first = self.chain
+                    first.watch_chunks = True
                 await self._watch(first)
         finally:
             if self.enforce and now() >= self.deadline:
