@@ -1,0 +1,288 @@
+"""
+The LiteLLM side of the peer benchmark: LiteLLM's Router, configured for latency as its docs say.
+
+`peers.py` runs each variant in its own client process against `tailkit serve`; this module only
+builds the Router and makes one logical call through it. litellm is imported lazily (it takes
+seconds), so importing this module is cheap and works without litellm installed.
+
+Every deployment is ``{"model": "openai/<serve id>", "api_base": base_url, "api_key":
+"sk-bench", "timeout": timeout_s, "stream_timeout": timeout_s, "max_retries": 0}``: serve
+receives the bare serve id (LiteLLM strips the ``openai/`` provider prefix), and ``max_retries=0``
+turns off the OpenAI SDK's own retries so that only the Router's ``num_retries`` retries (the
+Router also defaults it to 0 in ``default_litellm_params``; it is set on each deployment so the
+printed configuration says so). Variants:
+
+- ``litellm-retry``: one model group {primary, fallback}, ``num_retries=1``, default routing
+  (simple-shuffle: each call picks a deployment at random, so half the calls start on the
+  fallback); a failed attempt is retried once, on the other deployment when it is healthy.
+- ``litellm-fallback``: the group holds the primary only; ``fallbacks=[{name: [name +
+  "-fallback"]}]`` names a group holding the fallback deployment. ``num_retries=0``: the Router's
+  default is 2, which retries the primary twice (two more ``timeout_s``) before falling back;
+  with 0 the first failure of the primary (timeout, 429, 5xx) goes to the fallback at once.
+- ``litellm-latency``: as ``litellm-retry`` with ``routing_strategy="latency-based-routing"``.
+- ``litellm-race``: one group per deployment and ``Router.abatch_completion_fastest_response``
+  over both, ``num_retries=1`` (each branch retries once on its own deployment).
+
+Time constants scaled by ``time_scale`` (they stand for real provider time): ``cooldown_time``
+(LiteLLM's default 5 s), and latency routing's ``routing_strategy_args["ttl"]`` (default 1 h, how
+long a latency sample counts). ``retry_after`` (the Router's minimum backoff) is 0 by default,
+so scaling leaves it 0. Not scaled, because LiteLLM fixes them where no argument reaches them:
+the one-minute window in which ``allowed_fails`` (default 3) failures count, and the retry
+backoff without a Retry-After (0.5 s doubling up to 8 s, plus up to 0.75 s of jitter; computed by
+the native router core, which does not read litellm's ``INITIAL_RETRY_DELAY`` constants).
+Retry-After needs no scaling: serve already sends it in real seconds. No health checks, no
+pre-call checks (both off by default; the docs do not recommend them for latency), no callbacks,
+no telemetry, the local cost map.
+
+Observed against ``tailkit serve`` (time_scale 0.25, 40-50 calls a variant and mode):
+- retry: a timeout fires at ``timeout_s`` (serve cuts the attempt at timeout_s + 0.02..0.05 s,
+  ``client_gone``) and is retried at once on a deployment the shuffle picks again, which can be
+  the same stalled one (1 retry of 4 seen; one timeout does not cool it down: ``allowed_fails``
+  is 3). A 429 is retried at once (no sleep: another deployment is healthy) on the other one.
+- fallback: a timeout or a 429 on the primary goes to the fallback group within ~0.03 s. The
+  primary is never cooled down (the only deployment of its group), so every call tries it first.
+- latency: non-streamed, it measures each deployment's whole latency and sends ~70 % of calls
+  (all but the first when sequential) to the faster one. Streamed, it ranks by the time to the
+  first chunk, and serve's first chunk (the role, sent at once) says nothing: the pick is noise
+  (it preferred the slower primary, 42 requests to 8).
+- race: both requests start together; non-streamed, the first answer wins and the loser is
+  cancelled (serve logs it ``timeout``/``client_gone`` when the winner ends, not ``cancelled``:
+  serve writes that only on its own stop). A branch that fails (429) is retried on its own
+  deployment after LiteLLM's backoff (0.8-1.0 s seen) while the other runs. Streamed, the race
+  is decided by the role chunk (the loser is cut after 0-20 ms), so it races nothing; when both
+  open in the same loop turn the loser is not cancelled and its stream is left unread.
+- streams that stall before the first token: Timeout after ``stream_timeout``, with no retry and
+  no fallback (confirmed: 6-9 of 50 streamed calls failed in every variant). The cause is serve's
+  immediate role chunk: LiteLLM reads the first chunk inside the attempt and retries or falls
+  back on what fails there. A read timeout after it reaches LiteLLM's stream wrapper as the
+  OpenAI SDK's ``APITimeoutError``, which it does not take for a transport timeout: mapped to
+  ``Timeout`` (status 408), it counts as a client error that no fallback may take over, and is
+  raised as is. Against a stand-in server that sends the role with the first token, the same
+  stall fell back after 3.1 s, and the streamed race cancelled the slow branch.
+- 429 with Retry-After: honoured by no variant, because serve sends fractional seconds
+  (``Retry-After: 6.651``) and LiteLLM reads the header with ``int()``, so it is ignored;
+  ``retry-after-ms`` is read only by the OpenAI SDK's retries, which are off.
+- Client CPU: 35-45 ms a call non-streamed, 50-80 ms streamed (10 concurrent calls).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+VARIANTS: dict[str, str] = {
+    "litellm-retry": "LiteLLM Router, group {primary, fallback}, timeout=p95, num_retries=1",
+    "litellm-fallback": "LiteLLM Router, primary group, fallbacks=[fallback group], timeout=p95",
+    "litellm-latency": "LiteLLM Router, group {primary, fallback}, latency-based-routing, "
+    "timeout=p95, num_retries=1",
+    "litellm-race": "LiteLLM Router.abatch_completion_fastest_response over primary and fallback",
+}
+API_KEY = "sk-bench"
+# LiteLLM's defaults, in seconds of real provider time (scaled by time_scale).
+COOLDOWN_TIME_S = 5.0
+LATENCY_TTL_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """
+    One logical model the caller asks for, and the deployments behind it.
+
+    Attributes:
+        name: The logical model the caller asks for (e.g. ``"answer"``).
+        primary: The serve model id of the primary route (no ``/``).
+        fallback: The serve model id on the independent provider, or ``None``.
+        timeout_s: Per-attempt timeout in real seconds (the primary's measured p95).
+    """
+
+    name: str
+    primary: str
+    fallback: str | None
+    timeout_s: float
+
+
+def _deployment(model_name: str, serve_id: str, base_url: str, timeout_s: float) -> dict[str, Any]:
+    params = {
+        "model": f"openai/{serve_id}",
+        "api_base": base_url,
+        "api_key": API_KEY,
+        "timeout": timeout_s,
+        "stream_timeout": timeout_s,
+        "max_retries": 0,
+    }
+    return {"model_name": model_name, "litellm_params": params}
+
+
+def _race_names(group: Group) -> list[str]:
+    names = [f"{group.name}.primary"]
+    if group.fallback is not None:
+        names.append(f"{group.name}.fallback")
+    return names
+
+
+def router_settings(
+    variant: str, groups: Sequence[Group], *, base_url: str, time_scale: float
+) -> dict[str, Any]:
+    """
+    The exact keyword arguments given to ``litellm.Router`` for a variant.
+
+    Args:
+        variant: A key of `VARIANTS`.
+        groups: The logical models, each with its deployments and per-attempt timeout.
+        base_url: The server's OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        time_scale: Real seconds per profile second; LiteLLM's time constants are multiplied
+            by it.
+
+    Returns:
+        JSON-serializable keyword arguments (the api key is the benchmark's ``sk-bench``).
+
+    Raises:
+        ValueError: An unknown variant, or a variant that needs a fallback on a group without.
+    """
+    if variant not in VARIANTS:
+        msg = f"unknown LiteLLM variant {variant!r}; choose one of {', '.join(VARIANTS)}"
+        raise ValueError(msg)
+    model_list: list[dict[str, Any]] = []
+    fallbacks: list[dict[str, list[str]]] = []
+    for g in groups:
+        if g.fallback is None and variant != "litellm-retry":
+            msg = f"variant {variant!r} needs a fallback for group {g.name!r}, got None"
+            raise ValueError(msg)
+        ids = [g.primary] if g.fallback is None else [g.primary, g.fallback]
+        if variant == "litellm-fallback":
+            assert g.fallback is not None  # checked above
+            model_list.append(_deployment(g.name, g.primary, base_url, g.timeout_s))
+            model_list.append(_deployment(f"{g.name}-fallback", g.fallback, base_url, g.timeout_s))
+            fallbacks.append({g.name: [f"{g.name}-fallback"]})
+        elif variant == "litellm-race":
+            for name, serve_id in zip(_race_names(g), ids, strict=True):
+                model_list.append(_deployment(name, serve_id, base_url, g.timeout_s))
+        else:
+            model_list.extend(_deployment(g.name, i, base_url, g.timeout_s) for i in ids)
+    # The router-level timeout applies to a group without its own; all groups share the largest.
+    settings: dict[str, Any] = {
+        "model_list": model_list,
+        "timeout": max(g.timeout_s for g in groups),
+        "num_retries": 0 if variant == "litellm-fallback" else 1,
+        "cooldown_time": COOLDOWN_TIME_S * time_scale,
+    }
+    if variant == "litellm-fallback":
+        settings["fallbacks"] = fallbacks
+    if variant == "litellm-latency":
+        settings["routing_strategy"] = "latency-based-routing"
+        settings["routing_strategy_args"] = {"ttl": LATENCY_TTL_S * time_scale}
+    return settings
+
+
+def _import_litellm() -> Any:
+    """Import litellm quietly and offline (the local cost map, no telemetry, no debug info)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    try:
+        litellm: Any = importlib.import_module("litellm")
+    except ImportError as exc:
+        msg = "the LiteLLM peer needs litellm: pip install 'tailkit[bench]'"
+        raise RuntimeError(msg) from exc
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    litellm.set_verbose = False
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    return litellm
+
+
+def _text(response: Any) -> str:
+    return str(response.choices[0].message.content or "")
+
+
+async def _drain(stream: Any) -> str:
+    parts: list[str] = []
+    async for chunk in stream:
+        if chunk.choices and (delta := chunk.choices[0].delta.content):
+            parts.append(delta)
+    return "".join(parts)
+
+
+class PeerClient:
+    """
+    One variant's LiteLLM Router, calling logical models by name.
+
+    Open it with `PeerClient.open`; close it with `aclose`.
+    """
+
+    def __init__(self, router: Any, variant: str, groups: Sequence[Group], *, stream: bool) -> None:
+        self._router = router
+        self._variant = variant
+        self._groups = {g.name: g for g in groups}
+        self._stream = stream
+
+    @classmethod
+    async def open(
+        cls,
+        variant: str,
+        groups: Sequence[Group],
+        *,
+        base_url: str,
+        stream: bool,
+        time_scale: float,
+    ) -> PeerClient:
+        """
+        Build the Router for a variant.
+
+        Args:
+            variant: A key of `VARIANTS`.
+            groups: The logical models, each with its deployments and per-attempt timeout.
+            base_url: The server's OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``.
+            stream: Whether calls stream (read to the end) or not.
+            time_scale: Real seconds per profile second (see `router_settings`).
+
+        Returns:
+            The client.
+
+        Raises:
+            RuntimeError: litellm is not installed.
+            ValueError: As `router_settings`.
+        """
+        settings = router_settings(variant, groups, base_url=base_url, time_scale=time_scale)
+        litellm = _import_litellm()
+        return cls(litellm.Router(**settings), variant, groups, stream=stream)
+
+    async def call(self, group: str, messages: list[dict[str, str]]) -> str:
+        """
+        One logical call through the Router.
+
+        Args:
+            group: The name of a `Group` the client was opened with.
+            messages: The chat messages.
+
+        Returns:
+            The answer text (streamed: the joined deltas, read to the end).
+
+        Raises:
+            KeyError: An unknown group.
+            Exception: Whatever LiteLLM raises when it gives up.
+        """
+        g = self._groups[group]
+        if self._variant == "litellm-race":
+            response = await self._router.abatch_completion_fastest_response(
+                model=",".join(_race_names(g)), messages=messages, stream=self._stream
+            )
+        else:
+            response = await self._router.acompletion(
+                model=g.name, messages=messages, stream=self._stream
+            )
+        return await _drain(response) if self._stream else _text(response)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients LiteLLM cached for the deployments (the Router has no close)."""
+        if self._router is None:
+            return
+        self._router = None
+        litellm = _import_litellm()
+        await litellm.close_litellm_async_clients()
