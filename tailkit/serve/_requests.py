@@ -269,7 +269,10 @@ class Requests:
             f"Please try again in {retry_ms / 1000:g}s."
         )
         body = wire.error(message, "requests", "rate_limit_exceeded")
-        headers = [("Retry-After", f"{retry_ms / 1000:g}"), ("retry-after-ms", str(retry_ms))]
+        # Retry-After in whole seconds (HTTP's delay-seconds, what providers send: a client that
+        # reads it as an integer is not left without one), the exact wait in retry-after-ms
+        whole = str(math.ceil(retry_ms / 1000))
+        headers = [("Retry-After", whole), ("retry-after-ms", str(retry_ms))]
         ex.attrs["retry_after_s"] = retry_ms / 1000
         return await self._refuse(
             conn, ex, 429, body, status="rate_limited", error_type="rate_limit_exceeded",

@@ -144,17 +144,21 @@ async def _streamed(
          ("Connection", "close")],
     )  # fmt: skip
     ex.http_status, ex.keep_alive = 200, False  # the stream ends when the connection does
-    # The role chunk is always well-formed: a broken stream breaks where the content starts.
-    role = wire.chunk(ex.call_id, chat.model, events.created, {"role": "assistant", "content": ""})
-    events.add(head + wire.sse(role))
+    events.add(head)
     await events.flush()
+    # The role chunk goes out with the first token, as providers send it (a client that reads
+    # the first chunk to know the model started is not told so before it has), and it is
+    # always well-formed: a broken stream breaks where the content starts.
+    role = wire.chunk(ex.call_id, chat.model, events.created, {"role": "assistant", "content": ""})
+    events.add(wire.sse(role))
     first = ex.received + d.ttft_s
     stop = d.cut_after if d.fault in ("stall_mid", "cut_stream") else d.tokens
     size = max(chunk_tokens, 1)
     for k in range(0, stop, size):
         due = first + d.gen_s * k / d.tokens
         if due > loop.time():
-            await events.flush()
+            if k > 0:
+                await events.flush()
             await _sleep_until(due)
         n = min(size, stop - k)
         text = "".join(wire.word(k + i) for i in range(n))
