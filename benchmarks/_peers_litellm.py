@@ -143,7 +143,7 @@ def router_settings(
         JSON-serializable keyword arguments (the api key is the benchmark's ``sk-bench``).
 
     Raises:
-        ValueError: An unknown variant, or a variant that needs a fallback on a group without.
+        ValueError: An unknown variant.
     """
     if variant not in VARIANTS:
         msg = f"unknown LiteLLM variant {variant!r}; choose one of {', '.join(VARIANTS)}"
@@ -151,12 +151,10 @@ def router_settings(
     model_list: list[dict[str, Any]] = []
     fallbacks: list[dict[str, list[str]]] = []
     for g in groups:
-        if g.fallback is None and variant != "litellm-retry":
-            msg = f"variant {variant!r} needs a fallback for group {g.name!r}, got None"
-            raise ValueError(msg)
         ids = [g.primary] if g.fallback is None else [g.primary, g.fallback]
-        if variant == "litellm-fallback":
-            assert g.fallback is not None  # checked above
+        if g.fallback is None:  # nothing to fall back to or race: one deployment, retried once
+            model_list.append(_deployment(g.name, g.primary, base_url, g.timeout_s))
+        elif variant == "litellm-fallback":
             model_list.append(_deployment(g.name, g.primary, base_url, g.timeout_s))
             model_list.append(_deployment(f"{g.name}-fallback", g.fallback, base_url, g.timeout_s))
             fallbacks.append({g.name: [f"{g.name}-fallback"]})
@@ -169,6 +167,7 @@ def router_settings(
     settings: dict[str, Any] = {
         "model_list": model_list,
         "timeout": max(g.timeout_s for g in groups),
+        # the fallback variant's groups without a fallback get no retry either: its setting
         "num_retries": 0 if variant == "litellm-fallback" else 1,
         "cooldown_time": COOLDOWN_TIME_S * time_scale,
     }
@@ -269,7 +268,7 @@ class PeerClient:
             Exception: Whatever LiteLLM raises when it gives up.
         """
         g = self._groups[group]
-        if self._variant == "litellm-race":
+        if self._variant == "litellm-race" and g.fallback is not None:
             response = await self._router.abatch_completion_fastest_response(
                 model=",".join(_race_names(g)), messages=messages, stream=self._stream
             )
