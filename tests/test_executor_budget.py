@@ -404,13 +404,46 @@ def test_boundary_arguments_are_accepted() -> None:
 
 
 def test_a_provider_rests_until_its_retry_after_and_a_later_429_extends_it() -> None:
-    """rest() keeps the latest instant; resting() is false from that instant on."""
+    """rest() keeps the latest end; resting() is false from that instant on."""
     throttle = ProviderThrottle()
     assert not throttle.resting("a", 0.0)
-    throttle.rest("a", 5.0)
-    throttle.rest("a", 3.0)  # an earlier instant never shortens the rest
+    throttle.rest("a", 0.0, 5.0)
     assert throttle.resting("a", 4.9)
     assert not throttle.resting("b", 4.9)
     assert not throttle.resting("a", 5.0)
-    throttle.rest("a", 7.0)
-    assert throttle.resting("a", 6.0)
+    throttle.on_success("a")
+    throttle.rest("a", 6.0, 1.0)
+    throttle.rest("a", 6.0, 0.5)  # doubled to 1 s: ends at 7 s, as the first; never shorter
+    assert throttle.resting("a", 6.9)
+    assert not throttle.resting("a", 7.0)
+
+
+def test_429s_in_a_row_double_the_rest_and_a_success_resets_it() -> None:
+    """Retry-After 1 s: rests of 1, 2, 4, 8, 8 s; after a success, 1 s again."""
+    throttle = ProviderThrottle()
+    ends = []
+    at = 0.0
+    for _ in range(5):
+        throttle.rest("a", at, 1.0)
+        while throttle.resting("a", at):
+            at += 0.5
+        ends.append(at)
+    assert [b - a for a, b in zip([0.0, *ends], ends, strict=False)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    throttle.on_success("a")
+    throttle.rest("a", at, 1.0)
+    assert throttle.resting("a", at + 0.9)
+    assert not throttle.resting("a", at + 1.0)
+
+
+def test_after_a_rest_one_probe_at_a_time_until_a_success() -> None:
+    """Half-open: after the rest, one first attempt is admitted; the rest wait for its success."""
+    throttle = ProviderThrottle()
+    assert throttle.admits("a", 0.0)  # never limited: everyone
+    throttle.rest("a", 0.0, 2.0)
+    assert not throttle.admits("a", 1.0)  # resting
+    assert throttle.admits("a", 2.0)  # the probe
+    assert not throttle.admits("a", 2.1)  # the others wait for it
+    assert throttle.admits("a", 4.0)  # a probe silent for a rest's length frees its slot
+    throttle.on_success("a")
+    assert throttle.admits("a", 4.1)
+    assert throttle.admits("a", 4.2)

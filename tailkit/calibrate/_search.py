@@ -8,8 +8,9 @@ judged end to end by simulation, never step by step in isolation:
 
 1. Every step starts at ``wait`` (no cutoff). Its candidates are every allowed action (hedge
    on an independent route, retry, downgrade, fail for optional steps) at each cutoff on a
-   grid of quantiles of its own latency, on the total clock and, for streamed routes, on the
-   time to first token.
+   grid of quantiles of its own latency (plus the quantiles the budget affords, so a tail of
+   5 % is not left waiting because the grid's p95 costs just over a 5 % budget), on the total
+   clock and, for streamed routes, on the time to first token.
 2. Coordinate descent: step by step, most tail-exposed first, every candidate for that step is
    simulated with the other steps held fixed, and the best feasible one (extra attempts within
    the budget) is kept. Passes repeat until nothing changes. A change in one step re-plays
@@ -98,14 +99,34 @@ class StepOptions:
     fresh_attempts: bool = True
 
 
+def budget_quantiles(budget: float, steps: int) -> tuple[float, ...]:
+    """
+    The quantiles the budget affords, beside the fixed grid.
+
+    The cutoffs at which one step alone spends 90 % of the budget (its share of a one-step
+    plan, or of all the steps' first attempts), so that the search can spend what it may on a
+    tail the grid's points straddle.
+    """
+    out = []
+    for share in (0.9 * budget, 0.9 * budget * steps):
+        q = round(1.0 - share, 4)
+        if 0.5 < q < QUANTILES[-1] and q not in QUANTILES and q not in out:
+            out.append(q)
+    return tuple(out)
+
+
 def candidates(
-    sample: RouteSample, options: StepOptions, *, deadline_s: float = math.inf
+    sample: RouteSample,
+    options: StepOptions,
+    *,
+    deadline_s: float = math.inf,
+    extra_quantiles: tuple[float, ...] = (),
 ) -> list[Choice]:
     """
     Every choice the search tries for a step (``wait`` first).
 
     Cutoffs at or past the deadline are left out: they could never act in time (and a plan
-    with one does not load).
+    with one does not load). ``extra_quantiles`` join the grid (`budget_quantiles`).
     """
     actions: list[tuple[str, str | None]] = []
     if options.may_repeat and options.fresh_attempts:
@@ -120,7 +141,7 @@ def candidates(
         signals.append("ttft")
     out = [WAIT]
     for signal in signals:
-        for q in QUANTILES:
+        for q in sorted((*QUANTILES, *extra_quantiles)):
             cutoff = sample.quantile(q, signal=signal)
             if cutoff < deadline_s:
                 out += [Choice(a, signal, q, cutoff, r) for a, r in actions]
@@ -205,8 +226,10 @@ def search(
     """
     draws = Draws(runs, seed=seed, keep=True)
     steps = list(model.steps)
+    extra = budget_quantiles(budget, len(steps))
     choice_lists = [
-        candidates(s.primary, options[s.name], deadline_s=model.deadline_s) for s in steps
+        candidates(s.primary, options[s.name], deadline_s=model.deadline_s, extra_quantiles=extra)
+        for s in steps
     ]
     current = run_workflow(model, draws)
     best = score(model, current, budget)

@@ -41,11 +41,12 @@ and its own tokens, so a storm at one never stops hedges to another. With the de
 does not model it: a route failing that often is a brownout, not the tail a plan is built on.
 
 A 429 with a Retry-After says more than a failure: the provider's pool is full until then. The
-throttle remembers that instant per provider (`rest`); until it passes, `resting` says so, and
-the executor sends a step's first attempt straight to its hedge route (another provider, its
-own pool) and starts no immediate extra attempt there. The instant is on the caller's clock
-(the executor's loop clock, the same clock the Retry-After is waited on), so nothing else about
-the throttle depends on time.
+throttle remembers that per provider (`rest`; doubled for each further 429 before a success,
+up to 8x); while it rests, `admits` says no, and the executor sends a step's first attempt
+straight to its hedge route (another provider, its own pool) and starts no immediate extra
+attempt there. After the rest one first attempt at a time goes back (a probe) until one
+succeeds. The instants are on the caller's clock (the executor's loop clock, the same clock the
+Retry-After is waited on), so nothing else about the throttle depends on time.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from tailkit.errors import ConfigError
 
 __all__ = ["BudgetAccount", "HedgeBudget", "ProviderThrottle", "retry_after_fits"]
 
+MAX_REST_DOUBLINGS = 3  # a rest after 429s in a row: Retry-After x 2, 4, then 8 at most
 _MILLI = 1000  # the throttle counts thousandths of a token, as grpc-java does: exact sums
 
 
@@ -248,7 +250,10 @@ class ProviderThrottle:
         ConfigError: An argument is out of range.
     """
 
-    __slots__ = ("_max", "_max_tokens", "_ratio", "_rest_until", "_token_ratio", "_tokens")
+    __slots__ = (
+        "_max", "_max_tokens", "_probe_until", "_ratio", "_rest_s", "_rest_until", "_strikes",
+        "_token_ratio", "_tokens",
+    )  # fmt: skip
 
     def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
         if not 0.0 < max_tokens < math.inf:
@@ -265,20 +270,32 @@ class ProviderThrottle:
         self._max = round(max_tokens * _MILLI)
         self._ratio = round(token_ratio * _MILLI)
         self._tokens: dict[str, int] = {}
-        self._rest_until: dict[str, float] = {}
+        self._rest_until: dict[str, float] = {}  # provider -> end of its rest
+        self._rest_s: dict[str, float] = {}  # provider -> its last rest's length
+        self._strikes: dict[str, int] = {}  # provider -> 429s since its last success
+        self._probe_until: dict[str, float] = {}  # provider -> a probe's slot ends
 
-    def rest(self, provider: str, until: float) -> None:
+    def rest(self, provider: str, at: float, retry_after_s: float) -> None:
         """
-        ``provider`` asked for no requests before ``until`` (a 429's Retry-After, as an instant).
+        ``provider`` answered 429 at ``at`` with a Retry-After of ``retry_after_s`` seconds.
 
-        A later instant extends the rest; an earlier one never shortens it.
+        It rests that long, doubled for each 429 since its last success (up to
+        `MAX_REST_DOUBLINGS` times): a pool still full after its Retry-After is a storm, and
+        a client that comes back on every Retry-After keeps sending it requests it refuses. A
+        later end extends the rest; an earlier one never shortens it.
         """
+        strikes = self._strikes.get(provider, 0)
+        seconds = max(retry_after_s, 0.0) * 2 ** min(strikes, MAX_REST_DOUBLINGS)
+        self._strikes[provider] = strikes + 1
+        self._rest_s[provider] = seconds
+        self._probe_until.pop(provider, None)
+        until = at + seconds
         if until > self._rest_until.get(provider, -math.inf):
             self._rest_until[provider] = until
 
     def resting(self, provider: str, at: float) -> bool:
         """
-        Whether ``provider`` asked for no requests until after ``at`` (see `rest`).
+        Whether ``provider`` is resting at ``at`` after a 429 (see `rest`).
         """
         until = self._rest_until.get(provider)
         if until is None:
@@ -288,11 +305,33 @@ class ProviderThrottle:
             return False
         return True
 
+    def admits(self, provider: str, at: float) -> bool:
+        """
+        Whether a first attempt may go to ``provider`` at ``at``.
+
+        Not while it rests; after a rest, one attempt at a time (a probe, half-open in
+        circuit-breaker terms) until one succeeds, so that the callers a rest held back do not
+        all come back into the pool at once. A probe that has not answered within the last
+        rest's length no longer holds the others back. Calling it for an admitted attempt
+        takes the probe's place.
+        """
+        if self.resting(provider, at):
+            return False
+        if not self._strikes.get(provider):
+            return True
+        if at < self._probe_until.get(provider, -math.inf):
+            return False
+        self._probe_until[provider] = at + self._rest_s.get(provider, 0.0)
+        return True
+
     def on_success(self, provider: str) -> None:
         """
         A call to ``provider`` succeeded: it earns back ``token_ratio`` tokens, up to the max.
         """
         self._tokens[provider] = min(self._get(provider) + self._ratio, self._max)
+        if self._strikes:  # the pool has room again: no more doubling, no more probing
+            self._strikes.pop(provider, None)
+            self._probe_until.pop(provider, None)
 
     def on_failure(self, provider: str) -> None:
         """

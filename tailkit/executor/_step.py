@@ -195,8 +195,8 @@ class StepRun(ExtraAttempts):
 
     async def _run(self) -> Any:
         route = self.step.route
-        resting = self.s.throttle.resting(self.s.plan.routes[route].provider, self.start)
-        other = self.failover(route) if resting else None
+        admitted = self.s.throttle.admits(self.s.plan.routes[route].provider, self.start)
+        other = None if admitted else self.failover(route)
         first = self.chain = self._launch(other or route, "primary")
         if other is not None:
             first.extra["rerouted"] = f"{route} resting after a 429"
@@ -329,7 +329,7 @@ class StepRun(ExtraAttempts):
             if status in _PROVIDER_FAILURES:
                 self._throttle(live.attempt.provider, ok=False)
             if status == "rate_limited" and retry_after is not None:
-                self.s.throttle.rest(live.attempt.provider, at + retry_after)
+                self.s.throttle.rest(live.attempt.provider, at, retry_after)
             if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
             self._write(live, status, at, error=error, http_status=http)
