@@ -1,0 +1,330 @@
+"""
+What `benchmarks/peers.py` serves and what each variant is told: profiles, plans, timeouts.
+
+The before run (``probe``) sends plain calls to every route a case needs, on models of its own
+(``pre-n.*`` not streamed, ``pre-s.*`` streamed, ``pre-w.*`` the workflow's routes). Its
+ledger is ingested and calibrated on, as a user would on their own logs: the one-step plan
+(total clock), the streamed plan (TTFT clock allowed) and the workflow's plan. The LiteLLM
+variants get the same before run: their ``timeout`` is its p95 on the step's route. tailkit's
+hedge budget in the one-step cases is the load that timeout spends on the before run (the share
+of its calls over it, on the clock the peers time: the whole call, or a stream's first chunk)
+plus one point; the workflow keeps its own (5 %). The 429 storm runs the one-step plan: storms
+are not in the history a plan is calibrated on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailkit.calibrate import calibrate
+from tailkit.config import Plan, dump_plan, parse_plan
+from tailkit.ingest import ingest_paths
+from tailkit.store import Store
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ("one-step", "one-step-stream", "workflow", "429-storm")
+VARIANTS = (
+    "none", "tailkit", "tailkit-race",
+    "litellm-retry", "litellm-fallback", "litellm-latency", "litellm-race",
+)  # fmt: skip
+# The seed's case: waiting dominates (8 s to the first token, 2 s of output); a stall makes the
+# wait 6x longer.
+ONE_STEP = {
+    "ttft_median_s": 8.0, "ttft_sigma": 0.15, "tokens_per_s": 5.0, "gen_sigma": 0.1,
+    "output_tokens": 10, "stall_share": 0.03, "stall_factor": 6.0,
+}  # fmt: skip
+ONE_STEP_DEADLINE_S = 40.0
+WARMUP = {"ttft_median_s": 0.01, "ttft_sigma": 0.1, "tokens_per_s": 1000.0, "output_tokens": 5}
+TOKENS_PER_CALL = 4 + 10  # serve counts the prompt's words ("Write the account brief.")
+MATCH_TOLERANCE = 0.01  # tailkit's budget: the peers' load on the before run, plus this
+STORM_SHARE = 0.1  # provider a's limit admits about this share of the one-step load
+
+
+def _route(ttft: float, tokens: int, rate: float) -> dict[str, Any]:
+    return {"ttft_median_s": ttft, "ttft_sigma": 0.25, "tokens_per_s": rate, "gen_sigma": 0.15,
+            "output_tokens": tokens, "stall_share": 0.03, "stall_factor": 5.0}  # fmt: skip
+
+
+# The sample workflow's routes: the same model on two providers has the same profile; 3 % of
+# requests stall 5x (TTFT, or decode for answers of 600+ tokens). Critical path ~50 s.
+WORKFLOW_PROFILES = {
+    "openai/gpt-4.1-mini": _route(0.8, 350, 120.0),
+    "google/gemini-2.5-flash": _route(0.6, 250, 150.0),
+    "anthropic/claude-sonnet-4": _route(1.5, 500, 60.0),
+    "bedrock/claude-sonnet-4": _route(1.5, 500, 60.0),
+    "openai/gpt-4.1": _route(1.0, 900, 75.0),
+    "azure/gpt-4.1": _route(1.0, 900, 75.0),
+}
+PROBE_SETS = {  # before-run model prefix -> (cases it serves, streamed)
+    "pre-n": (("one-step", "429-storm"), False),
+    "pre-s": (("one-step-stream",), True),
+    "pre-w": (("workflow",), False),
+}
+
+
+def model_id(variant: str, route_key: str) -> str:
+    """
+    The served model id of ``route_key`` for ``variant`` (its own copy of the route).
+    """
+    return f"{variant}.{route_key.replace('/', '~')}"
+
+
+def case_routes(case: str) -> dict[str, Mapping[str, Any]]:
+    """
+    The routes a case serves, by key, with their profiles.
+    """
+    if case == "workflow":
+        return dict(WORKFLOW_PROFILES)
+    return {"a": ONE_STEP, "b": ONE_STEP}
+
+
+def storm_limit(rate: float, time_scale: float) -> int:
+    """
+    Provider a's tokens per profile minute in the storm: `STORM_SHARE` of the load sent to it.
+    """
+    calls_per_profile_minute = 60.0 * rate * time_scale
+    return max(int(STORM_SHARE * calls_per_profile_minute * TOKENS_PER_CALL), TOKENS_PER_CALL)
+
+
+def _provider(key: str) -> str:
+    return key.split("/", 1)[0] if "/" in key else key
+
+
+def _one_step_plan(deadline_s: float, budget: float, prefix: str) -> Plan:
+    text = (
+        f"tailkit_plan: 1\nworkflow: peers\ndeadline_s: {deadline_s}\nhedge_budget: {budget}\n"
+        f"routes:\n  a/m: {{provider: a, model: {prefix}.a}}\n"
+        f"  b/m: {{provider: b, model: {prefix}.b}}\n"
+        "steps:\n  answer: {route: a/m, hedge_route: b/m}\n"
+    )
+    return parse_plan(text)
+
+
+def _workflow_plan(deadline_s: float, prefix: str) -> Plan:
+    """
+    The sample workflow on the served routes: no token buckets (the served latency has none).
+    """
+    doc = __import__("yaml").safe_load((ROOT / "data_samples" / "workflow.yaml").read_text())
+    doc["deadline_s"] = deadline_s
+    for key, route in doc["routes"].items():
+        route["model"] = model_id(prefix, key)
+    for step in doc["steps"].values():
+        step.pop("expected_tokens", None)
+    return parse_plan(__import__("yaml").safe_dump(doc, sort_keys=False))
+
+
+def with_models(plan: Plan, variant: str) -> Plan:
+    """
+    ``plan`` with every route pointed at ``variant``'s copy of it.
+    """
+    routes = {}
+    for name, route in plan.routes.items():
+        key = route.model.split(".", 1)[1].replace("~", "/")
+        routes[name] = dataclasses.replace(route, model=model_id(variant, key))
+    return dataclasses.replace(plan, routes=routes)
+
+
+def _race(plan: Plan) -> Plan:
+    """
+    ``plan`` hedging every step that has a hedge route at once: the race's load.
+    """
+    steps = {
+        name: dataclasses.replace(step, signal="total", cutoff_s=0.001, ttft_cutoff_s=None,
+                                  stall_cutoff_s=None, on_cutoff="hedge")
+        if step.hedge_route is not None else step
+        for name, step in plan.steps.items()
+    }  # fmt: skip
+    return parse_plan(dump_plan(dataclasses.replace(plan, steps=steps, hedge_budget=1.0)))
+
+
+def _alternate(plan: Plan, step: str) -> str | None:
+    """
+    The route a peer falls back to: the step's hedge route, else the same model elsewhere.
+    """
+    s = plan.steps[step]
+    if s.hedge_route is not None:
+        return s.hedge_route
+    own = plan.routes[s.route]
+    for name, route in plan.routes.items():
+        if route.provider != own.provider and route.model.split(".", 1)[1].split("~", 1)[-1] \
+                == own.model.split(".", 1)[1].split("~", 1)[-1]:  # fmt: skip
+            return name
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """
+    The before run: which routes, the served models, the schedule.
+    """
+
+    routes: tuple[tuple[str, str, bool], ...]  # (served id, provider, streamed)
+    calls: int
+    seed: int
+
+    @property
+    def models(self) -> dict[str, Any]:
+        """
+        The served models of the before run.
+        """
+        out: dict[str, Any] = {}
+        for model, _, _ in self.routes:
+            prefix, key = model.split(".", 1)
+            out[model] = dict(WORKFLOW_PROFILES[key.replace("~", "/")] if prefix == "pre-w"
+                              else ONE_STEP)  # fmt: skip
+        return out
+
+    def spec(self, base_url: str, ledger: Path, rate: float) -> dict[str, Any]:
+        """
+        The ``probe`` command for the client: every route's calls, interleaved.
+        """
+        names = [f"r{i}" for i in range(len(self.routes))]
+        routes = "\n".join(f"  {m}: {{provider: {p}, model: {m}}}" for m, p, _ in self.routes)
+        steps = "\n".join(
+            f"  {n}: {{route: {m}}}" for n, (m, _, _) in zip(names, self.routes, strict=True)
+        )
+        plan = (f"tailkit_plan: 1\nworkflow: before\ndeadline_s: 100000\nhedge_budget: 0\n"
+                f"routes:\n{routes}\nsteps:\n{steps}\n")  # fmt: skip
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(np.repeat(np.arange(len(names)), self.calls))
+        total = order.size
+        rate_all = rate * max(len(self.routes) / 2.0, 1.0)
+        offsets = np.cumsum(rng.exponential(1.0 / rate_all, size=total))
+        calls = [(names[int(i)], float(t)) for i, t in zip(order, offsets, strict=True)]
+        stream = {n: s for n, (_, _, s) in zip(names, self.routes, strict=True)}
+        return {"op": "probe", "plan": plan, "base_url": base_url, "ledger": str(ledger),
+                "calls": calls, "stream": stream}  # fmt: skip
+
+
+def probe_spec(cases: Sequence[str], calls: int, seed: int) -> Probe:
+    """
+    The before run the cases need.
+    """
+    routes: list[tuple[str, str, bool]] = []
+    for prefix, (serves, streamed) in PROBE_SETS.items():
+        if not any(c in cases for c in serves):
+            continue
+        keys = WORKFLOW_PROFILES if prefix == "pre-w" else ("a", "b")
+        routes += [(model_id(prefix, k), _provider(k), streamed) for k in keys]
+    return Probe(tuple(routes), calls, seed)
+
+
+@dataclass(frozen=True, slots=True)
+class Calibrated:
+    """
+    What the variants are told, per case: the plans and the p95 timeouts.
+    """
+
+    plans: dict[str, Plan]  # case -> plan on the pre-* models
+    bases: dict[str, Plan]  # case -> the plan as written (the peers' fallbacks come from it)
+    p95_s: dict[str, float]  # served before-run model -> p95 of its calls' total seconds
+    time_scale: float
+
+    def deadline_s(self, case: str) -> float:
+        """
+        The case's deadline in real seconds.
+        """
+        return self.plans[case].deadline_s
+
+    def spec(self, case: str, variant: str, **common: Any) -> dict[str, Any]:
+        """
+        The ``case`` command for ``variant``'s client.
+        """
+        base = self.plans[case]
+        plan = with_models(base, variant)
+        if variant == "tailkit-race":
+            plan = _race(plan)
+        spec: dict[str, Any] = {
+            "op": "case", "case": case, "kind": "workflow" if case == "workflow" else "one-step",
+            "deadline_s": base.deadline_s, "plan": dump_plan(plan), **common,
+        }  # fmt: skip
+        spec["routes"] = {
+            name: {"name": s.route, "provider": plan.routes[s.route].provider,
+                   "model": plan.routes[s.route].model}
+            for name, s in plan.steps.items()
+        }  # fmt: skip
+        if variant.startswith("litellm"):
+            groups = []
+            written = self.bases[case]
+            for name, s in base.steps.items():
+                other = _alternate(written, name)
+                groups.append({
+                    "name": name, "primary": plan.routes[s.route].model,
+                    "fallback": None if other is None else plan.routes[other].model,
+                    "timeout_s": self.p95_s[base.routes[s.route].model],
+                })  # fmt: skip
+            spec["groups"] = groups
+        return spec
+
+    def describe(self) -> dict[str, Any]:
+        """
+        The plans' decisions and the timeouts, for the report.
+        """
+        out: dict[str, Any] = {}
+        for case, plan in self.plans.items():
+            steps = {}
+            for name, s in plan.steps.items():
+                steps[name] = {
+                    "signal": s.signal, "on_cutoff": s.on_cutoff, "hedge_route": s.hedge_route,
+                    "cutoff_s": None if s.cutoff_s is None else s.cutoff_s / self.time_scale,
+                    "ttft_cutoff_s": None if s.ttft_cutoff_s is None
+                    else s.ttft_cutoff_s / self.time_scale,
+                    "peer_timeout_s": self.p95_s[plan.routes[s.route].model] / self.time_scale,
+                }  # fmt: skip
+            predicted = plan.predicted
+            out[case] = {"steps": steps, "hedge_budget": plan.hedge_budget,
+                         "predicted_miss_rate": None if predicted is None
+                         else predicted.miss_rate}  # fmt: skip
+        return out
+
+
+def calibrate_all(
+    work: Path, probe: Probe, cases: Sequence[str], time_scale: float, *, seed: int
+) -> Calibrated:
+    """
+    Ingest the before run and calibrate each case's plan on it, in real (scaled) seconds.
+    """
+    ledger = work / "before.jsonl"
+    totals: dict[str, list[float]] = {}
+    ttfts: dict[str, list[float]] = {}
+    for line in ledger.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row["status"] == "ok":
+            totals.setdefault(row["model"], []).append(row["total_s"])
+            ttfts.setdefault(row["model"], []).append(row["ttft_s"] or row["total_s"])
+    p95 = {m: float(np.quantile(v, 0.95)) for m, v in totals.items()}
+    plans: dict[str, Plan] = {}
+    bases: dict[str, Plan] = {}
+    with Store.open(work / "before.duckdb") as store:
+        report = ingest_paths(store, [ledger], format="trace")
+        if not report.ok:
+            msg = f"ingesting the before run failed: {report.errors}"
+            raise SystemExit(msg)
+        for case in cases:
+            if case == "workflow":
+                base = _workflow_plan(90.0 * time_scale, "pre-w")
+            else:
+                prefix = "pre-s" if case == "one-step-stream" else "pre-n"
+                # the load the peers' timeout spends on the before run (a stream's timeout
+                # waits for the first chunk), plus a point
+                model = f"{prefix}.a"
+                over = float(np.mean(np.asarray(ttfts[model]) > p95[model]))
+                budget = round(over + MATCH_TOLERANCE, 3)
+                base = _one_step_plan(ONE_STEP_DEADLINE_S * time_scale, budget, prefix)
+            found = calibrate(store, base, runs=20_000, check_runs=50_000, min_calls=100,
+                              seed=seed)  # fmt: skip
+            plans[case], bases[case] = found.plan, base
+    if math.isnan(sum(p95.values())):
+        msg = "the before run has a route without answers"
+        raise SystemExit(msg)
+    return Calibrated(plans, bases, p95, time_scale)

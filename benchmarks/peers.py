@@ -1,0 +1,427 @@
+"""
+tailkit side by side with what users pick instead: LiteLLM's Router, on the same served tail.
+
+One `tailkit serve` process replays the seed's case: one model on two independent providers
+(a and b), TTFT lognormal (median 8 s, sigma 0.15), 10 tokens at 5 tokens/s, 3 % of requests
+stalled 6x; and, for the workflow, the seven steps of ``data_samples/workflow.yaml`` on six
+routes. Every variant runs in a process of its own (`_peers_client`), all at once, against the
+same server, on the same schedule of calls (Poisson arrivals, one seed): its CPU and event loop
+are its own, and each gets its own copies of the served models (the same profile, the same
+generator), so the access log says which requests were whose.
+
+Variants: ``none`` (a bare request per call); ``tailkit`` (the plan `tailkit calibrate` finds
+on a "before" run of plain calls, run by the executor); ``tailkit-race`` (a hand-written plan
+that hedges at once, the race's load); LiteLLM 1.110.2's Router as its docs recommend for
+latency (`_peers_litellm`): a group with ``timeout`` = the before run's p95 and one retry, a
+group with a fallback, latency-based routing, and the race
+(``abatch_completion_fastest_response``). The peers get the same before run: their timeout is
+its p95.
+
+Cases: ``one-step`` (not streamed, 40 s deadline), ``one-step-stream``, ``workflow`` (the sample
+workflow under its 90 s end-to-end deadline; each peer applies its policy per call, as a user
+would), ``429-storm`` (provider a's tokens-per-minute limit admits about a tenth of the load
+sent to it: 429s with a Retry-After).
+
+Per variant: p50, p97 and p99 (profile seconds, a failed call counts as never answered, with
+distribution-free 95 % intervals), the miss rate (failed, or later than the deadline; Wilson
+95 % interval), extra requests (serve's access log: requests per call, less one), client CPU
+per call (the client process's CPU over the case, per step call) and the event loop's lag.
+The runs are time-scaled (``--time-scale``, default 0.25: 10 profile seconds take 2.5 s); every
+LiteLLM constant in seconds is scaled with them. Exits 0 whatever the numbers; nonzero on
+errors (LiteLLM missing: ``pip install 'tailkit[bench]'``, or ``--variants none,tailkit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import yaml
+
+from scipy import stats as st
+
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _peers_plans import (  # noqa: E402 - after the path is set
+    CASES,
+    VARIANTS,
+    WARMUP,
+    Calibrated,
+    calibrate_all,
+    case_routes,
+    model_id,
+    probe_spec,
+    storm_limit,
+)
+
+
+def _arrivals(n: int, rate: float, seed: int) -> list[float]:
+    """
+    ``n`` Poisson arrival offsets at ``rate`` per second (the same for every variant).
+    """
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return [float(x) for x in np.cumsum(gaps) - gaps[0]]
+
+
+class Server:
+    """
+    `tailkit serve` in its own process, on a profile written for one case.
+    """
+
+    def __init__(self, work: Path, name: str, models: Mapping[str, Mapping[str, Any]],
+                 *, time_scale: float, seed: int) -> None:  # fmt: skip
+        self.profile = work / f"{name}.profile.yaml"
+        self.log = work / f"{name}.access.jsonl"
+        self.log.unlink(missing_ok=True)  # serve appends: a kept --workdir starts afresh
+        doc = {"time_scale": time_scale, "seed": seed, "models": dict(models)}
+        self.profile.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> Server:
+        cmd = [sys.executable, "-m", "tailkit", "serve", "--profile", str(self.profile),
+               "--port", "0", "--json", "--log", str(self.log),
+               "--idle-timeout", "inf"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"tailkit serve did not start (exit {self.proc.wait()})")
+        self.url = json.loads(line)["url"]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def requests(self) -> Counter[str]:
+        """
+        Requests in the access log, by the variant their model id belongs to.
+        """
+        counts: Counter[str] = Counter()
+        with self.log.open(encoding="utf-8") as lines:
+            for line in lines:
+                model = json.loads(line).get("model") or ""
+                counts[model.split(".", 1)[0]] += 1
+        return counts
+
+
+class Clients:
+    """
+    One `_peers_client` process per variant, talking JSON lines.
+    """
+
+    def __init__(self, variants: Sequence[str]) -> None:
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        for v in variants:
+            cmd = [sys.executable, str(HERE / "_peers_client.py"), v]
+            self.procs[v] = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            )
+        for v in variants:
+            self._read(v)  # "ready": LiteLLM imported
+
+    def _read(self, variant: str) -> dict[str, Any]:
+        out: IO[str] | None = self.procs[variant].stdout
+        assert out is not None
+        line = out.readline()
+        if not line:
+            sys.exit(f"the {variant} client exited (code {self.procs[variant].wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """
+        Send each variant its spec, then wait for every answer (they run at the same time).
+        """
+        for v, spec in specs.items():
+            stdin = self.procs[v].stdin
+            assert stdin is not None
+            stdin.write(json.dumps(spec) + "\n")
+            stdin.flush()
+        return {v: self._read(v) for v in specs}
+
+    def close(self) -> None:
+        """
+        Tell every client to quit, and wait.
+        """
+        for proc in self.procs.values():
+            if proc.stdin is not None and proc.poll() is None:
+                proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                proc.stdin.close()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def quantile(seconds: np.ndarray, q: float) -> tuple[float, float, float]:
+    """
+    The ``q`` quantile and its distribution-free 95 % interval (order statistics).
+    """
+    x = np.sort(seconds)
+    n = x.size
+    k = min(max(math.ceil(q * n) - 1, 0), n - 1)
+    lo = int(st.binom.ppf(0.025, n, q))
+    hi = min(int(st.binom.ppf(0.975, n, q)), n - 1)
+    return float(x[k]), float(x[max(lo - 1, 0)]), float(x[hi])
+
+
+def wilson(misses: int, n: int) -> tuple[float, float]:
+    """
+    Wilson 95 % interval of a share.
+    """
+    z = 1.959964
+    p = misses / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def summarize(
+    variant: str, answer: Mapping[str, Any], requests: int, *, time_scale: float, deadline_s: float
+) -> dict[str, Any]:
+    """
+    One variant's row: quantiles, misses, load, CPU, lag.
+    """
+    seconds = np.asarray(answer["seconds"], dtype=float) / time_scale
+    ok = np.asarray(answer["ok"], dtype=bool)
+    n = seconds.size
+    missed = int((~ok | (seconds > deadline_s)).sum())
+    row: dict[str, Any] = {
+        "name": variant,
+        "tool": "tailkit" if variant.startswith("tailkit") else
+                "none" if variant == "none" else "litellm",
+        "calls": n, "failed": int((~np.isfinite(seconds)).sum()),
+    }  # fmt: skip
+    for q, key in ((0.5, "p50"), (0.97, "p97"), (0.99, "p99")):
+        value, lo, hi = quantile(seconds, q)
+        row[f"{key}_s"] = value if math.isfinite(value) else None
+        row[f"{key}_interval_s"] = [lo, hi if math.isfinite(hi) else None]
+    row["miss_rate"] = missed / n
+    row["miss_interval"] = list(wilson(missed, n))
+    step_calls = max(int(answer["step_calls"]), 1)
+    row["requests"] = requests
+    row["extra_requests"] = requests / step_calls - 1.0
+    row["cpu_ms_per_call"] = answer["cpu_s"] * 1000.0 / step_calls
+    row["loop_lag_ms"] = answer["lag"]
+    row["denials"] = answer.get("denials", {})
+    return row
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """
+    Per LiteLLM variant: is a tailkit variant at equal or lower extra load at or ahead of it?
+
+    ``p99`` and ``misses``: ``ahead`` (lower), ``at`` (not lower, but the peer's value is inside
+    tailkit's 95 % interval), ``behind``. The tailkit variant compared is the best on p99 among
+    those whose extra requests are at most the peer's plus one percentage point.
+    """
+    out = []
+    ours = [r for r in rows if r["tool"] == "tailkit"]
+    for peer in (r for r in rows if r["tool"] == "litellm"):
+        fair = [r for r in ours if r["extra_requests"] <= peer["extra_requests"] + 0.01]
+        if not fair:
+            out.append({"peer": peer["name"], "tailkit": None, "pass": False,
+                        "why": "no tailkit variant at equal or lower extra load"})  # fmt: skip
+            continue
+        best = min(fair, key=lambda r: (_inf(r["p99_s"]), r["miss_rate"]))
+        p99 = _compare(_inf(best["p99_s"]), _inf(peer["p99_s"]),
+                       _inf(best["p99_interval_s"][0]))  # fmt: skip
+        miss = _compare(best["miss_rate"], peer["miss_rate"], best["miss_interval"][0])
+        out.append({"peer": peer["name"], "tailkit": best["name"], "p99": p99, "misses": miss,
+                    "pass": "behind" not in (p99, miss)})  # fmt: skip
+    return out
+
+
+def _inf(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+def _compare(ours: float, theirs: float, ours_low: float) -> str:
+    if ours < theirs:
+        return "ahead"
+    if ours == theirs or ours_low <= theirs:
+        return "at"
+    return "behind"
+
+
+# ---------------------------------------------------------------------------------- the run
+
+
+def run_case(
+    case: str,
+    variants: Sequence[str],
+    *,
+    clients: Clients,
+    plans: Calibrated,
+    args: Any,
+    work: Path,
+) -> dict[str, Any]:
+    """
+    One case: a server for it, every variant at once, and the rows.
+    """
+    scale = args.time_scale
+    workflow = case == "workflow"
+    stream = case == "one-step-stream"
+    n = args.runs if workflow else args.calls
+    rate = args.workflow_rate if workflow else args.rate
+    offsets = _arrivals(n, rate, args.seed + CASES.index(case))
+    deadline_s = plans.deadline_s(case)
+    models: dict[str, Any] = {"warmup": WARMUP}
+    for v in variants:
+        for key, profile in case_routes(case).items():
+            models[model_id(v, key)] = dict(profile)
+            if case == "429-storm" and key == "a":
+                models[model_id(v, key)]["faults"] = {"tpm_limit": storm_limit(rate, scale)}
+    with Server(work, case, models, time_scale=scale, seed=args.seed) as server:
+        start_at = time.time() + 2.0
+        specs = {
+            v: plans.spec(case, v, base_url=server.url, offsets=offsets, start_at=start_at,
+                          stream=stream, time_scale=scale, seed=args.seed)
+            for v in variants
+        }  # fmt: skip
+        for v in variants:
+            if v.startswith("tailkit"):  # the executor's ledger, to read what it decided
+                ledger = work / f"{case}.{v}.ledger.jsonl"
+                ledger.unlink(missing_ok=True)
+                specs[v]["ledger"] = str(ledger)
+        answers = clients.ask(specs)
+    requests = server.requests()
+    rows = [
+        summarize(v, answers[v], requests[v], time_scale=scale, deadline_s=deadline_s / scale)
+        for v in variants
+    ]
+    return {"case": case, "calls": n, "deadline_s": deadline_s / scale,
+            "variants": rows, "verdicts": verdicts(rows)}  # fmt: skip
+
+
+def _row_text(r: Mapping[str, Any]) -> str:
+    def q(key: str) -> str:
+        v, (lo, hi) = r[f"{key}_s"], r[f"{key}_interval_s"]
+        if v is None:
+            return "failed"
+        return f"{v:.1f} ({lo:.1f}–{hi:.1f})" if hi is not None else f"{v:.1f} ({lo:.1f}–)"
+
+    lo, hi = r["miss_interval"]
+    lag = r["loop_lag_ms"]
+    return (f"| {r['name']} | {q('p50')} | {q('p97')} | {q('p99')} | {r['miss_rate']:.1%} "
+            f"({lo:.1%}–{hi:.1%}) | {r['extra_requests']:.1%} | {r['cpu_ms_per_call']:.1f} | "
+            f"{lag['p99_ms']:.0f} / {lag['max_ms']:.0f} |")  # fmt: skip
+
+
+def print_tables(result: Mapping[str, Any]) -> None:
+    """
+    Markdown tables, one per case, and the verdicts.
+    """
+    print(f"time scale {result['time_scale']}; seconds are profile seconds; "
+          f"{result['wall_s']:.0f} s wall")  # fmt: skip
+    for case in result["cases"]:
+        print(f"\n### {case['case']} ({case['calls']:,} calls per variant, "
+              f"deadline {case['deadline_s']:.0f} s)\n")  # fmt: skip
+        print("| variant | p50 s | p97 s | p99 s | misses | extra requests | CPU ms/call | "
+              "loop lag p99 / max ms |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in case["variants"]:
+            print(_row_text(r))
+        for v in case["verdicts"]:
+            if v["tailkit"] is None:
+                print(f"- vs {v['peer']}: FAIL ({v['why']})")
+                continue
+            verdict = "PASS" if v["pass"] else "FAIL"
+            print(f"- vs {v['peer']}: {v['tailkit']} p99 {v['p99']}, misses {v['misses']}: "
+                  f"{verdict}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """
+    Run the cases and print the tables (or JSON).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1000, help="calls per variant per case")
+    parser.add_argument("--runs", type=int, default=300, help="workflow runs per variant")
+    parser.add_argument("--rate", type=float, default=8.0,
+                        help="calls per real second per variant (one-step cases)")  # fmt: skip
+    parser.add_argument("--workflow-rate", type=float, default=2.0,
+                        help="workflow runs per real second per variant")  # fmt: skip
+    parser.add_argument(
+        "--probe-calls",
+        type=int,
+        default=600,
+        help="before-run calls per route (the plans and timeouts read them)",
+    )
+    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--workdir", type=Path, help="keep the logs, profiles and plans here")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    cases = [c for c in args.cases.split(",") if c]
+    variants = [v for v in args.variants.split(",") if v]
+    for c in cases:
+        if c not in CASES:
+            parser.error(f"--cases: unknown case {c!r}; pick from {', '.join(CASES)}")
+    for v in variants:
+        if v not in VARIANTS:
+            parser.error(f"--variants: unknown variant {v!r}; pick from {', '.join(VARIANTS)}")
+    if any(v.startswith("litellm") for v in variants):
+        try:
+            import litellm  # noqa: F401
+        except ImportError:
+            sys.exit("LiteLLM is not installed: pip install 'tailkit[bench]' "
+                     "(or run only --variants none,tailkit,tailkit-race)")  # fmt: skip
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        clients = Clients(sorted(set(variants) | {"none"}))
+        try:
+            probe = probe_spec(cases, args.probe_calls, args.seed)
+            with Server(work, "before", probe.models, time_scale=args.time_scale,
+                        seed=args.seed + 100) as server:  # fmt: skip
+                (work / "before.jsonl").unlink(missing_ok=True)
+                clients.ask({"none": probe.spec(server.url, work / "before.jsonl", args.rate)})
+            plans = calibrate_all(work, probe, cases, args.time_scale, seed=args.seed)
+            results = [
+                run_case(c, variants, clients=clients, plans=plans, args=args, work=work)
+                for c in cases
+            ]
+        finally:
+            clients.close()
+    result = {"time_scale": args.time_scale, "seed": args.seed,
+              "wall_s": time.monotonic() - started, "plans": plans.describe(),
+              "cases": results}  # fmt: skip
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_tables(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
