@@ -411,15 +411,16 @@ def test_a_provider_rests_until_its_retry_after_and_a_later_429_extends_it() -> 
     assert throttle.resting("a", 4.9)
     assert not throttle.resting("b", 4.9)
     assert not throttle.resting("a", 5.0)
-    throttle.on_success("a")
+    for _ in range(3):  # three probes answered: the pool has room again
+        throttle.on_success("a")
     throttle.rest("a", 6.0, 1.0)
     throttle.rest("a", 6.0, 0.5)  # doubled to 1 s: ends at 7 s, as the first; never shorter
     assert throttle.resting("a", 6.9)
     assert not throttle.resting("a", 7.0)
 
 
-def test_429s_in_a_row_double_the_rest_and_a_success_resets_it() -> None:
-    """Retry-After 1 s: rests of 1, 2, 4, 8, 8 s; after a success, 1 s again."""
+def test_429s_in_a_row_double_the_rest_and_three_successes_reset_it() -> None:
+    """Retry-After 1 s: rests of 1, 2, 4, 8, 8 s; after three successes, 1 s again."""
     throttle = ProviderThrottle()
     ends = []
     at = 0.0
@@ -429,21 +430,29 @@ def test_429s_in_a_row_double_the_rest_and_a_success_resets_it() -> None:
             at += 0.5
         ends.append(at)
     assert [b - a for a, b in zip([0.0, *ends], ends, strict=False)] == [1.0, 2.0, 4.0, 8.0, 8.0]
-    throttle.on_success("a")
+    for _ in range(3):
+        throttle.on_success("a")
     throttle.rest("a", at, 1.0)
     assert throttle.resting("a", at + 0.9)
     assert not throttle.resting("a", at + 1.0)
 
 
-def test_after_a_rest_one_probe_at_a_time_until_a_success() -> None:
-    """Half-open: after the rest, one first attempt is admitted; the rest wait for its success."""
+def test_after_a_rest_one_probe_at_a_time_until_three_succeed() -> None:
+    """Half-open: after the rest, one first attempt at a time until three in a row succeed."""
     throttle = ProviderThrottle()
     assert throttle.admits("a", 0.0)  # never limited: everyone
     throttle.rest("a", 0.0, 2.0)
     assert not throttle.admits("a", 1.0)  # resting
-    assert throttle.admits("a", 2.0)  # the probe
+    assert throttle.admits("a", 2.0, hold_s=5.0)  # the probe
     assert not throttle.admits("a", 2.1)  # the others wait for it
-    assert throttle.admits("a", 4.0)  # a probe silent for a rest's length frees its slot
-    throttle.on_success("a")
-    assert throttle.admits("a", 4.1)
-    assert throttle.admits("a", 4.2)
+    assert throttle.admits("a", 7.0)  # a probe silent for its hold frees its slot
+    for at in (7.5, 8.0):
+        throttle.on_success("a")
+        assert throttle.admits("a", at)  # the next probe
+        assert not throttle.admits("a", at + 0.1)
+    throttle.on_success("a")  # the third in a row: closed
+    assert throttle.admits("a", 8.1)
+    assert throttle.admits("a", 8.2)
+    throttle.rest("a", 9.0, 1.0)  # a 429 after closing: the Retry-After, undoubled
+    assert throttle.resting("a", 9.9)
+    assert not throttle.resting("a", 10.0)

@@ -44,9 +44,9 @@ A 429 with a Retry-After says more than a failure: the provider's pool is full u
 throttle remembers that per provider (`rest`; doubled for each further 429 before a success,
 up to 8x); while it rests, `admits` says no, and the executor sends a step's first attempt
 straight to its hedge route (another provider, its own pool) and starts no immediate extra
-attempt there. After the rest one first attempt at a time goes back (a probe) until one
-succeeds. The instants are on the caller's clock (the executor's loop clock, the same clock the
-Retry-After is waited on), so nothing else about the throttle depends on time.
+attempt there. After the rest one first attempt at a time goes back (a probe) until three
+in a row succeed. The instants are on the caller's clock (the executor's loop clock, the same
+clock the Retry-After is waited on), so nothing else about the throttle depends on time.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from tailkit.errors import ConfigError
 
 __all__ = ["BudgetAccount", "HedgeBudget", "ProviderThrottle", "retry_after_fits"]
 
+CLOSE_AFTER = 3  # probes that must succeed in a row before a rested provider takes everyone
 MAX_REST_DOUBLINGS = 3  # a rest after 429s in a row: Retry-After x 2, 4, then 8 at most
 _MILLI = 1000  # the throttle counts thousandths of a token, as grpc-java does: exact sums
 
@@ -251,8 +252,8 @@ class ProviderThrottle:
     """
 
     __slots__ = (
-        "_max", "_max_tokens", "_probe_until", "_ratio", "_rest_s", "_rest_until", "_strikes",
-        "_token_ratio", "_tokens",
+        "_good", "_max", "_max_tokens", "_probe_until", "_ratio", "_rest_s", "_rest_until",
+        "_strikes", "_token_ratio", "_tokens",
     )  # fmt: skip
 
     def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
@@ -274,6 +275,7 @@ class ProviderThrottle:
         self._rest_s: dict[str, float] = {}  # provider -> its last rest's length
         self._strikes: dict[str, int] = {}  # provider -> 429s since its last success
         self._probe_until: dict[str, float] = {}  # provider -> a probe's slot ends
+        self._good: dict[str, int] = {}  # provider -> probes answered in a row since its rest
 
     def rest(self, provider: str, at: float, retry_after_s: float) -> None:
         """
@@ -287,6 +289,7 @@ class ProviderThrottle:
         strikes = self._strikes.get(provider, 0)
         seconds = max(retry_after_s, 0.0) * 2 ** min(strikes, MAX_REST_DOUBLINGS)
         self._strikes[provider] = strikes + 1
+        self._good.pop(provider, None)
         self._rest_s[provider] = seconds
         self._probe_until.pop(provider, None)
         until = at + seconds
@@ -305,15 +308,15 @@ class ProviderThrottle:
             return False
         return True
 
-    def admits(self, provider: str, at: float) -> bool:
+    def admits(self, provider: str, at: float, *, hold_s: float = 0.0) -> bool:
         """
         Whether a first attempt may go to ``provider`` at ``at``.
 
         Not while it rests; after a rest, one attempt at a time (a probe, half-open in
-        circuit-breaker terms) until one succeeds, so that the callers a rest held back do not
-        all come back into the pool at once. A probe that has not answered within the last
-        rest's length no longer holds the others back. Calling it for an admitted attempt
-        takes the probe's place.
+        circuit-breaker terms) until `CLOSE_AFTER` have succeeded in a row, so that the callers
+        a rest held back do not all come back into a pool that has room for one. A probe that
+        has not answered within ``hold_s`` (or the last rest's length, if longer) no longer
+        holds the others back. Calling it for an admitted attempt takes the probe's place.
         """
         if self.resting(provider, at):
             return False
@@ -321,7 +324,7 @@ class ProviderThrottle:
             return True
         if at < self._probe_until.get(provider, -math.inf):
             return False
-        self._probe_until[provider] = at + self._rest_s.get(provider, 0.0)
+        self._probe_until[provider] = at + max(self._rest_s.get(provider, 0.0), hold_s)
         return True
 
     def on_success(self, provider: str) -> None:
@@ -329,9 +332,11 @@ class ProviderThrottle:
         A call to ``provider`` succeeded: it earns back ``token_ratio`` tokens, up to the max.
         """
         self._tokens[provider] = min(self._get(provider) + self._ratio, self._max)
-        if self._strikes:  # the pool has room again: no more doubling, no more probing
-            self._strikes.pop(provider, None)
+        if self._strikes.get(provider):  # a probe answered: the next may go
             self._probe_until.pop(provider, None)
+            self._good[provider] = good = self._good.get(provider, 0) + 1
+            if good >= CLOSE_AFTER:  # the pool has room again: no more doubling or probing
+                del self._strikes[provider], self._good[provider]
 
     def on_failure(self, provider: str) -> None:
         """

@@ -195,7 +195,9 @@ class StepRun(ExtraAttempts):
 
     async def _run(self) -> Any:
         route = self.step.route
-        admitted = self.s.throttle.admits(self.s.plan.routes[route].provider, self.start)
+        provider = self.s.plan.routes[route].provider
+        hold = 2.0 * self._expected_s(route)  # a probe's answer is due within twice that
+        admitted = self.s.throttle.admits(provider, self.start, hold_s=hold)
         other = None if admitted else self.failover(route)
         first = self.chain = self._launch(other or route, "primary")
         if other is not None:
