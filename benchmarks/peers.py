@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--probe-calls",
         type=int,
-        default=600,
+        default=400,
         help="before-run calls per route (the plans and timeouts read them)",
     )
     parser.add_argument("--time-scale", type=float, default=0.25)
