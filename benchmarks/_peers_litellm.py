@@ -30,39 +30,35 @@ so scaling leaves it 0. Not scaled, because LiteLLM fixes them where no argument
 the one-minute window in which ``allowed_fails`` (default 3) failures count, and the retry
 backoff without a Retry-After (0.5 s doubling up to 8 s, plus up to 0.75 s of jitter; computed by
 the native router core, which does not read litellm's ``INITIAL_RETRY_DELAY`` constants).
-Retry-After needs no scaling: serve already sends it in real seconds. No health checks, no
-pre-call checks (both off by default; the docs do not recommend them for latency), no callbacks,
-no telemetry, the local cost map.
+Retry-After needs no scaling: serve already sends it in real seconds (whole ones, rounded up:
+a client that waits it out may wait up to a second more than ``retry-after-ms`` says). No
+health checks, no pre-call checks (both off by default; the docs do not recommend them for
+latency), no callbacks, no telemetry, the local cost map.
 
-Observed against ``tailkit serve`` (time_scale 0.25, 40-50 calls a variant and mode):
+Observed against ``tailkit serve`` (time_scale 0.25; serve sends a stream's role chunk with its
+first token, and Retry-After in whole seconds with the exact wait in ``retry-after-ms``, as
+providers do):
 - retry: a timeout fires at ``timeout_s`` (serve cuts the attempt at timeout_s + 0.02..0.05 s,
   ``client_gone``) and is retried at once on a deployment the shuffle picks again, which can be
-  the same stalled one (1 retry of 4 seen; one timeout does not cool it down: ``allowed_fails``
-  is 3). A 429 is retried at once (no sleep: another deployment is healthy) on the other one.
+  the same one (one timeout does not cool it down: ``allowed_fails`` is 3). A 429 is retried at
+  once (no sleep: another deployment is healthy) on the other one.
 - fallback: a timeout or a 429 on the primary goes to the fallback group within ~0.03 s. The
-  primary is never cooled down (the only deployment of its group), so every call tries it first.
-- latency: non-streamed, it measures each deployment's whole latency and sends ~70 % of calls
-  (all but the first when sequential) to the faster one. Streamed, it ranks by the time to the
-  first chunk, and serve's first chunk (the role, sent at once) says nothing: the pick is noise
-  (it preferred the slower primary, 42 requests to 8).
-- race: both requests start together; non-streamed, the first answer wins and the loser is
-  cancelled (serve logs it ``timeout``/``client_gone`` when the winner ends, not ``cancelled``:
-  serve writes that only on its own stop). A branch that fails (429) is retried on its own
-  deployment after LiteLLM's backoff (0.8-1.0 s seen) while the other runs. Streamed, the race
-  is decided by the role chunk (the loser is cut after 0-20 ms), so it races nothing; when both
-  open in the same loop turn the loser is not cancelled and its stream is left unread.
-- streams that stall before the first token: Timeout after ``stream_timeout``, with no retry and
-  no fallback (confirmed: 6-9 of 50 streamed calls failed in every variant). The cause is serve's
-  immediate role chunk: LiteLLM reads the first chunk inside the attempt and retries or falls
-  back on what fails there. A read timeout after it reaches LiteLLM's stream wrapper as the
-  OpenAI SDK's ``APITimeoutError``, which it does not take for a transport timeout: mapped to
-  ``Timeout`` (status 408), it counts as a client error that no fallback may take over, and is
-  raised as is. Against a stand-in server that sends the role with the first token, the same
-  stall fell back after 3.1 s, and the streamed race cancelled the slow branch.
-- 429 with Retry-After: honoured by no variant, because serve sends fractional seconds
-  (``Retry-After: 6.651``) and LiteLLM reads the header with ``int()``, so it is ignored;
-  ``retry-after-ms`` is read only by the OpenAI SDK's retries, which are off.
-- Client CPU: 35-45 ms a call non-streamed, 50-80 ms streamed (10 concurrent calls).
+  primary is never cooled down (the only deployment of its group), so every call tries it first:
+  in a 429 storm nearly every call costs two requests.
+- latency: it measures each deployment's latency (a stream's: to its first chunk) and sends most
+  calls to the faster one.
+- race: both requests start together; the first answer (a stream's first chunk) wins and the
+  loser is cancelled (serve logs it ``timeout``/``client_gone``). A branch that fails (429) is
+  retried on its own deployment after LiteLLM's backoff while the other runs.
+- a stream that stalls before its first token: LiteLLM reads the first chunk inside the attempt,
+  so ``stream_timeout`` fires there and the Router retries or falls back. (With a server that
+  sends the role chunk at once, the stall comes after the first chunk, and LiteLLM raises
+  ``Timeout`` with no retry or fallback: the OpenAI SDK's read timeout inside the stream is
+  mapped to a 408 that no fallback takes over.)
+- 429 with Retry-After: LiteLLM reads ``Retry-After`` with ``int()`` (whole seconds only); the
+  OpenAI SDK's retries, the only reader of ``retry-after-ms``, are off.
+- Client CPU: 14-17 ms a call non-streamed, 33-38 ms streamed, 20-55 ms for the race (measured
+  by peers.py, 6 calls a second per variant on 2 shared cores).
 """
 
 from __future__ import annotations
