@@ -3,7 +3,8 @@ The headline check: a calibrated plan against a served transient tail, over real
 
 `tailkit serve` replays one step whose latency has a narrow body (p50 ≈ 10 s) and a few
 percent of transient stalls (6× slower), on two routes (two providers, the same model). Then,
-in one process, time-scaled (default 0.05: 10 s of profile time are 0.5 s):
+in one process, time-scaled (default 0.2: 10 s of profile time are 2 s; at 0.05 the 100
+calls in flight keep the one process busy, its loop lags and the lag reads as provider tail):
 
 1. before: ``--calls`` calls through the executor and the OpenAI adapter with no cutoffs,
    on each route (the second route's calls are only there to measure it);
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--time-scale", type=float, default=0.05)
+    parser.add_argument("--time-scale", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
