@@ -456,3 +456,16 @@ def test_after_a_rest_one_probe_at_a_time_until_three_succeed() -> None:
     throttle.rest("a", 9.0, 1.0)  # a 429 after closing: the Retry-After, undoubled
     assert throttle.resting("a", 9.9)
     assert not throttle.resting("a", 10.0)
+
+
+def test_a_provider_is_calm_until_a_429_and_again_once_three_probes_succeed() -> None:
+    """calm() is the fast path: no rest and no probing under way."""
+    throttle = ProviderThrottle()
+    assert throttle.calm("a")
+    throttle.rest("a", 0.0, 1.0)
+    assert not throttle.calm("a")
+    assert not throttle.resting("a", 2.0)
+    assert not throttle.calm("a")  # rested, but its probes have not yet succeeded
+    for _ in range(3):
+        throttle.on_success("a")
+    assert throttle.calm("a")

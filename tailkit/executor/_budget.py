@@ -308,6 +308,14 @@ class ProviderThrottle:
             return False
         return True
 
+    def calm(self, provider: str) -> bool:
+        """
+        Whether ``provider`` has had no 429 rest since its pool last had room.
+
+        The fast path: then `admits` says yes to everyone.
+        """
+        return provider not in self._strikes and provider not in self._rest_until
+
     def admits(self, provider: str, at: float, *, hold_s: float = 0.0) -> bool:
         """
         Whether a first attempt may go to ``provider`` at ``at``.

@@ -195,9 +195,11 @@ class StepRun(ExtraAttempts):
 
     async def _run(self) -> Any:
         route = self.step.route
-        provider = self.s.plan.routes[route].provider
-        hold = 2.0 * self._expected_s(route)  # a probe's answer is due within twice that
-        admitted = self.s.throttle.admits(provider, self.start, hold_s=hold)
+        provider, throttle = self.s.plan.routes[route].provider, self.s.throttle
+        # a probe's answer is due within twice the expected duration
+        admitted = throttle.calm(provider) or throttle.admits(
+            provider, self.start, hold_s=2.0 * self._expected_s(route)
+        )
         other = None if admitted else self.failover(route)
         first = self.chain = self._launch(other or route, "primary")
         if other is not None:
