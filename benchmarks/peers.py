@@ -380,7 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     Run the cases and print the tables (or JSON).
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="LiteLLM comes with pip install 'tailkit[bench]'; without it, run "
+        "--variants none,tailkit,tailkit-race. Example: python3 benchmarks/peers.py --json",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--calls", type=int, default=800, help="calls per variant per case")
     parser.add_argument("--runs", type=int, default=300, help="workflow runs per variant")
     parser.add_argument("--rate", type=float, default=6.0,
@@ -393,13 +398,21 @@ def main(argv: list[str] | None = None) -> int:
         default=400,
         help="before-run calls per route (the plans and timeouts read them)",
     )
-    parser.add_argument("--time-scale", type=float, default=0.25)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--time-scale", type=float, default=0.25,
+                        help="real seconds per profile second (1: real time)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=7,
+                        help="seed of the schedules and the served draws")  # fmt: skip
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     parser.add_argument("--workdir", type=Path, help="keep the logs, profiles and plans here")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
+    for name, low in (("calls", 1), ("runs", 1), ("probe_calls", 100)):
+        if getattr(args, name) < low:
+            parser.error(f"--{name.replace('_', '-')} must be at least {low}")
+    for name in ("rate", "workflow_rate", "time_scale"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be a positive number")
     cases = [c for c in args.cases.split(",") if c]
     variants = [v for v in args.variants.split(",") if v]
     for c in cases:
