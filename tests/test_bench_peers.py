@@ -87,7 +87,8 @@ def test_the_verdict_takes_the_best_tailkit_variant_at_equal_or_lower_load() -> 
     def row(name: str, tool: str, p99: float | None, miss: float, extra: float) -> dict[str, Any]:
         return {"name": name, "tool": tool, "p99_s": p99, "p99_interval_s": [p99, p99],
                 "calls": 1000, "miss_rate": miss, "miss_interval": [miss, miss],
-                "extra_requests": extra}  # fmt: skip
+                "extra_requests": extra, "step_calls": 1000,
+                "requests": round(1000 * (1 + extra))}  # fmt: skip
 
     rows = [
         row("tailkit", "tailkit", 20.0, 0.0, 0.055),
@@ -101,8 +102,15 @@ def test_the_verdict_takes_the_best_tailkit_variant_at_equal_or_lower_load() -> 
     assert (found["litellm-retry"]["p99"], found["litellm-retry"]["misses"]) == ("ahead", "ahead")
     assert found["litellm-race"]["tailkit"] == "tailkit-race"
     assert found["litellm-race"]["pass"]
-    assert found["litellm-stream"]["tailkit"] is None  # nothing of ours at 0 % extra
+    assert found["litellm-stream"]["tailkit"] is None  # 55 extras against none: not chance
     assert not found["litellm-stream"]["pass"]
+    # 6 extras in 100 calls against 3: more, but not more than chance makes it -- compared
+    short = [
+        dict(r, step_calls=100, requests=round(100 * (1 + r["extra_requests"])))
+        for r in (row("tailkit", "tailkit", 20.0, 0.0, 0.06),
+                  row("litellm-x", "litellm", 22.0, 0.0, 0.03))
+    ]  # fmt: skip
+    assert [v["tailkit"] for v in peers.verdicts(short)] == ["tailkit"]
     rows[0] = row("tailkit", "tailkit", 30.0, 0.01, 0.05)
     found = {v["peer"]: v for v in peers.verdicts(rows)}
     assert found["litellm-retry"]["p99"] == "behind"
