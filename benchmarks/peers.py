@@ -55,7 +55,8 @@ from scipy import stats as st
 
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+if str(HERE) not in sys.path:  # appended: never shadows an installed package (distributed)
+    sys.path.append(str(HERE))
 
 from _peers_plans import (  # noqa: E402 - after the path is set
     CASES,

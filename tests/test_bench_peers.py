@@ -27,12 +27,21 @@ KEYS = {"name", "tool", "p50_s", "p97_s", "p99_s", "miss_rate", "extra_requests"
 
 
 def _peers() -> Any:
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("peers_under_test", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """
+    benchmarks/peers.py as a module, leaving ``sys.path`` as it was.
+
+    benchmarks/ holds ``distributed.py``: left on the path, it would shadow the ``distributed``
+    package in the processes Dask spawns for other tests.
+    """
+    saved = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("peers_under_test", SCRIPT)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
     return module
 
 
