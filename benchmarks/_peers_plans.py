@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from tailkit.calibrate import calibrate
 from tailkit.config import Plan, dump_plan, parse_plan
@@ -80,6 +81,13 @@ def model_id(variant: str, route_key: str) -> str:
     return f"{variant}.{route_key.replace('/', '~')}"
 
 
+def route_key(served: str) -> str:
+    """
+    The route key a served model id stands for (the inverse of `model_id`).
+    """
+    return served.split(".", 1)[1].replace("~", "/")
+
+
 def case_routes(case: str) -> dict[str, Mapping[str, Any]]:
     """
     The routes a case serves, by key, with their profiles.
@@ -115,13 +123,13 @@ def _workflow_plan(deadline_s: float, prefix: str) -> Plan:
     """
     The sample workflow on the served routes: no token buckets (the served latency has none).
     """
-    doc = __import__("yaml").safe_load((ROOT / "data_samples" / "workflow.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "data_samples" / "workflow.yaml").read_text())
     doc["deadline_s"] = deadline_s
     for key, route in doc["routes"].items():
         route["model"] = model_id(prefix, key)
     for step in doc["steps"].values():
         step.pop("expected_tokens", None)
-    return parse_plan(__import__("yaml").safe_dump(doc, sort_keys=False))
+    return parse_plan(yaml.safe_dump(doc, sort_keys=False))
 
 
 def with_models(plan: Plan, variant: str) -> Plan:
@@ -130,8 +138,7 @@ def with_models(plan: Plan, variant: str) -> Plan:
     """
     routes = {}
     for name, route in plan.routes.items():
-        key = route.model.split(".", 1)[1].replace("~", "/")
-        routes[name] = dataclasses.replace(route, model=model_id(variant, key))
+        routes[name] = dataclasses.replace(route, model=model_id(variant, route_key(route.model)))
     return dataclasses.replace(plan, routes=routes)
 
 
@@ -161,8 +168,8 @@ def _alternate(plan: Plan, step: str) -> str | None:
         return s.hedge_route
     own = plan.routes[s.route]
     for name, route in plan.routes.items():
-        if route.provider != own.provider and route.model.split(".", 1)[1].split("~", 1)[-1] \
-                == own.model.split(".", 1)[1].split("~", 1)[-1]:  # fmt: skip
+        same_model = route_key(route.model).split("/")[-1] == route_key(own.model).split("/")[-1]
+        if route.provider != own.provider and same_model:
             return name
     return None
 
@@ -184,9 +191,8 @@ class Probe:
         """
         out: dict[str, Any] = {}
         for model, _, _ in self.routes:
-            prefix, key = model.split(".", 1)
-            out[model] = dict(WORKFLOW_PROFILES[key.replace("~", "/")] if prefix == "pre-w"
-                              else ONE_STEP)  # fmt: skip
+            workflow = model.startswith("pre-w.")
+            out[model] = dict(WORKFLOW_PROFILES[route_key(model)] if workflow else ONE_STEP)
         return out
 
     def spec(self, base_url: str, ledger: Path, rate: float) -> dict[str, Any]:

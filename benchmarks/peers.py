@@ -187,6 +187,10 @@ class Clients:
 def quantile(seconds: np.ndarray, q: float) -> tuple[float, float, float]:
     """
     The ``q`` quantile and its distribution-free 95 % interval (order statistics).
+
+    Not `tailkit.fit.empirical_quantiles`: a failed call here never answers (``inf``, above
+    every answer), which that function reads as an error or, censored, as a call that might
+    still have answered later.
     """
     x = np.sort(seconds)
     n = x.size
@@ -198,13 +202,10 @@ def quantile(seconds: np.ndarray, q: float) -> tuple[float, float, float]:
 
 def wilson(misses: int, n: int) -> tuple[float, float]:
     """
-    Wilson 95 % interval of a share.
+    Wilson 95 % interval of a share (scipy's).
     """
-    z = 1.959964
-    p = misses / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(centre - half, 0.0), min(centre + half, 1.0)
+    ci = st.binomtest(misses, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def summarize(
