@@ -269,3 +269,36 @@ def test_races_bad_window_names_the_option(world: World) -> None:
         result.exit_code,
         result.stderr,
     )
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [{"status": "ok", "total_s": 1.5}],
+        [{"status": "timeout", "total_s": 31.0, "censored_at_s": 30.0}] * 3,
+        [{"status": "error", "total_s": 0.5}] * 3,
+    ],
+    ids=["one call", "all cut", "only errors"],
+)
+def test_stats_table_renders_without_two_finished_calls(
+    tmp_path: Path, rows: list[dict[str, object]]
+) -> None:
+    """
+    `stats` with no group of two finished calls prints "-" for latency and a note, no traceback.
+    """
+    calls, db = tmp_path / "calls.jsonl", tmp_path / "calls.duckdb"
+    base = {"provider": "openai", "model": "m"}
+    calls.write_text(
+        "".join(json.dumps(base | {"call_id": f"c{i}"} | r) + "\n" for i, r in enumerate(rows))
+    )
+    assert 0 == _invoke("ingest", calls, "--db", db).exit_code
+
+    result = _invoke("stats", "--db", db, "--bucket", "none")
+
+    assert 0 == result.exit_code, result.output
+    row = next(line for line in result.stdout.splitlines() if "openai" in line)
+    assert ["-"] * 3 == [cell.strip() for cell in row.split("│")[6:9]]  # p50, p99, p99/p50
+    assert (
+        "note 1 group(s) have fewer than two finished calls (the rest cut or failed), so no "
+        "latency: openai, m"
+    ) in " ".join(result.stdout.split())

@@ -18,8 +18,12 @@ from tailkit._stats import TailReport
 from tailkit.fit import min_calls_for_quantile
 
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _num(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "-"
     if isinstance(value, float) and math.isinf(value):
         return "∞"
@@ -27,11 +31,22 @@ def _num(value: Any, digits: int = 2) -> str:
 
 
 def _with_interval(row: dict[str, Any], name: str) -> str:
-    return f"{_num(row[name])} [{_num(row[name + '_lo'])}–{_num(row[name + '_hi'])}]"
+    # A group with under two finished calls has no latency columns, and when no group has
+    # any, the table lacks them altogether: both read "-".
+    if _missing(row.get(name)):
+        return "-"
+    return f"{_num(row[name])} [{_num(row.get(name + '_lo'))}–{_num(row.get(name + '_hi'))}]"
 
 
 def _percent(value: Any) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+    return "-" if _missing(value) else f"{100 * value:.1f}%"
+
+
+def _fit(row: dict[str, Any]) -> str:
+    fit = row.get("fit")
+    if fit is None:
+        return "-"
+    return str(fit) if fit != "rejected" else f"rejected, best {row.get('best_family')}"
 
 
 def _evidence(row: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -39,22 +54,26 @@ def _evidence(row: dict[str, Any]) -> tuple[str, str, str, str]:
     A route's evidence in four short cells: residual tail, size, time, repeat attempts.
     """
     residual = "-"
-    if not math.isnan(row["residual_share"]):
+    if not _missing(row["residual_share"]):
         residual = (
             f"{_percent(row['residual_share'])} [{_percent(row['residual_share_lo'])}–"
             f"{_percent(row['residual_share_hi'])}]"
         )
-        if row["residual_share"] > 0 and not math.isnan(row["residual_scale"]):
+        if row["residual_share"] > 0 and not _missing(row["residual_scale"]):
             residual += f" ×{row['residual_scale']:.1f}"
-    if row["ttft_residual_share"] > 0:  # NaN compares False
+    if not _missing(row["ttft_residual_share"]) and row["ttft_residual_share"] > 0:
         residual += (
             f"; first token {_percent(row['ttft_residual_share'])} "
             f"×{row['ttft_residual_scale']:.1f}"
         )
-    size = "-" if not row["size_features"] else f"R²={_percent(max(row['size_r2'], 0.0))}"
+    size = (
+        "-"
+        if not row["size_features"] or _missing(row["size_r2"])
+        else f"R²={_percent(max(row['size_r2'], 0.0))}"
+    )
     time = (
         "-"
-        if math.isnan(row["clustering_p"])
+        if _missing(row["clustering_p"])
         else (f"{'clustered' if row['clustered'] else 'spread'} (p={row['clustering_p']:.2g})")
     )
     hedges = (
@@ -93,11 +112,11 @@ def render_table(
             _with_interval(row, "p50_s"),
             _with_interval(row, "p99_s"),
             _with_interval(row, "p99_p50"),
-            _num(row["sigma"]),
-            row["fit"] if row["fit"] != "rejected" else f"rejected, best {row['best_family']}",
+            _num(row.get("sigma")),
+            _fit(row),
             transient,
-            row["tail_phase"],
-            row["signal"],
+            str(row.get("tail_phase") or "-"),
+            str(row.get("signal") or "-"),
         )
     console.print(table)
     if limit is not None:
@@ -131,7 +150,7 @@ def _print_warnings(table: pl.DataFrame, keys: list[str], console: Console) -> N
     if empty:
         console.print(
             f"[yellow]note[/yellow] {len(empty)} group(s) have fewer than two finished calls "
-            f"(failures only), so no latency: {_some(empty)}"
+            f"(the rest cut or failed), so no latency: {_some(empty)}"
         )
     if unbounded:
         console.print(
