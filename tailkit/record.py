@@ -72,6 +72,8 @@ CALL_COLUMNS: tuple[Column, ...] = (
     Column("source_row", "BIGINT", "int", mappable=False),
     Column("ingest_id", "BIGINT", "int", mappable=False),
     Column("attrs", "JSON", "json", mappable=False),
+    # Last, as a migration adds it: the store's column order is this order.
+    Column("job_key", "VARCHAR", "text"),
 )
 """The stored columns of table ``calls``, in order (docs/call-record.md)."""
 

@@ -63,6 +63,17 @@ def test_every_mapped_column(store: Store) -> None:
     ] == rows  # fmt: skip
 
 
+def test_the_conversation_and_turn_are_the_job(store: Store) -> None:
+    """
+    AIPerf's conversation and turn fill job_key: the same dataset on two models pairs by job.
+    """
+    ingest_paths(store, [RECORDS], format="aiperf", options=_SETS)
+
+    keys = store.fetchall("SELECT job_key FROM calls WHERE call_id = 'r-1'")
+
+    assert [("conv-1#0",)] == keys
+
+
 def test_model_name_is_used_when_present(store: Store) -> None:
     """
     Without --set model, only a record with model_name has a model; the rest are rejected.

@@ -89,6 +89,25 @@ def test_map_set_and_unit_ms(store: Store) -> None:
     ] == rows
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_a_prompt_id_maps_to_job_key(store: Store, tmp_path: Path, fmt: str) -> None:
+    """
+    --map job_key=prompt_id pairs the same prompt across routes; a job_key column needs no map.
+    """
+    rows = [dict(r, prompt_id=f"p{i}") for i, r in enumerate(_ROWS)]
+    ingest_paths(
+        store, [_write(tmp_path, fmt, rows)], options=ScanOptions(mapping={"job_key": "prompt_id"})
+    )
+    (tmp_path / "named").mkdir()
+    ingest_paths(
+        store, [_write(tmp_path / "named", fmt, [dict(_ROWS[0], call_id="c9", job_key="j")])]
+    )
+
+    keys = store.fetchall("SELECT call_id, job_key FROM calls ORDER BY 1")
+
+    assert [("c1", "p0"), ("c2", "p1"), ("c9", "j")] == keys
+
+
 def test_millisecond_values_without_unit_are_refused(store: Store) -> None:
     """
     Durations that look like milliseconds need --unit; nothing is stored meanwhile.

@@ -40,7 +40,7 @@ def test_a_newer_store_is_refused_with_the_fix(tmp_path: Path) -> None:
     con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     con.close()
 
-    with pytest.raises(StoreVersionError, match=r"schema 99 but this tailkit knows 1: upgrade"):
+    with pytest.raises(StoreVersionError, match=r"schema 99 but this tailkit knows 2: upgrade"):
         Store.open(path)
 
 
@@ -50,14 +50,34 @@ def test_an_older_store_is_migrated(tmp_path: Path) -> None:
     """
     with Store.open(tmp_path / "s.duckdb") as store:
         store.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-        store.migrate(0, {0: ("ALTER TABLE calls ADD COLUMN migrated BOOLEAN",)})
+        # 1 -> 2 is the real migration's step, empty here: the file already has job_key
+        store.migrate(0, {0: ("ALTER TABLE calls ADD COLUMN migrated BOOLEAN",), 1: ()})
         version = store.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
         column = store.fetchone(
             "SELECT count(*) FROM information_schema.columns WHERE column_name = 'migrated'"
         )
 
-    assert ("1",) == version
+    assert ("2",) == version
     assert (1,) == column
+
+
+def test_a_version_1_store_gains_job_key(tmp_path: Path) -> None:
+    """
+    A version-1 file (no job_key) opens as version 2, its calls kept, job_key NULL.
+    """
+    path = tmp_path / "v1.duckdb"
+    with Store.open(path) as store:
+        store.execute("ALTER TABLE calls DROP COLUMN job_key")
+        store.execute(
+            "INSERT INTO calls (call_id, provider, model, status) VALUES ('c', 'p', 'm', 'ok')"
+        )
+        store.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with Store.open(path) as store:
+        version = store.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
+        row = store.fetchone("SELECT call_id, job_key FROM calls")
+
+    assert (str(SCHEMA_VERSION),) == version
+    assert ("c", None) == row
 
 
 @pytest.mark.parametrize(

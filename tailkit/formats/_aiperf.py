@@ -135,6 +135,14 @@ def _columns(ref: Ref) -> dict[str, RawColumn]:
     timed_out = f"(NOT {cut} AND ({status}) = 'timeout')"
     return {
         "call_id": RawColumn(q.meta("x_request_id"), "VARCHAR", "metadata.x_request_id"),
+        # The dataset's conversation and turn: the same job when one dataset runs on several
+        # models or endpoints (paired evidence of what a repeat attempt shares).
+        "job_key": RawColumn(
+            f"CASE WHEN {q.meta('conversation_id')} <> '' THEN {q.meta('conversation_id')} "
+            f"|| '#' || coalesce({q.meta('turn_index')}, '0') END",
+            "VARCHAR",
+            "metadata.conversation_id",
+        ),
         "model": RawColumn(
             f"coalesce(NULLIF(json_extract_string({ref('model_name')}, '$'), ''), "
             f"NULLIF({q.meta('model_name')}, ''))",

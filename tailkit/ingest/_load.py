@@ -234,7 +234,8 @@ class FileLoad:
         try:
             return _one(
                 self.store,
-                f"INSERT INTO calls SELECT {columns}, {literal(self.scan.format)}, "
+                f"INSERT INTO calls ({columns}, source, source_file, source_row, ingest_id, "
+                f"attrs) SELECT {columns}, {literal(self.scan.format)}, "
                 f"{literal(str(self.path))}, source_row, {ingest_id}, attrs FROM ({sql})",
             )
         except QueryError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 from tailkit.record import CALL_COLUMNS
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _CALLS = ",\n    ".join(f"{c.name} {c.sql_type}" for c in CALL_COLUMNS)
 
@@ -44,11 +44,15 @@ DDL_V1: tuple[str, ...] = (
 )""",
     "CREATE SEQUENCE ingest_id_seq START 1",
 )
-"""Statements that create a version-1 store from nothing."""
+"""Statements that create a store of the current version from nothing (every column)."""
 
 Execute = Callable[[str], Any]
 
-MIGRATIONS: Mapping[int, tuple[str, ...]] = {}
+MIGRATIONS: Mapping[int, tuple[str, ...]] = {
+    # 2: job_key, the job (prompt) an attempt works on, shared by its repeats and its runs on
+    # other routes: the evidence of how much a repeat attempt shares with the one it repeats
+    1: ("ALTER TABLE calls ADD COLUMN job_key VARCHAR",),
+}
 """``MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``."""
 
 
