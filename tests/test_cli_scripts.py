@@ -302,3 +302,42 @@ def test_stats_table_renders_without_two_finished_calls(
         "note 1 group(s) have fewer than two finished calls (the rest cut or failed), so no "
         "latency: openai, m"
     ) in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("row", "what", "fix"),
+    [
+        ({"status": "timeout", "total_s": None, "censored_at_s": 30.0},
+         "all 300 calls were cut (at 30 s: their latency is only known to be longer)",
+         "calls that ran to completion (from a run with a longer timeout, or none)"),
+        ({"status": "error", "total_s": 0.5},
+         "all 300 calls failed (error or rate_limited)", "calls that succeeded"),
+    ],
+    ids=["all cut", "all failed"],
+)  # fmt: skip
+def test_calibrate_refusal_says_the_calls_were_cut_or_failed(
+    tmp_path: Path, row: dict[str, object], what: str, fix: str
+) -> None:
+    """
+    A route of 300 cut (or failed) calls is refused for what it is, not as "0 calls".
+    """
+    calls, db = tmp_path / "calls.jsonl", tmp_path / "calls.duckdb"
+    other = {"call_id": "x", "provider": "openai", "model": "other", "status": "ok", "total_s": 1}
+    base = {"provider": "openai", "model": "gpt-4.1"}
+    calls.write_text(
+        json.dumps(other)
+        + "\n"
+        + "".join(json.dumps(base | {"call_id": f"c{i}"} | row) + "\n" for i in range(300))
+    )
+    assert 0 == _invoke("ingest", calls, "--db", db).exit_code
+    workflow = tmp_path / "workflow.yaml"
+    workflow.write_text(WORKFLOW.replace("TOKENS", "{}"))
+
+    result = _invoke("calibrate", workflow, "-o", tmp_path / "plan.yaml", "--db", db)
+
+    assert 1 == result.exit_code
+    assert (
+        "Error: step 's': route openai/gpt-4.1 has fewer than 2 finished calls in bucket in any / "
+        f"out any, so no latency to calibrate on: {what}. Lowering --min-calls cannot help: "
+        f"ingest {fix} for this route\n"
+    ) == result.stderr

@@ -15,9 +15,9 @@ from tailkit.config import Plan, Route, Step
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.simulate._build import SampleKey, step_routes
-from tailkit.simulate._fetch import Need, RouteData, fetch
+from tailkit.simulate._fetch import CUT, Need, RouteData, _counts, fetch
 from tailkit.simulate._sample import RouteSample
-from tailkit.store import Store
+from tailkit.store import Store, calls_with_buckets_sql
 
 
 DEFAULT_MIN_CALLS = 200
@@ -198,10 +198,71 @@ def load_samples(
         if calls >= min_calls and sample is not None:
             out[(name, route)] = sample.as_lognormal() if latency == "lognormal" else sample
         elif route not in extra:
-            msg = (
-                f"step {name!r}: route {route} has {calls} calls in bucket {label} "
-                f"(needs {min_calls}). Ingest more logs for this route, "
-                f"{widen_fixes([step])}or lower --min-calls"
+            need = _need(plan.routes[route], step, buckets)
+            thin = f"step {name!r}: route {route}"
+            raise ThinSampleError(
+                _refusal(store, buckets, need, step, thin=thin, label=label, min_calls=min_calls)
             )
-            raise ThinSampleError(msg)
     return out
+
+
+def _refusal(
+    store: Store, buckets: Buckets, need: Need, step: Step, *, thin: str, label: str, min_calls: int
+) -> str:
+    """
+    Why a step's route cannot be calibrated on, and the fixes that can help.
+
+    Counted again here, on the refusal's path only: with fewer than two finished calls the
+    route has no sample, and "0 calls" would hide 300 cut or failed ones, for which lowering
+    --min-calls cannot help.
+    """
+    base = calls_with_buckets_sql(buckets, where=need.route_sql())
+    counts = _counts(store, base, [need])[need]
+    widen = widen_fixes([step])
+    if counts.bucket >= 2:
+        calls = counts.bucket + counts.keep_cut(counts.bucket)
+        failed = (
+            f"; {counts.failed} more failed, which give no latency"
+            if counts.failed >= calls
+            else ""
+        )
+        return (
+            f"{thin} has {calls} calls in bucket {label} (needs {min_calls}){failed}. "
+            f"Ingest more logs for this route, {widen}or lower --min-calls"
+        )
+    if counts.attempts == 0:
+        return f"{thin} has no calls in bucket {label}. Ingest logs for this route, {widen}".rstrip(
+            ", "
+        )
+    low, high = store.fetchall(
+        f"SELECT min(censored_at_s), max(censored_at_s) FROM ({base}) "
+        f"WHERE {CUT} AND {need.sql(output=False)}"
+    )[0]
+    at = "" if low is None else f"at {low:g} s" if low == high else f"at {low:g}-{high:g} s"
+    elsewhere = counts.ok - counts.bucket
+    other = counts.attempts - counts.ok - counts.cut - counts.failed - counts.invalid
+    parts = [
+        (counts.cut, f"{counts.cut} were cut ({at}: their latency is only known to be longer)"),
+        (counts.failed, f"{counts.failed} failed (error or rate_limited)"),
+        (counts.invalid, f"{counts.invalid} returned invalid output"),
+        (elsewhere, f"{elsewhere} finished in other output buckets"),
+        (counts.bucket, f"{counts.bucket} finished"),
+        (other, f"{other} ended otherwise (timeout or cancelled, without a cut age)"),
+    ]
+    told = [text for n, text in parts if n > 0]
+    if len(told) == 1 and counts.bucket == 0:
+        what = f"all {counts.attempts} calls {told[0].split(' ', 1)[1]}"
+    else:
+        what = f"of its {counts.attempts} call(s), " + ", ".join(told)
+    fixes = []
+    if counts.cut:
+        fixes.append("calls that ran to completion (from a run with a longer timeout, or none)")
+    if counts.failed or counts.invalid or other:
+        fixes.append("calls that succeeded")
+    fix = " or ".join(fixes) or "more calls"
+    widen = f", or {widen.rstrip(', ')}" if widen else ""
+    return (
+        f"{thin} has fewer than 2 finished calls in bucket {label}, so no latency to "
+        f"calibrate on: {what}. Lowering --min-calls cannot help: ingest {fix} for this "
+        f"route{widen}"
+    )
