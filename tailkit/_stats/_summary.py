@@ -292,6 +292,10 @@ class SummarySource:
     def hedges(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
         return judge(self.summary.pairs, self.summary.firsts, query.by)
 
+    def paired(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
+        # Summaries carry no job keys yet: the verdicts say single calls only look transient.
+        return {}
+
     def samples(
         self,
         query: TableQuery,

@@ -42,7 +42,7 @@ from tailkit._stats._query import (
     order_columns,
 )
 from tailkit._stats._samples import Calls, fetch_calls, fetch_samples
-from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator
+from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator, paired_calls_sql
 from tailkit.errors import OutOfMemoryError
 from tailkit.fit import (
     fit_lognormal,
@@ -134,6 +134,11 @@ class TableSource(Protocol):
         Per route, ``(pairs, escaped)`` (`hedges_sql`).
         """
 
+    def paired(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
+        """
+        Per route, ``(pairs, escaped)`` from the same job on other routes (`paired_calls_sql`).
+        """
+
     def samples(
         self,
         query: TableQuery,
@@ -186,6 +191,10 @@ class _StoreSource:
 
     def hedges(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
         rows = self.store.fetchall(hedges_sql(query))
+        return {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in rows}
+
+    def paired(self, query: TableQuery) -> dict[tuple[Any, ...], tuple[int, int]]:
+        rows = self.store.fetchall(paired_calls_sql(query.source_sql(), query.by))
         return {tuple(r[:-2]): (int(r[-2]), int(r[-1])) for r in rows}
 
     def samples(
@@ -307,13 +316,13 @@ def build_report(
     for row, agg in zip(rows, aggs, strict=True):
         speed = agg.get("speed_q") or [None, None]
         row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
-    hedges = source.hedges(query)
+    hedges, paired = source.hedges(query), source.paired(query)
     group_calls = source.samples(
         query, kept, _route_counts(kept, groups),
         group_size=fit_max_n, route_size=MAX_ROUTE_CALLS,
-        on_route=lambda route_id, calls: routes.judge(route_id, calls, hedges),
+        on_route=lambda route_id, calls: routes.judge(route_id, calls, hedges, paired),
     )  # fmt: skip
-    routes.judge_rest(hedges)
+    routes.judge_rest(hedges, paired)
     if described:
         _describe(source, query, described, group_calls, latency, level=level, max_n=fit_max_n)
     verdicts = routes.verdicts(list(query.by))

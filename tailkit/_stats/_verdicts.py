@@ -4,7 +4,10 @@ Would a fresh attempt escape a route's tail? Per route: transient, work, mixed o
 The table's groups (a route's token buckets) hand their rows to a `RouteAccumulator`; `judge`
 gives each route one `tail_kind` verdict over a seeded sample of its calls drawn in DuckDB (all
 of them up to `MAX_ROUTE_CALLS`), with the evidence from repeat attempts the store holds
-(`hedges_sql`), and `verdicts` gives each of its rows its ``transient`` flag from that verdict.
+(`hedges_sql`) and from paired calls, the same job on several routes (`paired_calls_sql`), and
+`verdicts` gives each of its rows its ``transient`` flag from that verdict. Single calls alone
+only say that a tail looks transient; the verdict's sentence and its ``escape_confirmed_by``
+column say whether repeat attempts or paired calls confirm that a fresh attempt escapes it.
 The sample is uniform over the route's calls, so its shares are the route's; the clustering
 test sees the sampled calls' start times (a uniform thinning keeps a Poisson stream Poisson
 and a clustered one over-dispersed).
@@ -14,15 +17,70 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
 from tailkit._stats._samples import Calls
 from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_kind
+from tailkit.store import OK_CALL
+from tailkit.store._repeats import ESCAPE_RANK, MIN_REFERENCE
 
 
 MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded sample
+SLOW_RANK = 0.95  # a paired call is slow beyond its route's p95 (or cut)
+Counts = dict[tuple[Any, ...], tuple[int, int]]
+
+
+def paired_calls_sql(source_sql: str, by: Sequence[str] = ()) -> str:
+    """
+    Slow calls whose job also ran on another route, and how often it finished fast there.
+
+    The paired-call twin of `tailkit.store.repeat_attempts_sql`, over first attempts that
+    carry a ``job_key`` (the same prompt or task; `docs/call-record.md`) and whose job ran on
+    more than one route (provider and model). A call is slow when it was cut or finished
+    beyond the p95 of its route and step; its partner is one call of the same job on another
+    route, drawn by a hash of both call ids (so each slow call counts once: the pairs stay
+    independent however many routes a job ran on). It escaped when the partner finished below
+    the p75 of its own route and step: an independent draw does so 75 % of the time, a job
+    whose slowness is its own (hidden reasoning, a slow tool) rarely. Routes and steps need
+    `MIN_REFERENCE` finished calls with a job key for a p95 or p75. Grouped by the ``by``
+    columns of the slow call; columns: those, ``pairs`` and ``escaped``.
+    """
+    keys = "".join(f's."{k}", ' for k in by)
+    outer = "".join(f'"{k}", ' for k in by)
+    carried = "".join(f'"{k}", ' for k in by if k not in _PAIR_COLUMNS)
+    route = (
+        "r.provider = {t}.provider AND r.model = {t}.model AND r.step IS NOT DISTINCT FROM {t}.step"
+    )
+    return (
+        f"WITH j AS (SELECT {carried}{', '.join(_PAIR_COLUMNS)} FROM {source_sql} "
+        "WHERE attempt = 0 AND job_key IS NOT NULL "
+        f"AND (({OK_CALL}) OR censored_at_s > 0)), "
+        "jj AS (SELECT * FROM j WHERE job_key IN (SELECT job_key FROM j GROUP BY job_key "
+        "HAVING count(DISTINCT (provider, model)) > 1)), "
+        "ref AS (SELECT provider, model, step, "
+        f"quantile_cont(total_s, {SLOW_RANK}) AS _slow, "
+        f"quantile_cont(total_s, {ESCAPE_RANK}) AS _fast FROM jj WHERE {OK_CALL} "
+        f"GROUP BY ALL HAVING count(*) >= {MIN_REFERENCE}), "
+        "slow AS (SELECT s.* FROM jj AS s JOIN ref AS r ON "
+        f"{route.format(t='s')} "
+        "WHERE s.censored_at_s > 0 OR s.total_s > r._slow), "
+        f"pair AS (SELECT {keys}p.status = 'ok' AND p.total_s < r._fast AS _escaped "
+        "FROM slow AS s JOIN jj AS p ON p.job_key = s.job_key "
+        "AND (p.provider <> s.provider OR p.model <> s.model) "
+        f"JOIN ref AS r ON {route.format(t='p')} "
+        "QUALIFY row_number() OVER (PARTITION BY s.call_id "
+        "ORDER BY md5(s.call_id || chr(31) || p.call_id), p.call_id) = 1) "
+        f"SELECT {outer}count(*) AS pairs, "
+        "count(*) FILTER (_escaped) AS escaped FROM pair "
+        f"{'GROUP BY ALL' if by else ''}"
+    )
+
+
+_PAIR_COLUMNS = ("call_id", "job_key", "provider", "model", "step", "status", "total_s",
+                 "censored_at_s")  # fmt: skip
 
 
 class RouteAccumulator:
@@ -50,7 +108,8 @@ class RouteAccumulator:
         self,
         route_id: int,
         calls: Calls,
-        hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None,
+        hedges: Counts | None = None,
+        paired: Counts | None = None,
     ) -> None:
         """
         Decide the tail kind of the route(s) with id ``route_id`` from a sample of its calls.
@@ -59,31 +118,34 @@ class RouteAccumulator:
             route_id: The route's id, as given to `add`.
             calls: A seeded sample of the route's finished and cut calls.
             hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
+            paired: Per route, ``(pairs, escaped)`` from paired calls (`paired_calls_sql`).
         """
         for route, rid in self._ids.items():
             if rid == route_id:
-                self._judge(route, calls, hedges)
+                self._judge(route, calls, hedges, paired)
 
-    def judge_rest(self, hedges: dict[tuple[Any, ...], tuple[int, int]] | None = None) -> None:
+    def judge_rest(self, hedges: Counts | None = None, paired: Counts | None = None) -> None:
         """
         Decide the routes not judged yet: they have no finished or cut call.
         """
         for route in self._ids:
             if route not in self._kinds:
-                self._judge(route, Calls.empty(), hedges)
+                self._judge(route, Calls.empty(), hedges, paired)
 
     def _judge(
         self,
         route: tuple[Any, ...],
         c: Calls,
-        hedges: dict[tuple[Any, ...], tuple[int, int]] | None,
+        hedges: Counts | None,
+        paired: Counts | None,
     ) -> None:
-        pair = (hedges or {}).get(route)
-        evidence = hedge_evidence(*pair, level=self._level) if pair else None
+        repeats, jobs = (hedges or {}).get(route), (paired or {}).get(route)
         self._kinds[route] = tail_kind(
             c.total_s, censored_at_s=c.cut_s, output_tokens=c.output_tokens,
             input_tokens=c.input_tokens, started_at_s=c.started_s, ttft_s=c.ttft_s,
-            hedges=evidence, window_s=self._window_s, level=self._level,
+            hedges=hedge_evidence(*repeats, level=self._level) if repeats else None,
+            paired=hedge_evidence(*jobs, level=self._level) if jobs else None,
+            window_s=self._window_s, level=self._level,
         )  # fmt: skip
 
     def verdicts(self, by: list[str]) -> pl.DataFrame:
@@ -116,7 +178,8 @@ def _record(v: TailKind) -> dict[str, Any]:
     """
     nan = math.nan
     size, tail, clustering, first = v.size, v.tail, v.clustering, v.first_token
-    hedges = v.hedges or HedgeEvidence(0, 0, nan, Interval(nan, nan), "unknown")
+    none = HedgeEvidence(0, 0, nan, Interval(nan, nan), "unknown")
+    hedges, paired = v.hedges or none, v.paired or none
     return {
         "n": v.n,
         "n_cut": v.n_cut,
@@ -145,5 +208,12 @@ def _record(v: TailKind) -> dict[str, Any]:
         "hedge_share": hedges.share,
         "hedge_share_lo": hedges.interval.low if hedges.pairs else nan,
         "hedge_share_hi": hedges.interval.high if hedges.pairs else nan,
+        "paired_pairs": paired.pairs,
+        "paired_escaped": paired.escaped,
+        "paired_share": paired.share,
+        "paired_share_lo": paired.interval.low if paired.pairs else nan,
+        "paired_share_hi": paired.interval.high if paired.pairs else nan,
+        "escape_confirmed_by": v.escape_confirmed_by or "",
+        "spells": v.spells,
         "verdict": v.sentence,
     }

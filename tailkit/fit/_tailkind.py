@@ -10,8 +10,16 @@ three kinds of evidence, strongest last:
    calls slower than same-size calls of the body explain, is what a fresh attempt escapes
    (`residual_tail`).
 2. Time. Residual tail calls that bunch up in time are slow spells (`time_clustering`).
-3. Repeat attempts. Where the store holds hedges and retries of the same call, it says
-   directly how often the fresh attempt of a slow call finished fast (`hedge_evidence`).
+3. Repeat attempts and paired calls. Where the store holds hedges and retries of the same
+   call, they say directly how often the fresh attempt of a slow call finished fast
+   (`hedge_evidence`); where it holds the same job (prompt) run on several routes, how often
+   the job finished fast elsewhere when it was slow on this route (the same judgement).
+
+Single calls can only say a tail *looks* transient: work bound to the request that the token
+counts do not show (uncounted reasoning, a slow tool behind the model) looks the same, and a
+fresh attempt meets it again. So the sentence says whether repeat attempts or paired calls
+confirm that a fresh attempt escapes, or only that single calls look transient. And where slow
+calls come in spells, a retry on the same provider meets the same spell: the sentence says so.
 
 A test that fails to reject is never turned into a claim: ``work`` needs size to explain
 the spread *and* the residual tail's interval to exclude 1 % of calls; otherwise the verdict
@@ -52,6 +60,12 @@ STREAMED_TTFT = 0.9  # ... and it is less than 90 % of the call (a non-streamed 
 SPELL_ALPHA = 0.01  # slow spells alone decide only at 1 % (the pooled chi-square runs a bit hot)
 MATERIAL_WAIT = 0.25  # a first-token stall must add a quarter of a typical call's latency
 _TIMES = "\u00d7"
+REPEATS, PAIRED = "repeat attempts", "paired calls"
+UNCONFIRMED = (
+    "looks transient in single calls; no repeat attempts or paired calls confirm a fresh "
+    "attempt escapes it"
+)
+SPELL_RETRY = "a retry on the same provider does not escape a spell; a different provider may"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +138,11 @@ class TailKind:
             whole call.
         clustering: Whether residual tail calls bunch up in time.
         hedges: Evidence from repeat attempts, when given.
-        sentence: The verdict in plain words.
+        sentence: The verdict in plain words: what the calls show, whether repeat attempts
+            or paired calls confirm that a fresh attempt escapes (or only single calls look
+            transient), and, with slow spells, that a retry on the same provider does not
+            escape a spell.
+        paired: Evidence from paired calls (the same job on other routes), when given.
     """
 
     kind: str
@@ -138,6 +156,7 @@ class TailKind:
     clustering: TimeClustering | None
     hedges: HedgeEvidence | None
     sentence: str
+    paired: HedgeEvidence | None = None
 
     @property
     def transient(self) -> bool | None:
@@ -145,6 +164,32 @@ class TailKind:
         True for transient or mixed, False for work, None for unknown.
         """
         return None if self.kind == "unknown" else self.kind != "work"
+
+    @property
+    def escape_confirmed_by(self) -> str | None:
+        """
+        What confirms that a fresh attempt escapes the tail, if anything.
+
+        ``"repeat attempts"`` or ``"paired calls"`` when that evidence says transient (20+
+        pairs, its interval above one half) and the verdict is transient or mixed; ``None``
+        when only single calls look transient (or the tail is work, or unknown).
+        """
+        evidence = ((REPEATS, self.hedges), (PAIRED, self.paired))
+        says = {e.says for _, e in evidence if e is not None}
+        if self.kind not in ("transient", "mixed") or "work" in says:
+            return None
+        return next((name for name, e in evidence if e is not None and e.says == "transient"), None)
+
+    @property
+    def spells(self) -> bool:
+        """
+        Slow calls come in spells in time: the clustering test at p < 0.01.
+
+        A retry on the same provider during a spell meets the same spell. The test's own
+        ``clustered`` flag (p < 0.05) is not enough for that claim: the pooled chi-square runs
+        a bit hot, as for a verdict from spells alone.
+        """
+        return self.clustering is not None and self.clustering.p_value < SPELL_ALPHA
 
 
 def tail_kind(
@@ -156,6 +201,7 @@ def tail_kind(
     started_at_s: npt.ArrayLike | None = None,
     ttft_s: npt.ArrayLike | None = None,
     hedges: HedgeEvidence | None = None,
+    paired: HedgeEvidence | None = None,
     window_s: float = 60.0,
     level: float = 0.95,
 ) -> TailKind:
@@ -174,9 +220,12 @@ def tail_kind(
       tails' intervals below 1 % of calls and no clustering at 5 %: ``work``;
     - otherwise ``unknown``, naming what is missing.
 
-    Repeat attempts, when they say something (20+ pairs, interval clear of one half), are
-    the most direct evidence: they turn ``unknown`` into their answer, and a contradicting
-    verdict into ``mixed``.
+    Repeat attempts and paired calls, when they say something (20+ pairs, interval clear of
+    one half), are the direct evidence: they turn ``unknown`` into their answer, and a
+    contradicting verdict into ``mixed``. Without them a transient or mixed verdict says that
+    its tail only looks transient in single calls (`TailKind.escape_confirmed_by` is
+    ``None``). With slow spells (`TailKind.spells`) it says that a retry on the same provider
+    does not escape a spell.
 
     Args:
         latency_s: Latency of each call in seconds (ignored where the call was cut).
@@ -187,6 +236,9 @@ def tail_kind(
         ttft_s: Aligned time to first token, NaN where unknown (a residual tail there counts
             like one in the whole latency).
         hedges: Evidence from repeat attempts of this route's slow calls.
+        paired: Evidence from paired calls: this route's slow calls whose job also ran on
+            another route (see `hedge_evidence`; the same judgement of ``pairs`` and
+            ``escaped``).
         window_s: Time window for the clustering test.
         level: Confidence level of every interval.
 
@@ -208,8 +260,8 @@ def tail_kind(
             f"can't tell: too few calls ({n}, {n - n_cut} finished; "
             f"need {MIN_CALLS} with {MIN_FINISHED} finished)"
         )
-        return _with_hedges(TailKind("unknown", n, n_cut, 0, None, None, math.nan, None, None,
-                                     hedges, sentence))  # fmt: skip
+        return _with_evidence(TailKind("unknown", n, n_cut, 0, None, None, math.nan, None,
+                                       None, hedges, sentence, paired))  # fmt: skip
     log_age = np.log(np.where(is_cut, cut_age, x)[used])
     tokens = {"output": aligned["output_tokens"][used], "input": aligned["input_tokens"][used]}
     size = size_model(log_age, finished[used], tokens)
@@ -239,10 +291,13 @@ def tail_kind(
     started = aligned["started_at_s"][used][placed]
     clustering = time_clustering(started, flags, window_s=window_s)
     kind, sentence = _decide(
-        size, tail, top=top, first=first, clustering=clustering, n=n, unsized=unsized
-    )
-    return _with_hedges(
-        TailKind(kind, n, n_cut, unsized, size, tail, top, first, clustering, hedges, sentence)
+        size, tail, top=top, first=first, clustering=clustering, n=n, unsized=unsized,
+        claim=_claim(hedges, paired),
+    )  # fmt: skip
+    return _with_evidence(
+        TailKind(
+            kind, n, n_cut, unsized, size, tail, top, first, clustering, hedges, sentence, paired
+        )
     )
 
 
@@ -317,9 +372,13 @@ def _decide(
     clustering: TimeClustering,
     n: int,
     unsized: int,
+    claim: str,
 ) -> tuple[str, str]:
     """
     The kind and its sentence (the rules of `tail_kind`, before repeat attempts).
+
+    ``claim`` is what to say of whether a fresh attempt escapes what looks transient
+    (`_claim`): confirmed by repeat attempts or paired calls, or only seen in single calls.
     """
     share = tail.share_interval
     explained = (
@@ -343,21 +402,21 @@ def _decide(
             )
         what = " and ".join(parts)
         if not size.explains or top >= 0.5:
-            return "transient", f"transient: {what} ({explained}): a fresh attempt escapes them"
+            return "transient", f"transient: {what} ({explained}): {claim}"
         return "mixed", (
-            f"mixed: {what}, a fresh attempt escapes those; the rest of the tail grows with "
-            f"call size ({explained}), and a fresh attempt is as slow there"
+            f"mixed: {what}: {claim}; the rest of the tail grows with call size ({explained}), "
+            "and a fresh attempt is as slow there"
         )
     if clustering.p_value < SPELL_ALPHA:
         # The slowest residuals (size taken out) bunch up in time: slow spells.
         if not size.explains:
             return "transient", (
-                f"transient: slow calls come in spells ({clustering.verdict}); {explained}"
+                f"transient: slow calls come in spells ({clustering.verdict}); {explained}: {claim}"
             )
         return "mixed", (
             f"mixed: calls slower than their size predicts come in spells "
-            f"({clustering.verdict}), a fresh attempt may escape those; the rest of the tail "
-            f"grows with call size ({explained})"
+            f"({clustering.verdict}): {claim}; the rest of the tail grows with call size "
+            f"({explained})"
         )
     spells = clustering.p_value < ALPHA
     ttft_clear = first is None or first.share_interval.high < WORK_SHARE_MAX
@@ -394,38 +453,98 @@ def _decide(
         return "unknown", (
             f"can't tell: the body's slow side is heavier than a lognormal's ({'; '.join(skewed)}"
             f"), too many for a separate tail, and {explained}: whether a fresh attempt "
-            "escapes it needs repeat attempts (hedged or retried calls of this route)"
+            f"escapes it needs {_NEEDED}"
         )
     return "unknown", (
         "can't tell: no tail beyond the body's spread, and the spread is not explained by "
-        f"call size ({explained}): whether a fresh attempt escapes it needs repeat "
-        "attempts (hedged or retried calls of this route)"
+        f"call size ({explained}): whether a fresh attempt escapes it needs {_NEEDED}"
     )
 
 
-def _with_hedges(verdict: TailKind) -> TailKind:
+_NEEDED = (
+    "repeat attempts (hedged or retried calls of this route) or paired calls (the same job "
+    "on other routes: a job_key)"
+)
+
+
+def _seen(name: str, evidence: HedgeEvidence) -> str:
     """
-    Let repeat attempts, the direct evidence, settle or qualify the verdict.
+    What repeat attempts or paired calls showed, with the share's interval.
     """
-    hedges = verdict.hedges
-    if hedges is None or hedges.says == "unknown":
-        return verdict
-    seen = (
-        f"{hedges.escaped} of {hedges.pairs} fresh attempts of slow calls finished fast "
-        f"({_percent(hedges.share)} [{_percent(hedges.interval.low)}–"
-        f"{_percent(hedges.interval.high)}])"
+    share = (
+        f"{_percent(evidence.share)} [{_percent(evidence.interval.low)}–"
+        f"{_percent(evidence.interval.high)}]"
     )
-    if verdict.kind in ("unknown", hedges.says):
-        kind = hedges.says
-        ending = (
-            "a fresh attempt escapes the tail"
-            if kind == "transient"
-            else "a fresh attempt is as slow"
-        )
-        sentence = f"{kind}: {seen}: {ending}"
-        if verdict.kind != "unknown":
-            sentence += f"; {verdict.sentence.split(': ', 1)[1]}"
+    if name == REPEATS:
+        what = "fresh attempts of slow calls finished fast"
     else:
-        kind = "mixed"
-        sentence = f"mixed: {seen}, while the latencies alone say {verdict.sentence}"
+        what = "slow calls' jobs finished fast on another route"
+    return f"{evidence.escaped} of {evidence.pairs} {what} ({share})"
+
+
+def _claim(hedges: HedgeEvidence | None, paired: HedgeEvidence | None) -> str:
+    """
+    Whether a fresh attempt escapes what looks transient: confirmed, or single calls only.
+    """
+    given = [(n, e) for n, e in ((REPEATS, hedges), (PAIRED, paired)) if e is not None]
+    if any(e.says == "work" for _, e in given):
+        return "looks transient in single calls"  # `_with_evidence` says what contradicts it
+    for name, evidence in given:
+        if evidence.says == "transient":
+            return f"{_seen(name, evidence)}: {name} confirm a fresh attempt escapes it"
+    weak = [_seen(n, e) for n, e in given if e.pairs > 0]
+    if weak:
+        return (
+            f"looks transient in single calls; {' and '.join(weak)}: too few (under "
+            f"{MIN_PAIRS}) or too close to one half to confirm a fresh attempt escapes it"
+        )
+    return UNCONFIRMED
+
+
+def _with_evidence(verdict: TailKind) -> TailKind:
+    """
+    Let repeat attempts and paired calls, the direct evidence, settle or qualify the verdict.
+
+    Then, where slow calls come in spells, say that a retry on the same provider meets them.
+    """
+    kind, sentence = verdict.kind, verdict.sentence
+    decisive = [
+        (name, e)
+        for name, e in ((REPEATS, verdict.hedges), (PAIRED, verdict.paired))
+        if e is not None and e.says != "unknown"
+    ]
+    says = {e.says for _, e in decisive}
+    if len(says) > 1:
+        both = "; ".join(f"{_seen(n, e)}: {n} say {e.says}" for n, e in decisive)
+        kind, sentence = "mixed", f"mixed: {both}; the latencies alone say {sentence}"
+    elif says:
+        name, evidence = decisive[0]
+        seen = _seen(name, evidence)
+        if evidence.says == "transient" and kind == "unknown":
+            kind = "transient"
+            sentence = (
+                f"transient: {seen}: {name} confirm a fresh attempt escapes the tail; "
+                f"the latencies alone {sentence}"
+            )
+        elif evidence.says == "transient" and kind == "work":
+            kind = "mixed"
+            sentence = (
+                f"mixed: {seen}: {name} say a fresh attempt escapes, while the latencies "
+                f"alone say {sentence}"
+            )
+        elif evidence.says == "work" and kind in ("unknown", "work"):
+            rest = f"; {sentence.split(': ', 1)[1]}" if kind == "work" else ""
+            kind, sentence = "work", f"work: {seen}: a fresh attempt is as slow{rest}"
+        elif evidence.says == "work":
+            kind = "mixed"
+            sentence = (
+                f"mixed: {seen}: a fresh attempt is as slow, while the latencies alone say "
+                f"{sentence}"
+            )
+    if verdict.spells and kind in ("transient", "mixed"):
+        if "come in spells" in sentence:
+            sentence += f"; {SPELL_RETRY}"
+        else:
+            found = verdict.clustering.verdict if verdict.clustering else ""
+            sentence += f"; slow calls come in spells ({found}): {SPELL_RETRY}"
     return dataclasses.replace(verdict, kind=kind, sentence=sentence)
