@@ -23,6 +23,7 @@ from tailkit.cli import app
 from tailkit.cli._replay import render_replay
 from tailkit.config import dump_plan, parse_plan
 from tailkit.errors import ConfigError
+from tailkit.executor import AttemptError
 from tailkit.ingest import ingest_paths
 from tailkit.replay import replay
 from tailkit.replay._compare import Figure, agrees
@@ -334,3 +335,72 @@ def test_quiet_prints_the_verdict_line_only() -> None:
     assert "replay can't tell with the simulation; the plan does NOT help here" == (
         verdict_line(not_helps)  # type: ignore[arg-type]
     )
+
+
+class _RaisingExecutor:
+    """An executor whose odd runs end in the adapter's deadline error instead of a result."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    async def run(self, attempt_fns: object, *, run_id: str | None = None) -> None:
+        self.ran.append(str(run_id))
+        if int(str(run_id).rsplit("-", 1)[1]) % 2:
+            msg = "a/m at http://127.0.0.1:1/v1: the deadline passed before the request was sent"
+            raise AttemptError(msg, status="timeout")
+
+
+def test_a_run_that_raises_is_a_counted_error_not_the_replays_end() -> None:
+    """An exception escaping one run is returned as that run's error; the other runs go on."""
+    from tailkit.replay._sides import run_counted
+
+    executor = _RaisingExecutor()
+
+    async def runs() -> list[str | None]:
+        return list(
+            await asyncio.gather(
+                *(run_counted(executor, None, run_id=f"with-plan-{i}") for i in range(4))
+            )
+        )
+
+    errors = asyncio.run(runs())
+
+    assert 4 == len(executor.ran)
+    deadline = "the deadline passed before the request was sent"
+    assert [None, f"AttemptError: a/m at http://127.0.0.1:1/v1: {deadline}"] * 2 == errors
+
+
+def test_a_run_that_ended_in_an_error_without_ledger_lines_is_a_miss(
+    small: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Runs that raised before writing a line count as misses of the side's miss rate."""
+    from tailkit.config import load_plan
+    from tailkit.executor import Executor, JsonlSink, Ledger
+    from tailkit.replay._replay import _side
+    from tailkit.replay._sides import SideRun
+
+    plan = load_plan(small[1])
+    ledger_path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(JsonlSink(ledger_path))
+    executor = Executor(plan, ledger=ledger)
+
+    async def answer(attempt: object) -> str:
+        return "ok"
+
+    async def runs() -> None:
+        for i in range(6):
+            result = await executor.run(answer, run_id=f"with-plan-{i}", deadline_s=1e6)
+            assert result.ok
+
+    asyncio.run(runs())
+    ledger.close()
+    errors = (("with-plan-6", "AttemptError: x"), ("with-plan-7", "AttemptError: y"))
+    run = SideRun("with plan", 8, 0, ledger_path, errors)
+
+    predicted = dict.fromkeys(("miss_rate", "p50_s", "p99_s", "extra_attempts"), 0.0)
+    side = _side(plan, run, (predicted, {}))
+
+    assert 2 == side.errors
+    miss = side.observed["miss_rate"]
+    assert (0.25, 8) == (miss.value, miss.n)
+    assert miss.low > 0.0

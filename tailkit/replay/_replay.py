@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
 import tempfile
 import time
@@ -32,6 +33,7 @@ from typing import Any
 
 from tailkit.calibrate import workflow_of
 from tailkit.check import Estimate, observe
+from tailkit.check._estimate import rate
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
@@ -85,6 +87,7 @@ class ReplaySide:
             interval, as about one figure in three replays is by chance alone.
         denials: Cutoffs whose hedge the executor's budget or throttle denied.
         ledger: The side's ledger (profile seconds).
+        errors: Runs that ended in an exception instead of a result (counted as misses).
     """
 
     label: str
@@ -96,6 +99,7 @@ class ReplaySide:
     borderline: tuple[str, ...]
     denials: int
     ledger: Path
+    errors: int = 0
 
     @property
     def verdict(self) -> str:
@@ -125,6 +129,7 @@ class ReplaySide:
             "borderline": list(self.borderline),
             "verdict": self.verdict,
             "budget_denials": self.denials,
+            "runs_ended_in_error": self.errors,
             "ledger": str(self.ledger),
         }
 
@@ -220,12 +225,14 @@ def _prediction(
     return predicted, intervals
 
 
-def _figures(plan: Plan, ledger: Path, level: float) -> dict[str, Figure]:
+def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict[str, Figure]:
     # read exactly as `tailkit check` reads a production ledger: one definition of a run's
-    # end, a miss and an extra attempt (one a cutoff started) for both
+    # end, a miss and an extra attempt (one a cutoff started) for both; ``unseen`` runs that
+    # ended in an error without a ledger line are misses too
     seen = observe(plan, [ledger], level=level)
+    misses = seen.missed_late + seen.missed_failed + unseen
     estimates: dict[str, Estimate] = {
-        "miss_rate": seen.miss_rate,
+        "miss_rate": rate(misses, seen.runs + unseen, level=level) if unseen else seen.miss_rate,
         "p50_s": seen.p50_s,
         "p99_s": seen.p99_s,
         "extra_attempts": seen.cutoff_attempts,
@@ -237,9 +244,10 @@ def _side(
     plan: Plan, run: SideRun, predicted: tuple[dict[str, float], dict[str, Any]]
 ) -> ReplaySide:
     point, intervals = predicted
-    observed = _figures(plan, run.ledger, LEVEL)
+    unseen = _unseen_runs(run)
+    observed = _figures(plan, run.ledger, LEVEL, unseen=unseen)
     strict = verdicts(point, observed, intervals)
-    family = verdicts(point, _figures(plan, run.ledger, FAMILY_LEVEL), intervals)
+    family = verdicts(point, _figures(plan, run.ledger, FAMILY_LEVEL, unseen=unseen), intervals)
     return ReplaySide(
         label=run.label,
         runs=run.runs,
@@ -250,7 +258,25 @@ def _side(
         borderline=tuple(k for k in FIGURES if family[k] and not strict[k]),
         denials=run.denials,
         ledger=run.ledger,
+        errors=len(run.errors),
     )
+
+
+def _unseen_runs(run: SideRun) -> int:
+    """
+    Runs that ended in an error and left no line in the ledger (``check`` cannot see them).
+
+    A run that left lines is read from them: its required steps did not all finish, so it is
+    a miss already.
+    """
+    if not run.errors:
+        return 0
+    seen: set[str] = set()
+    with run.ledger.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                seen.add(str(json.loads(line).get("run_id")))
+    return sum(1 for run_id, _ in run.errors if run_id not in seen)
 
 
 async def _rehearse(
@@ -349,6 +375,12 @@ def replay(
     )  # fmt: skip
     sides, found, tried, notes = rehearsal.run(runs, time_scale)
     result_sides = (_side(plan, sides[0], predictions[0]), _side(plan, sides[1], predictions[1]))
+    for side, run in zip(result_sides, sides, strict=True):
+        if run.errors:
+            notes.append(
+                f"{len(run.errors)} run(s) {side.label} ended in an error, counted as misses "
+                f"(first: {run.errors[0][1]})"
+            )
     denied = result_sides[1].denials
     if denied:
         notes.append(

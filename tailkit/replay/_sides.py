@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tailkit.config import Plan
 from tailkit.executor import Attempt, Executor, JsonlSink, Ledger, StepPolicy
@@ -23,7 +23,7 @@ from tailkit.serve import INVALID_MARK
 from tailkit.simulate import SampleKey
 
 
-__all__ = ["MESSAGES", "SideRun", "run_side"]
+__all__ = ["MESSAGES", "SideRun", "run_counted", "run_side"]
 
 MESSAGES = [{"role": "user", "content": "Write the next part of the account brief."}]
 
@@ -38,12 +38,42 @@ class SideRun:
         runs: Workflow runs.
         denials: Cutoffs whose hedge the budget or the throttle denied.
         ledger: The side's ledger (JSON lines, profile seconds).
+        errors: Per run that ended in an exception instead of a result, its run id and the
+            error (``"AttemptError: …"``): misses, whatever its ledger lines say.
     """
 
     label: str
     runs: int
     denials: int
     ledger: Path
+    errors: tuple[tuple[str, str], ...] = ()
+
+
+class _Runs(Protocol):
+    """
+    What `run_counted` needs of an executor.
+    """
+
+    def run(self, attempt_fns: Any, *, run_id: str | None = None) -> Awaitable[Any]: ...
+
+
+async def run_counted(executor: _Runs, fn: Any, *, run_id: str) -> str | None:
+    """
+    One workflow run; an exception it raises is returned as text, never raised.
+
+    A run's failure is a miss, not the replay's end: on a heavily loaded machine an attempt
+    can fail in ways the executor does not turn into a step's failure (`AttemptError`: the
+    deadline passed before the request was sent), and one such run must not end the others.
+    Cancellation still propagates.
+
+    Returns:
+        ``None`` when the run returned, else ``"ErrorType: message"``.
+    """
+    try:
+        await executor.run(fn, run_id=run_id)
+    except Exception as error:  # any run's failure: a miss, counted, the others go on
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _valid(result: Any) -> bool:
@@ -102,12 +132,17 @@ async def run_side(
             served = model_ids[(attempt.step, attempt.route)]
             return chat(dataclasses.replace(attempt, model=served))
 
+        errors: list[tuple[str, str]] = []
+
         async def one(i: int) -> None:
             await asyncio.sleep(offset_s + i * pace_s)
-            await executor.run(call, run_id=f"{label.replace(' ', '-')}-{i}")
+            run_id = f"{label.replace(' ', '-')}-{i}"
+            error = await run_counted(executor, call, run_id=run_id)
+            if error is not None:
+                errors.append((run_id, error))
             if progress is not None:
                 progress()
 
         await asyncio.gather(*(one(i) for i in range(runs)))
     ledger.close()
-    return SideRun(label, runs, sum(executor.denials.values()), ledger_path)
+    return SideRun(label, runs, sum(executor.denials.values()), ledger_path, tuple(errors))
