@@ -4,9 +4,13 @@ Production's check of a plan: its predictions against the ledgers of the runs it
 `observe` reads ledgers (the executor's JSON lines, or any log ``tailkit ingest`` reads) and
 measures, for the plan's workflow, the runs, miss rate, p50, p99 and extra attempts per first
 attempt, and per step its p50, p99 and hedge rate, each with its 95 % interval. `check_plan`
-puts each prediction next to its observed figure: it ``holds`` (inside the interval, or within
-15 %), it ``drifted`` (with the likely cause: a slower route, hedges refused by the budget or a
-throttle, a thin basis), or the ledger ``can't tell`` (too few runs).
+puts each prediction next to its observed figure. A line ``drifted`` only when the observed
+interval and the plan's own interval are apart (and more than 15 % apart in value), each read
+at the level that holds the whole family of lines at ``level``: a plan that still holds reads
+drifted with probability at most ``1 - level``, one error rate for one exit code. A drifted
+line names its likely causes (a slower route, an outage, failed calls, hedges refused by the
+budget, throttle refusals and rate limits, a thin basis); with too few runs the ledger
+``can't tell``.
 
 Example::
 
@@ -25,8 +29,10 @@ from tailkit.check._check import check_plan as check_plan
 from tailkit.check._check import figure_text as figure_text
 from tailkit.check._check import observed_text as observed_text
 from tailkit.check._estimate import LEVEL as LEVEL
+from tailkit.check._estimate import Durations as Durations
 from tailkit.check._estimate import Estimate as Estimate
 from tailkit.check._observation import Observation as Observation
+from tailkit.check._observation import RouteAttempts as RouteAttempts
 from tailkit.check._observation import StepObservation as StepObservation
 from tailkit.check._observe import observe as observe
 from tailkit.check._report import CANT_TELL as CANT_TELL
@@ -38,6 +44,7 @@ from tailkit.check._report import WORKFLOW as WORKFLOW
 from tailkit.check._report import WORKFLOW_FIGURES as WORKFLOW_FIGURES
 from tailkit.check._report import CheckLine as CheckLine
 from tailkit.check._report import CheckReport as CheckReport
+from tailkit.check._report import Judged as Judged
 
 
 __all__ = [
@@ -54,8 +61,11 @@ __all__ = [
     "WORKFLOW_FIGURES",
     "CheckLine",
     "CheckReport",
+    "Durations",
     "Estimate",
+    "Judged",
     "Observation",
+    "RouteAttempts",
     "StepObservation",
     "check_observation",
     "check_plan",

@@ -27,6 +27,28 @@ NO_DATA = "no data"
 
 
 @dataclass(frozen=True, slots=True)
+class Durations:
+    """
+    The durations a quantile was read from, kept so its interval can be read at another level.
+
+    Args:
+        finished_s: Seconds of the units that finished.
+        unfinished_s: Seconds each unit that never finished (cut, failed, gave up) was seen
+            running: its duration is more than that.
+    """
+
+    finished_s: tuple[float, ...] = ()
+    unfinished_s: tuple[float, ...] = ()
+
+    def quantile(self, q: float, *, level: float = LEVEL) -> Estimate:
+        """
+        The ``q`` quantile by the CDF with its interval at ``level`` (see `quantiles`).
+        """
+        (found,) = quantiles(self.finished_s, self.unfinished_s, (q,), level=level)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """
     One observed figure and its confidence interval (95 % unless asked otherwise).
@@ -65,6 +87,35 @@ class Estimate:
             "n": self.n,
             "method": self.method,
         }
+
+
+def at_level(
+    est: Estimate, level: float, durations: Durations | None = None, q: float = 0.5
+) -> Estimate:
+    """
+    The same figure with its interval at another confidence level.
+
+    A rate or a ratio is read again from its count (``value * n``); a quantile from the
+    ``durations`` it was read from (its ``q``); an estimate of nothing stays as it is.
+
+    Args:
+        est: The estimate, as `rate`, `ratio` or `quantiles` made it.
+        level: The confidence level wanted.
+        durations: For a quantile, its units' durations (``None``: keep the interval).
+        q: For a quantile, which one (``0.99`` is p99).
+
+    Returns:
+        The estimate at ``level``; ``est`` itself when it cannot be read again.
+    """
+    if est.n <= 0 or est.method == NO_DATA:
+        return est
+    if est.method == CLOPPER_PEARSON:
+        return rate(round(est.value * est.n), est.n, level=level)
+    if est.method == GARWOOD:
+        return ratio(round(est.value * est.n), est.n, level=level)
+    if durations is None:
+        return est
+    return durations.quantile(q, level=level)
 
 
 def _finite(x: float) -> float | None:

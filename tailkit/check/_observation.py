@@ -6,7 +6,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailkit.check._estimate import Estimate
+from tailkit.check._estimate import Durations, Estimate, at_level
+
+
+_QUANTILE = {"p50_s": 0.5, "p99_s": 0.99}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAttempts:
+    """
+    What one route did for a step: its attempts, how many failed, how many it refused.
+
+    Args:
+        route: ``provider/model``.
+        attempts: Attempts sent to it for the step.
+        failed: Attempts that failed: ``error``, a ``timeout`` the provider gave (not a
+            deadline's cut), or an HTTP 5xx.
+        rate_limited: Attempts it refused: ``rate_limited`` or HTTP 429.
+    """
+
+    route: str
+    attempts: int
+    failed: int = 0
+    rate_limited: int = 0
+
+    @property
+    def failed_share(self) -> float:
+        """
+        Share of its attempts that failed (0 without attempts).
+        """
+        return self.failed / self.attempts if self.attempts else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,9 +44,10 @@ class StepObservation:
     One step of the plan over the observed runs.
 
     A step call is the step in one run: its attempts share the run and the step. Its latency
-    runs from its first attempt's start to its winner's end. A call without a winner lasts
-    until it gave up (action ``fail``, or every attempt failed), as the simulator counts it;
-    one the run deadline cut is right-censored there: it would have taken longer.
+    runs from its first attempt's start to its winner's end. A call without a winner (it gave
+    up, every attempt failed, or the run deadline cut it) never delivered: it is
+    right-censored at the last instant it was seen, its latency "more than" that, never a fast
+    call.
 
     Args:
         name: Step name.
@@ -32,8 +62,14 @@ class StepObservation:
         first_attempts: Attempts with ``attempt == 0``.
         extra_attempts: Attempts with ``attempt > 0`` (hedge, retry, downgrade, upgrade).
         cutoff_attempts: Of those, the ones started at a cutoff.
-        denied_budget: Extra attempts the hedge budget refused (``attrs.hedge_denied``).
-        denied_throttle: Extra attempts a provider throttle refused.
+        denied_budget: Extra attempts the hedge budget refused (``attrs.hedge_denied``,
+            ``retry_denied``, ``upgrade_denied``).
+        denied_throttle: Extra attempts a provider throttle refused (the same attrs).
+        failed_calls: Step calls without a winner (every attempt failed, gave up, or cut).
+        rate_limited: Attempts a provider refused (``rate_limited`` or HTTP 429).
+        routes: Per route the step's attempts went to, its attempts, failures and refusals.
+        durations: The step calls' durations behind ``p50_s`` and ``p99_s``.
+        first_durations: The first attempts' durations behind ``first_attempt_p50_s``.
     """
 
     name: str
@@ -48,6 +84,17 @@ class StepObservation:
     cutoff_attempts: int = 0
     denied_budget: int = 0
     denied_throttle: int = 0
+    failed_calls: int = 0
+    rate_limited: int = 0
+    routes: tuple[RouteAttempts, ...] = ()
+    durations: Durations = field(default=Durations(), compare=False, repr=False)
+    first_durations: Durations = field(default=Durations(), compare=False, repr=False)
+
+    def estimate(self, figure: str, level: float) -> Estimate:
+        """
+        A figure (``p50_s``, ``p99_s``, ``hedge_rate``) with its interval at ``level``.
+        """
+        return at_level(getattr(self, figure), level, self.durations, _QUANTILE.get(figure, 0.5))
 
     @property
     def recovery_attempts(self) -> int:
@@ -72,8 +119,9 @@ class Observation:
     A run is the attempts that share a ``run_id`` and a step of the plan. It starts at its
     earliest attempt's start and ends at the latest winner's end among its required steps; it
     misses when a required step has no winner or it ends more than ``deadline_s`` after its
-    start. A run that lost a required step lasts, for the latency quantiles, until the last
-    instant one of its attempts was seen, right-censored there when the deadline cut it.
+    start. A run that lost a required step never delivered: for the latency quantiles it is
+    right-censored at the last instant one of its attempts was seen (more than that), never
+    a fast run.
 
     Args:
         workflow: The plan's workflow name.
@@ -94,6 +142,8 @@ class Observation:
         rejected: Ledger lines ingest refused (see ``tailkit ingest`` on the ledger).
         untimed: Lines of plan steps without a ``started_at``, left out.
         notes: Sentences about what was left out or assumed.
+        durations: The runs' durations behind ``p50_s`` and ``p99_s`` (a failed run is
+            unfinished: more than its last instant).
     """
 
     workflow: str
@@ -112,6 +162,23 @@ class Observation:
     rejected: int = 0
     untimed: int = 0
     notes: tuple[str, ...] = field(default=())
+    durations: Durations = field(default=Durations(), compare=False, repr=False)
+
+    def estimate(self, figure: str, level: float) -> Estimate:
+        """
+        A workflow figure with its interval at ``level``.
+
+        ``extra_attempts`` counts those a cutoff started, as the plan's prediction does.
+        """
+        est = self.cutoff_attempts if figure == "extra_attempts" else getattr(self, figure)
+        return at_level(est, level, self.durations, _QUANTILE.get(figure, 0.5))
+
+    @property
+    def rate_limited(self) -> int:
+        """
+        Attempts a provider refused (``rate_limited`` or HTTP 429), all steps together.
+        """
+        return sum(s.rate_limited for s in self.steps)
 
     @property
     def denied_budget(self) -> int:

@@ -16,8 +16,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from tailkit.check._estimate import LEVEL, quantiles, rate, ratio
-from tailkit.check._observation import Observation, StepObservation
+from tailkit.check._estimate import LEVEL, Durations, quantiles, rate, ratio
+from tailkit.check._observation import Observation, RouteAttempts, StepObservation
 from tailkit.config import Plan, load_plan
 from tailkit.errors import ConfigError, IngestError
 from tailkit.formats import ScanOptions
@@ -28,11 +28,20 @@ from tailkit.store import Store
 Ledgers = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 """One ledger path, or several (files, folders or glob patterns, as for ``tailkit ingest``)."""
 
-# What the executor writes when it could not start the step's action: ``hedge_denied`` (newer
-# ledgers) or, before it, the sentence in ``action_skipped``.
-_DENIED = """lower(coalesce(c.attrs->>'hedge_denied', CASE
+# What the executor writes when it could not start an extra attempt: ``hedge_denied`` for the
+# action at a cutoff, ``retry_denied`` / ``upgrade_denied`` for a retry after an error or an
+# upgrade after invalid output (newer ledgers), or, before them, the sentence in
+# ``action_skipped``.
+_DENIED = """lower(coalesce(c.attrs->>'hedge_denied', c.attrs->>'retry_denied',
+    c.attrs->>'upgrade_denied', CASE
     WHEN c.attrs->>'action_skipped' = 'hedge budget spent' THEN 'budget'
     WHEN c.attrs->>'action_skipped' LIKE 'provider % throttled' THEN 'throttle' END))"""
+
+# A failed attempt: an error, a timeout the provider gave (a deadline's cut is censored, not
+# failed), or a 5xx. A refused one: rate limited (429).
+_FAILED = """(c.status = 'error' OR (c.status = 'timeout' AND c.censored_at_s IS NULL)
+    OR (coalesce(c.http_status, 0) >= 500 AND c.status <> 'rate_limited'))"""
+_REFUSED = "(c.status = 'rate_limited' OR coalesce(c.http_status, 0) = 429)"
 
 _ATTEMPTS = f"""
 CREATE TABLE ck_att AS
@@ -42,7 +51,8 @@ SELECT c.run_id, c.step, s.required, coalesce(c.attempt, 0) AS attempt, c.role, 
     c.attrs->>'cutoff' IS NOT NULL AS fired,
     c.attrs->>'started_by' AS started_by,
     c.attrs->>'action_skipped' IS NOT NULL OR c.attrs->>'hedge_denied' IS NOT NULL AS skipped,
-    {_DENIED} AS denied
+    {_DENIED} AS denied,
+    c.provider || '/' || c.model AS route, {_FAILED} AS failed, {_REFUSED} AS refused
 FROM calls c JOIN ck_steps s ON c.step = s.step
 WHERE c.run_id IS NOT NULL AND c.started_at IS NOT NULL
 """
@@ -69,6 +79,7 @@ SELECT run_id, step, any_value(required) AS required,
     coalesce(bool_or(attempt = 0 AND skipped), false) AS first_skipped,
     count(*) FILTER (WHERE denied = 'budget') AS denied_budget,
     count(*) FILTER (WHERE denied = 'throttle') AS denied_throttle,
+    count(*) FILTER (WHERE refused) AS refused,
     min(total_s) FILTER (WHERE attempt = 0 AND status = 'ok' AND censored_at_s IS NULL)
         AS first_s,
     min(censored_at_s) FILTER (WHERE attempt = 0 AND censored_at_s IS NOT NULL) AS first_cut_s,
@@ -83,8 +94,13 @@ _CUTOFF_EXTRAS = (
 
 _STEP_ROWS = f"""
 SELECT step, won_at - start_at, last_at - start_at, firsts, extras, {_CUTOFF_EXTRAS},
-    denied_budget, denied_throttle, first_s, first_cut_s, deadline_cut
+    denied_budget, denied_throttle, first_s, first_cut_s, deadline_cut, refused
 FROM ck_calls
+"""
+
+_ROUTE_ROWS = """
+SELECT step, route, count(*), count(*) FILTER (WHERE failed), count(*) FILTER (WHERE refused)
+FROM ck_att GROUP BY step, route ORDER BY step, count(*) DESC, route
 """
 
 _RUNS = """
@@ -230,6 +246,7 @@ def observe(
         store.execute(_ATTEMPTS)
         store.execute(_CALLS)
         step_rows = store.fetchall(_STEP_ROWS)
+        route_rows = store.fetchall(_ROUTE_ROWS)
         required = sum(1 for s in loaded.steps.values() if s.required)
         run_rows = store.fetchall(_RUNS, [required == 0])
     return _observation(
@@ -237,6 +254,7 @@ def observe(
         paths,
         step_rows,
         run_rows,
+        route_rows,
         required=required,
         rejected=rejected,
         untimed=untimed,
@@ -250,6 +268,7 @@ def _observation(
     paths: list[str],
     step_rows: Sequence[tuple[Any, ...]],
     run_rows: Sequence[tuple[Any, ...]],
+    route_rows: Sequence[tuple[Any, ...]],
     *,
     required: int,
     rejected: int,
@@ -260,11 +279,12 @@ def _observation(
     finished: list[float] = []
     unfinished: list[float] = []
     late = failed = 0
-    for _run, start, won, end, last, cut, optional in run_rows:
+    for _run, start, won, end, last, _cut, optional in run_rows:
         if won < required or end is None:
             failed += 1
-            # cut at the deadline: still running, so longer; else it gave up then
-            (unfinished if cut else finished).append(max(float(last) - start, 0.0))
+            # it never delivered, cut by the deadline or failed: more than it was seen, never
+            # a fast run
+            unfinished.append(max(float(last) - start, 0.0))
             continue
         span = float(end) - start
         if optional is not None:
@@ -277,7 +297,12 @@ def _observation(
     by_step: dict[str, list[tuple[Any, ...]]] = {name: [] for name in plan.steps}
     for r in step_rows:
         by_step[r[0]].append(r)
-    steps = tuple(_step(plan, name, by_step[name], level) for name in plan.order())
+    routes: dict[str, list[RouteAttempts]] = {name: [] for name in plan.steps}
+    for step, route, attempts, bad, refused in route_rows:
+        routes[step].append(RouteAttempts(str(route), int(attempts), int(bad), int(refused)))
+    steps = tuple(
+        _step(plan, name, by_step[name], tuple(routes[name]), level) for name in plan.order()
+    )
     firsts = sum(s.first_attempts for s in steps)
     notes = []
     if rejected:
@@ -307,6 +332,7 @@ def _observation(
         rejected=rejected,
         untimed=untimed,
         notes=tuple(notes),
+        durations=Durations(tuple(finished), tuple(unfinished)),
     )
 
 
@@ -326,14 +352,21 @@ class _Call(NamedTuple):
     first_s: float | None  # the first attempt's latency, when it finished uncut
     first_cut_s: float | None  # the age it was cut at, when it was cut
     deadline_cut: bool
+    refused: int  # attempts a provider refused (429)
 
 
-def _step(plan: Plan, name: str, rows: list[tuple[Any, ...]], level: float) -> StepObservation:
+def _step(
+    plan: Plan,
+    name: str,
+    rows: list[tuple[Any, ...]],
+    routes: tuple[RouteAttempts, ...],
+    level: float,
+) -> StepObservation:
     calls = [_Call(*row) for row in rows]
     finished = [c.won_s for c in calls if c.won_s is not None]
-    # gave up (fail, every attempt failed): it ended there; cut by the deadline: longer
-    finished += [max(c.last_s, 0.0) for c in calls if c.won_s is None and not c.deadline_cut]
-    unfinished = [max(c.last_s, 0.0) for c in calls if c.won_s is None and c.deadline_cut]
+    # no winner (gave up, every attempt failed, cut by the deadline): it never delivered, so
+    # its latency is more than it was seen running, never a fast call
+    unfinished = [max(c.last_s, 0.0) for c in calls if c.won_s is None]
     p50, p99 = quantiles(finished, unfinished, (0.5, 0.99), level=level)
     first_done = [c.first_s for c in calls if c.first_s is not None]
     first_cut = [c.first_cut_s for c in calls if c.first_s is None and c.first_cut_s is not None]
@@ -351,4 +384,9 @@ def _step(plan: Plan, name: str, rows: list[tuple[Any, ...]], level: float) -> S
         cutoff_attempts=sum(c.cutoff_extras for c in calls),
         denied_budget=sum(c.denied_budget for c in calls),
         denied_throttle=sum(c.denied_throttle for c in calls),
+        failed_calls=len(unfinished),
+        rate_limited=sum(c.refused for c in calls),
+        routes=routes,
+        durations=Durations(tuple(finished), tuple(unfinished)),
+        first_durations=Durations(tuple(first_done), tuple(first_cut)),
     )

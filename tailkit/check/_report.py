@@ -33,11 +33,80 @@ WORKFLOW = "workflow"
 CAUSES: tuple[str, ...] = (
     "slower route",
     "faster route",
+    "outage",
+    "failed calls",
     "budget denials",
+    "throttle refusals",
     "thin basis",
     "unexplained",
 )
 """The kinds of cause a drifted line can name, in the order they are looked for."""
+
+
+def figure_text(figure: str, value: float) -> str:
+    """
+    A figure for people: ``12.31 s`` for seconds, ``3.0%`` for rates, ``0.049`` for ratios.
+    """
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "∞"
+    if figure.endswith("_s"):
+        return f"{value:.2f} s"
+    return f"{value:.1%}" if figure in ("miss_rate", "hedge_rate") else f"{value:.3f}"
+
+
+def observed_text(figure: str, est: Estimate) -> str:
+    """
+    ``12.31 s [11.90–12.80]``, or ``more than 88.00 s`` when unfinished runs hide the value.
+    """
+    if math.isinf(est.value):
+        return f"more than {figure_text(figure, est.low)}"
+    low, high = (figure_text(figure, x).removesuffix(" s") for x in (est.low, est.high))
+    return f"{figure_text(figure, est.value)} [{low}–{high}]"
+
+
+def interval_text(figure: str, low: float, high: float) -> str:
+    """
+    ``[11.90–12.80 s]``, ``[1.2%–3.4%]``: an interval for people.
+    """
+    unit = " s" if figure.endswith("_s") else ""
+    ends = (figure_text(figure, x).removesuffix(" s") for x in (low, high))
+    return "[{}–{}{}]".format(*ends, unit)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """
+    How a line that could tell was judged: both intervals at the line's level.
+
+    Args:
+        level: The level each interval was read at (the family's level, corrected for the
+            number of lines that could tell).
+        observed: The observed figure with its interval at that level.
+        low: Lower end of the plan's interval at that level.
+        high: Upper end of the plan's interval at that level.
+        source: Where the plan's interval came from: ``the plan's interval``, ``from its
+            basis of N calls (the plan has no interval)``, or ``taken as exact …``.
+    """
+
+    level: float
+    observed: Estimate
+    low: float
+    high: float
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """
+        ``{"level", "observed": {…}, "predicted": [low, high], "predicted_from"}``.
+        """
+        ends = [x if math.isfinite(x) else None for x in (self.low, self.high)]
+        return {
+            "level": self.level,
+            "observed": self.observed.as_dict(),
+            "predicted": ends,
+            "predicted_from": self.source,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +139,7 @@ class CheckLine:
         verdict: One of `VERDICTS`.
         reason: Why: how it agrees, how far it drifted, or what is missing to tell.
         causes: For a drifted line, the likely causes, in the order of `CAUSES`.
+        judged: For a line that could tell, both intervals at the level it was judged at.
     """
 
     scope: str
@@ -79,6 +149,7 @@ class CheckLine:
     verdict: str
     reason: str
     causes: tuple[Cause, ...] = ()
+    judged: Judged | None = None
 
     @property
     def cause(self) -> str | None:
@@ -92,8 +163,9 @@ class CheckLine:
         The line as JSON-ready values.
 
         Keys: ``predicted``, ``observed`` (``value``, ``low``, ``high``, ``n``, ``method``),
-        ``verdict``, ``reason`` and, when drifted, ``cause`` (one sentence) and ``causes``
-        (``kind``, ``detail``).
+        ``verdict``, ``reason``, ``judged`` (``level``, ``observed``, ``predicted`` as
+        ``[low, high]`` and ``predicted_from``) when it could tell, and, when drifted,
+        ``cause`` (one sentence) and ``causes`` (``kind``, ``detail``).
         """
         out: dict[str, Any] = {
             "predicted": self.predicted if math.isfinite(self.predicted) else None,
@@ -101,6 +173,8 @@ class CheckLine:
             "verdict": self.verdict,
             "reason": self.reason,
         }
+        if self.judged is not None:
+            out["judged"] = self.judged.as_dict()
         if self.verdict == DRIFTED:
             out["cause"] = self.cause
             out["causes"] = [{"kind": c.kind, "detail": c.detail} for c in self.causes]
@@ -117,14 +191,25 @@ class CheckReport:
         observation: What the ledgers show (`observe`).
         lines: The workflow's lines (`WORKFLOW_FIGURES`), then each step's (`STEP_FIGURES`),
             in the plan's order.
-        tolerance: The relative difference within which a prediction holds even outside the
-            observed interval.
+        tolerance: The relative difference too small to drift, whatever the intervals.
+        level: The family's level: a plan that still holds reads drifted on any line with
+            probability at most ``1 - level``.
+        line_level: The level each line that could tell was judged at.
     """
 
     plan: str
     observation: Observation
     lines: tuple[CheckLine, ...]
     tolerance: float
+    level: float = 0.95
+    line_level: float = 0.95
+
+    @property
+    def judged(self) -> int:
+        """
+        Lines that could tell (held or drifted): the family the level holds for.
+        """
+        return sum(1 for line in self.lines if line.verdict != CANT_TELL)
 
     @property
     def verdict(self) -> str:
@@ -189,6 +274,7 @@ class CheckReport:
             "missed_failed": obs.missed_failed,
             "cutoff_attempts": obs.cutoff_attempts.as_dict(),
             "denied": {"budget": obs.denied_budget, "throttle": obs.denied_throttle},
+            "rate_limited": obs.rate_limited,
         }
         for line in self.lines:
             if line.scope == WORKFLOW:
@@ -203,6 +289,17 @@ class CheckReport:
                 "extra_attempts": s.extra_attempts,
                 "cutoff_attempts": s.cutoff_attempts,
                 "denied": {"budget": s.denied_budget, "throttle": s.denied_throttle},
+                "rate_limited": s.rate_limited,
+                "failed_calls": s.failed_calls,
+                "routes": [
+                    {
+                        "route": r.route,
+                        "attempts": r.attempts,
+                        "failed": r.failed,
+                        "rate_limited": r.rate_limited,
+                    }
+                    for r in s.routes
+                ],
             }
             for line in self.lines:
                 if line.scope == s.name:
@@ -214,6 +311,8 @@ class CheckReport:
             "plan": self.plan,
             "ledgers": list(obs.ledgers),
             "tolerance": self.tolerance,
+            "level": self.level,
+            "line_level": self.line_level,
             "counts": self.counts(),
             "workflow": workflow,
             "steps": steps,
