@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from tailkit.cli import app
 from tailkit.config import load_plan
 from tailkit.demo import _demo
+from tailkit.demo._demo import compare_sides
 from tailkit.demo._generate import write_sample
 from tailkit.errors import TailkitError
 
@@ -110,3 +112,76 @@ def test_no_samples_at_all_names_the_fix(tmp_path: Path, monkeypatch: pytest.Mon
         f"{tmp_path / 'data' / 'workflow.yaml'}: the demo's sample workflow is missing; "
         "reinstall tailkit (pip install --force-reinstall tailkit) or run from a clone"
     ) == str(caught.value)
+
+
+def test_the_plan_helps_only_when_the_test_says_so() -> None:
+    """Two point estimates are not a verdict: 6.5 % → 7.0 % and 6.5 % → 2.5 % both can't tell."""
+    unbounded = ((90.0, math.inf), (90.0, math.inf))  # p99 beyond the deadline on both sides
+
+    worse = compare_sides((13, 14), (200, 200), p99_s=unbounded)
+    better = compare_sides((13, 5), (200, 200), p99_s=unbounded)
+
+    assert ("can't tell", "can't tell") == (worse.verdict, better.verdict)
+    assert worse.sentence().startswith("can't tell whether the plan helps: misses 6.5 % → 7.0 %")
+    assert "about 421 runs per side would tell a difference the size seen" in better.sentence()
+    assert better.runs_needed is not None
+    assert worse.runs_needed is not None
+    assert better.runs_needed < worse.runs_needed
+
+
+def test_a_significant_difference_is_named_both_ways() -> None:
+    """Misses that an exact test tells apart: helps, or hurts, with the p-value."""
+    helps = compare_sides((16, 4), (200, 200))
+    hurts = compare_sides((5, 20), (200, 200))
+
+    assert ("helps", "hurts") == (helps.verdict, hurts.verdict)
+    assert helps.p_value < 0.05
+    assert hurts.p_value < 0.05
+    assert (
+        "the plan helps: misses 8.0 % → 2.0 % (16 of 200 runs, 4 of 200; exact test p = 0.0099)"
+        == (helps.sentence())
+    )
+    assert helps.runs_needed is None
+
+
+def test_p99_intervals_apart_decide_when_misses_do_not() -> None:
+    """Equal misses and a p99 interval wholly below the baseline's: helps; wholly above: hurts."""
+    lower = compare_sides((13, 14), (200, 200), p99_s=((120.0, 150.0), (95.0, 110.0)))
+    higher = compare_sides((13, 14), (200, 200), p99_s=((95.0, 110.0), (120.0, 150.0)))
+    traded = compare_sides((16, 4), (200, 200), p99_s=((95.0, 110.0), (120.0, 150.0)))
+
+    assert ("helps", "lower") == (lower.verdict, lower.p99)
+    assert ("hurts", "higher") == (higher.verdict, higher.p99)
+    assert "can't tell" == traded.verdict
+    assert "but p99 higher" in traded.reason
+
+
+def test_equal_misses_size_the_runs_by_the_prediction() -> None:
+    """No difference seen: the runs that would tell the predicted one; none predicted: none."""
+    predicted = compare_sides((0, 0), (30, 30), predicted_miss_rates=(0.082, 0.03))
+    nothing = compare_sides((0, 0), (30, 30))
+
+    assert "the size predicted (8.2 % → 3.0 %)" in predicted.reason
+    assert 300 < (predicted.runs_needed or 0) < 320
+    assert nothing.runs_needed is None
+    assert "no difference seen or predicted" in nothing.reason
+
+
+# Misses without and with the plan observed by `tailkit demo --seed S` (200 runs a side, the
+# default), on a 2-core machine: see reports/ for the runs. The verdict must be one.
+RECORDED_SEEDS = {0: (13, 14), 1: (13, 5), 2: (13, 14)}
+
+
+def test_the_demo_gives_one_verdict_on_three_seeds() -> None:
+    """The recorded misses of three seeds: the same verdict on each."""
+    verdicts = {
+        seed: compare_sides(misses, (200, 200)).verdict for seed, misses in RECORDED_SEEDS.items()
+    }
+
+    assert 1 == len(set(verdicts.values())), verdicts
+
+
+def test_bad_counts_are_refused_with_the_values() -> None:
+    """More misses than runs is a mistake worth a message naming both."""
+    with pytest.raises(ValueError, match="got 5 of 4 runs"):
+        compare_sides((5, 0), (4, 4))
