@@ -26,6 +26,7 @@ from tailkit.simulate import (
     summarize,
 )
 from tailkit.simulate import _api as api
+from tailkit.simulate._couple import step_indexes
 from tailkit.simulate._reference import reference_run
 
 
@@ -151,8 +152,8 @@ def test_optional_step_may_fail_without_failing_the_run() -> None:
     assert abs((~ok).mean() - stats.lognorm(0.8, scale=10.0).sf(12.0)) < Z * _se(0.41, 10_000)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "shared"), [(s, s >= 3) for s in range(6)])
+def test_vectorized_engine_equals_the_reference_run_by_run(seed: int, shared: bool) -> None:
     """On the same uniforms the vectorized engine and the plain-Python reference agree exactly."""
     rng = np.random.default_rng(seed)
     routes = [
@@ -189,12 +190,16 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int) -> None:
                 reserve_s=float(rng.choice([0.0, rng.uniform(0, 10)])),
                 ttft_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.2, 20.0)])),
                 total_cutoff_s=float(rng.choice([math.inf, rng.uniform(0.5, 20.0)])),
+                # repeats that share the job: every route its own correlation with the first
+                shares=tuple((r, float(rng.choice([0.0, 0.5, 0.9]))) for r in routes)
+                if shared
+                else (),
             )
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 30.0])))
     draws = Draws(400, seed=seed, keep=True)
     outcome = run_workflow(model, draws)
-    uniforms = [draws.stack(s.name) for s in model.steps]
+    uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
     for r in range(400):
         end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
         assert outcome.end_s[r] == pytest.approx(end, rel=1e-12, abs=1e-12)

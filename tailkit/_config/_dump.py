@@ -13,7 +13,16 @@ import re
 
 from typing import TYPE_CHECKING
 
-from tailkit._config._model import PLAN_VERSION, Basis, Plan, Route, Step, StepPrediction, Tokens
+from tailkit._config._model import (
+    PLAN_VERSION,
+    Basis,
+    Plan,
+    Route,
+    Shared,
+    Step,
+    StepPrediction,
+    Tokens,
+)
 from tailkit._config._report import format_float
 from tailkit._config._yaml import EXPONENT_FLOAT
 
@@ -152,6 +161,16 @@ def _basis(b: Basis | None) -> str:
         bucket=_scalar(b.bucket),
         quantile=_scalar(b.quantile),
         censored=_scalar(b.censored),
+        **({} if b.shared is None else {"shared": _shared(b.shared)}),
+    )
+
+
+def _shared(s: Shared) -> str:
+    return _flow(
+        other_provider=_scalar(s.other_provider),
+        same_provider=_scalar(s.same_provider),
+        source=_scalar(s.source),
+        evidence=_scalar(s.evidence),
     )
 
 

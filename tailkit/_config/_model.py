@@ -107,12 +107,39 @@ class Basis:
         quantile: The cutoff's quantile of the step's own latency, or ``None`` when the step has
             no cutoff.
         censored: Censored share of the sample, in [0, 1].
+        shared: What a repeat attempt shares with the first (``None``: not stated, as in a
+            plan from before it was measured).
     """
 
     calls: int
     bucket: str
     quantile: float | None
     censored: float
+    shared: Shared | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """
+    What a repeat attempt of a step shares with the attempt it repeats, and on what evidence.
+
+    A hedge, retry, downgrade or upgrade does the same job: its latency rank is correlated
+    with the first attempt's (a Gaussian copula of the two ranks; 0 is an independent draw).
+
+    Args:
+        other_provider: Correlation of a repeat on another provider (the job's work), in
+            [0, 1).
+        same_provider: Correlation of a repeat on the same provider (work and moment), in
+            [0, 1).
+        source: The work part's evidence: ``job keys``, ``size regression``, ``default``
+            or ``assumed``.
+        evidence: One sentence: what was measured, on how many calls.
+    """
+
+    other_provider: float
+    same_provider: float
+    source: str
+    evidence: str
 
 
 @dataclass(frozen=True, slots=True)

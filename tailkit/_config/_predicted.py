@@ -16,6 +16,7 @@ from tailkit._config._model import (
     Bounds,
     PlanInterval,
     PlanPrediction,
+    Shared,
     StepInterval,
     StepPrediction,
 )
@@ -144,4 +145,20 @@ def read_basis(f: Fields) -> Basis:
         bucket=f.need("bucket", conv.text, "", "add bucket (e.g. 'in 4k-16k / out 600-1200')"),
         quantile=f.need("quantile", conv.optional(conv.share), None, "add quantile (or null)"),
         censored=f.need("censored", conv.share, 0.0, "add censored (a share in [0, 1])"),
+        shared=record(f, "shared", _shared, Shared),
+    )
+
+
+def _shared(f: Fields) -> Shared:
+    fix = "a correlation in [0, 1)"
+    other = f.need("other_provider", conv.share, 0.0, f"add other_provider ({fix})")
+    same = f.need("same_provider", conv.share, 0.0, f"add same_provider ({fix})")
+    for key, value in (("other_provider", other), ("same_provider", same)):
+        if f.ok(key) and value >= 1.0:
+            f.problem(key, f"must be below 1 ({fix}): 1 would make every repeat the same call")
+    return Shared(
+        other_provider=other,
+        same_provider=same,
+        source=f.get("source", conv.text, ""),
+        evidence=f.get("evidence", conv.text, ""),
     )

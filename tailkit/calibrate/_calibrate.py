@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tailkit.calibrate._predict import REPLICATE_RUNS, REPLICATES, Prediction, predict
 from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
 from tailkit.calibrate._warn import prediction_warnings
-from tailkit.config import Basis, Plan, Step
+from tailkit.config import Basis, Plan, Shared, Step
 from tailkit.fit import TailKind
 from tailkit.record import Buckets
 from tailkit.simulate import (
@@ -21,6 +21,7 @@ from tailkit.simulate import (
     SampleKey,
     SimResult,
     check_run_count,
+    estimate_sharing,
     load_samples,
     route_tail_kinds,
     with_overrides,
@@ -111,6 +112,7 @@ def calibrate(
     replicates: int = REPLICATES,
     replicate_runs: int = REPLICATE_RUNS,
     progress: Callable[[int, int], None] | None = None,
+    sharing: Mapping[str, Shared] | None = None,
 ) -> Calibration:
     """
     Choose each step's signal, cutoffs and action; fill in the plan's predictions.
@@ -129,6 +131,9 @@ def calibrate(
         replicates: Bootstrap replicates behind the predictions' intervals (0: none).
         replicate_runs: Simulated runs per replicate.
         progress: Called with (candidates tried, candidates per pass).
+        sharing: Per step, what a repeat attempt shares with the first (``None``: estimated
+            from the store by `tailkit.simulate.estimate_sharing`); written into each step's
+            ``basis.shared``.
 
     Raises:
         ThinSampleError: A step's route has too few calls in its bucket.
@@ -157,7 +162,9 @@ def calibrate(
         )
         for name, step in plan.steps.items()
     }
-    base = workflow_model(plan, samples)
+    if sharing is None:
+        sharing = estimate_sharing(store, plan, buckets=buckets)
+    base = workflow_model(plan, samples, sharing=sharing)
     found = search(
         base, samples, options, budget=plan.hedge_budget, runs=runs, seed=seed, progress=progress
     )
@@ -167,10 +174,10 @@ def calibrate(
     )
     prediction = predict(
         None, chosen, samples=samples, runs=check_runs, seed=seed + 1, replicates=replicates,
-        replicate_runs=replicate_runs,
+        replicate_runs=replicate_runs, sharing=sharing,
     )  # fmt: skip
     return Calibration(
-        plan=_predicted(chosen, prediction, found, samples),
+        plan=_predicted(chosen, prediction, found, samples, sharing),
         result=prediction.result,
         search=found,
         samples=samples,
@@ -224,6 +231,7 @@ def _predicted(
     prediction: Prediction,
     found: SearchResult,
     samples: dict[SampleKey, RouteSample],
+    sharing: Mapping[str, Shared],
 ) -> Plan:
     steps = {}
     for name, step in plan.steps.items():
@@ -236,6 +244,7 @@ def _predicted(
                 bucket=sample.bucket,
                 quantile=found.choices[name].quantile,
                 censored=round(sample.censored, 4),
+                shared=sharing.get(name),
             ),
         )
     return dataclasses.replace(plan, steps=steps, predicted=prediction.plan_prediction())

@@ -23,14 +23,21 @@ import math
 import statistics
 import zlib
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tailkit.calibrate._resample import replicate
-from tailkit.config import Plan, PlanInterval, PlanPrediction, StepInterval, StepPrediction
+from tailkit.config import (
+    Plan,
+    PlanInterval,
+    PlanPrediction,
+    Shared,
+    StepInterval,
+    StepPrediction,
+)
 from tailkit.errors import ConfigError
 from tailkit.simulate import (
     DEFAULT_MIN_CALLS,
@@ -40,6 +47,7 @@ from tailkit.simulate import (
     SampleKey,
     SimResult,
     WorkflowModel,
+    estimate_sharing,
     load_samples,
     policy_model,
     run_workflow,
@@ -125,6 +133,8 @@ class Prediction:
         replicate_runs: Simulated runs per replicate.
         result: The point estimates' simulation, with every other number it gives.
         samples: The route samples the plan was simulated on.
+        sharing: What a repeat shared with the first attempt, where it was not the plan's
+            ``basis.shared`` (``None``: the plan's, or independent).
     """
 
     miss_rate: Estimate
@@ -138,6 +148,7 @@ class Prediction:
     replicate_runs: int
     result: SimResult
     samples: dict[SampleKey, RouteSample]
+    sharing: Mapping[str, Shared] | None = None
 
     def plan_prediction(self) -> PlanPrediction:
         """
@@ -196,6 +207,7 @@ def predict(
     latency: str = "empirical",
     samples: dict[SampleKey, RouteSample] | None = None,
     policy: str = "plan",
+    sharing: Mapping[str, Shared] | None = None,
 ) -> Prediction:
     """
     Predict a plan's miss rate, latency and extra attempts, each with its interval.
@@ -218,6 +230,9 @@ def predict(
         samples: Route samples already loaded by `load_samples` (then ``store``,
             ``buckets``, ``min_calls`` and ``latency`` are not used).
         policy: ``plan``, or a reference policy of `tailkit.simulate.policy_model`.
+        sharing: Per step, what a repeat attempt shares with the first; ``None``: the plan's
+            ``basis.shared``, and for a step without one, estimated from ``store``
+            (`tailkit.simulate.estimate_sharing`), else independent.
 
     Raises:
         ThinSampleError: A step's route has too few calls in its bucket.
@@ -231,12 +246,16 @@ def predict(
         samples = load_samples(
             store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency
         )
-    model = policy_model(workflow_model(plan, samples), policy)
+    if sharing is None and store is not None:
+        unstated = [n for n, s in plan.steps.items() if s.basis is None or s.basis.shared is None]
+        if unstated:
+            sharing = estimate_sharing(store, plan, buckets=buckets)
+    model = policy_model(workflow_model(plan, samples, sharing=sharing), policy)
     result = simulate_model(model, runs=runs, seed=seed)
     spread = _Spread(result, level)
     if replicates:
         spread.bootstrap(plan, samples, model, policy=policy, replicates=replicates,
-                         replicate_runs=replicate_runs, seed=seed)  # fmt: skip
+                         replicate_runs=replicate_runs, seed=seed, sharing=sharing)  # fmt: skip
     steps = {
         step.name: StepEstimate(
             step.name,
@@ -258,6 +277,7 @@ def predict(
         replicate_runs=replicate_runs,
         result=result,
         samples=samples,
+        sharing=sharing,
     )
 
 
@@ -287,6 +307,7 @@ class _Spread:
         replicates: int,
         replicate_runs: int,
         seed: int,
+        sharing: Mapping[str, Shared] | None,
     ) -> None:
         """
         Simulate ``replicates`` bootstrap replicates, and the samples as measured.
@@ -298,7 +319,8 @@ class _Spread:
         self.base_result = summarize(model, self.base)
         for r in range(replicates):
             rng = np.random.default_rng([seed, r, zlib.crc32(b"bootstrap")])
-            again = policy_model(workflow_model(plan, replicate(used_samples, rng)), policy)
+            again = workflow_model(plan, replicate(used_samples, rng), sharing=sharing)
+            again = policy_model(again, policy)
             outcome = run_workflow(again, Draws(replicate_runs, seed=draws_seed))
             self.replicas.append(summarize(again, outcome))
 

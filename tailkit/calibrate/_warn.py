@@ -65,7 +65,9 @@ def _hopeless(plan: Plan, prediction: Prediction) -> str:
         f"run takes {prediction.p50_s.value:.1f} s. "
     )
     # the same plan without a deadline: how long its runs take when nothing cuts them short
-    model = dataclasses.replace(workflow_model(plan, prediction.samples), deadline_s=math.inf)
+    model = dataclasses.replace(
+        workflow_model(plan, prediction.samples, sharing=prediction.sharing), deadline_s=math.inf
+    )
     seed = zlib.crc32(b"deadline needed")
     outcome = run_workflow(model, Draws(_DEADLINE_RUNS, seed=seed))
     ends = np.where(outcome.ok, outcome.end_s, np.inf)

@@ -3,7 +3,9 @@ Monte Carlo of a workflow DAG against measured latency tails.
 
 Each step draws its latency from its route's sample in the store (the bucket of its expected
 tokens; cut calls filled in from the censoring-aware fit) or from a fitted model; the policies
-are none, sequential retry, hedge, downgrade and fail at a (deadline-aware) cutoff. Every run
+are none, sequential retry, hedge, downgrade and fail at a (deadline-aware) cutoff. A repeat
+attempt (hedge, retry, downgrade, upgrade) does the same job as the first: its rank is coupled
+to the first attempt's by what the store shows they share (`estimate_sharing`). Every run
 is simulated at once with numpy; only steps are looped over.
 """
 
@@ -35,10 +37,16 @@ from tailkit.simulate._result import SimResult as SimResult
 from tailkit.simulate._result import StepSummary as StepSummary
 from tailkit.simulate._result import summarize as summarize
 from tailkit.simulate._sample import RouteSample as RouteSample
+from tailkit.simulate._sharing import DEFAULT_MOMENT as DEFAULT_MOMENT
+from tailkit.simulate._sharing import DEFAULT_WORK as DEFAULT_WORK
+from tailkit.simulate._sharing import estimate_sharing as estimate_sharing
+from tailkit.simulate._sharing import independent_sharing as independent_sharing
 
 
 __all__ = [
     "DEFAULT_MIN_CALLS",
+    "DEFAULT_MOMENT",
+    "DEFAULT_WORK",
     "MAX_RUNS",
     "POLICIES",
     "POLICY_TITLES",
@@ -54,6 +62,8 @@ __all__ = [
     "WorkflowModel",
     "check_run_count",
     "compare_policies",
+    "estimate_sharing",
+    "independent_sharing",
     "load_samples",
     "policy_model",
     "route_sample",

@@ -9,7 +9,7 @@ import math
 
 from collections.abc import Mapping
 
-from tailkit.config import Plan, Step
+from tailkit.config import Plan, Shared, Step
 from tailkit.errors import ConfigError
 from tailkit.simulate._model import ACTING, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
@@ -53,6 +53,7 @@ def workflow_model(
     samples: Mapping[SampleKey, RouteSample],
     *,
     error_retries: int = 1,
+    sharing: Mapping[str, Shared] | None = None,
 ) -> WorkflowModel:
     """
     The simulator's model of ``plan``, each route drawn from its sample.
@@ -61,6 +62,9 @@ def workflow_model(
         plan: A loaded plan (a workflow without cutoffs is a plan whose steps all wait).
         samples: Latency per (step, route) for every route the steps use.
         error_retries: Immediate retries after an attempt fails before its cutoff.
+        sharing: Per step, what a repeat attempt shares with the first
+            (`tailkit.simulate.estimate_sharing`); a step not in it reads its plan's
+            ``basis.shared``, and with neither its repeats are independent draws.
 
     Raises:
         ConfigError: A route of a step has no sample.
@@ -95,9 +99,43 @@ def workflow_model(
                 ),
                 ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
                 total_cutoff_s=_or_inf(step.cutoff_s),
+                shares=_shares(plan, name, samples, sharing),
             )
         )
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def _shares(
+    plan: Plan,
+    name: str,
+    samples: Mapping[SampleKey, RouteSample],
+    sharing: Mapping[str, Shared] | None,
+) -> tuple[tuple[RouteSample, float], ...]:
+    """
+    The correlation of a repeat on each route the step may use (candidates included).
+    """
+    shared = shared_of(plan, name, sharing)
+    if shared is None:
+        return ()
+    own = plan.routes[plan.steps[name].route].provider
+    return tuple(
+        (
+            sample,
+            shared.same_provider if plan.routes[route].provider == own else shared.other_provider,
+        )
+        for (step, route), sample in samples.items()
+        if step == name and route in plan.routes
+    )
+
+
+def shared_of(plan: Plan, name: str, sharing: Mapping[str, Shared] | None) -> Shared | None:
+    """
+    A step's sharing: from ``sharing``, else its plan's ``basis`` (``None``: neither says).
+    """
+    if sharing is not None and name in sharing:
+        return sharing[name]
+    basis = plan.steps[name].basis
+    return None if basis is None else basis.shared
 
 
 def _or_inf(seconds: float | None) -> float:

@@ -47,6 +47,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.simulate._couple import StepSlots
 from tailkit.simulate._draws import Draws
 from tailkit.simulate._general import general_step
 from tailkit.simulate._model import (
@@ -91,13 +92,8 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
     agree exactly on the runs they share (a test checks every run against a plain-Python
     reference).
     """
-    name, primary = step.name, step.primary
-    held: dict[int, Index] = {}
-
-    def slot(k: int) -> Index:
-        if k not in held:
-            held[k] = draws.slot(name, k)
-        return held[k]
+    primary = step.primary
+    slot = StepSlots(step, draws)
 
     # Read every slot this step may need, needed in this block or not: streams stay aligned.
     first = slot(0)

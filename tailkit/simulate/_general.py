@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tailkit.simulate._couple import RETRY
 from tailkit.simulate._model import (
     ACTING,
     Bools,
@@ -86,7 +87,8 @@ def general_step(
     if second is not None and retries_errors(step, model):
         again = (first >= primary.ok_entries) & ~fired  # failed before any cutoff
         if again.any():
-            r_end, r_valid, r_bad = _outcome(primary, second, end, invalid=two_used)
+            retry = slot(RETRY)  # slot 1's draw, coupled for the step's own route
+            r_end, r_valid, r_bad = _outcome(primary, retry, end, invalid=two_used)
             valid = np.where(again, r_valid, valid)
             bad = _where(again, r_bad, bad)
             last = np.where(again, r_end, last)

@@ -46,6 +46,9 @@ class StepModel:
             the deadline, as in the executor) when ``signal`` is ``total``; ``math.inf``: none.
         total_cutoff_s: The plan's total-age cutoff, which acts as set when ``signal`` is
             ``ttft`` (a plan may set both clocks); ``math.inf``: none.
+        shares: Per route the step may repeat an attempt on (its own included), the
+            correlation of a repeat's latency rank with the first attempt's
+            (`tailkit.simulate._couple`); a route not listed: 0, an independent draw.
     """
 
     name: str
@@ -63,6 +66,14 @@ class StepModel:
     tokens: float = 0.0
     ttft_cutoff_s: float = math.inf
     total_cutoff_s: float = math.inf
+    shares: tuple[tuple[RouteSample, float], ...] = ()
+
+    def rho(self, route: RouteSample | None) -> float:
+        """
+        The correlation of a repeat on ``route`` (``None``: the step's own) with the first.
+        """
+        route = route or self.primary
+        return next((rho for r, rho in self.shares if r is route), 0.0)
 
     @property
     def other_cutoff_s(self) -> float:

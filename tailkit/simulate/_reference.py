@@ -23,6 +23,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tailkit.simulate._couple import retry_index
 from tailkit.simulate._model import ACTING, NO_TIME_S, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
@@ -149,7 +150,7 @@ def _retried(step: StepModel, end1: float, draws: Sequence[int]) -> tuple[float,
     """
     A failed first attempt retried at once: (its end, first valid result, first invalid one).
     """
-    end2, _, err2, inv2 = _attempt(step.primary, draws[1])
+    end2, _, err2, inv2 = _attempt(step.primary, retry_index(draws))
     last = end1 + end2
     return last, (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
 

@@ -1,0 +1,151 @@
+"""
+What a repeat attempt shares with the attempt it repeats: coupled draws.
+
+A hedge, retry, downgrade or upgrade does the same job as the step's first attempt: about the
+same amount of work (output length, hidden reasoning, a slow tool) and, on the same provider,
+the same moment (a slow spell). The simulator keeps every route's latency as measured (its
+marginal) and couples the *ranks* of a step's attempts with a Gaussian copula: the first
+attempt's rank ``u0`` on its route becomes a normal score ``z0``, and a repeat on a route with
+correlation ``rho`` lands at rank ``Phi(rho z0 + sqrt(1 - rho^2) e)``, ``e`` its own fresh
+part. ``rho = 0`` is an independent draw (the transient tail only, which a fresh attempt
+escapes); ``rho`` near 1 repeats the first attempt's rank (the work itself, which a fresh
+attempt repeats). A slow first attempt thus finds its repeat slow more often than chance, as
+paired benchmark data shows.
+
+Failures stay independent: whether a repeat fails is its own slot's draw, as measured; only
+the rank of a repeat that finishes is coupled. A first attempt that failed has no latency
+rank, so its position among the route's failures stands for its job (a uniform as good as
+any). With ``rho = 0`` the coupled index is the raw draw, bit for bit, so plans and tests
+without sharing see exactly the draws they always saw.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tailkit.simulate._draws import Draws
+from tailkit.simulate._model import StepModel
+from tailkit.simulate._sample import TABLE, Index, RouteSample
+
+
+__all__ = ["RETRY", "StepSlots", "couple", "retry_index", "step_indexes"]
+
+RETRY = 3
+"""The virtual slot of an error's retry: slot 1's draw, coupled for the step's own route."""
+
+
+def _scores(index: Index, route: RouteSample) -> np.ndarray:
+    """
+    The normal score of each draw's rank among the route's finished (or failed) outcomes.
+    """
+    from scipy import special
+
+    ok = route.ok_entries
+    i = index.astype(np.float64)
+    failed = i >= ok
+    u = np.where(failed, (i - ok + 0.5) / max(TABLE - ok, 1), (i + 0.5) / ok)
+    return special.ndtri(u)  # type: ignore[no-any-return]
+
+
+def couple(
+    first: Index, raw: Index, rho: float, first_route: RouteSample, route: RouteSample
+) -> Index:
+    """
+    A repeat attempt's table indexes, coupled to the first attempt's by correlation ``rho``.
+
+    Args:
+        first: The first attempt's indexes into ``first_route``'s table.
+        raw: The repeat's own uniform indexes (its slot's draws).
+        rho: Correlation of the two attempts' normal scores, in [0, 1).
+        first_route: The first attempt's route.
+        route: The repeat's route.
+
+    Returns:
+        Indexes into ``route``'s table: a failure wherever ``raw`` is one, elsewhere a
+        finished outcome whose rank is coupled to the first attempt's.
+    """
+    if rho <= 0.0:
+        return raw
+    from scipy import special
+
+    ok = route.ok_entries
+    finished = raw < ok
+    if not finished.any():
+        return raw
+    fresh = special.ndtri((raw[finished].astype(np.float64) + 0.5) / ok)
+    z = rho * _scores(first[finished], first_route) + math.sqrt(1.0 - rho * rho) * fresh
+    rank = np.minimum((special.ndtr(z) * ok).astype(np.int64), ok - 1)
+    out = raw.copy()
+    out[finished] = rank.astype(raw.dtype)
+    return out
+
+
+def retry_index(draws: Sequence[int]) -> int:
+    """
+    The index an error's retry reads in a run's per-step draws (the reference's rule).
+
+    Three draws are the raw slots (no coupling: the retry reads slot 1); a fourth, when
+    given, is the retry's own coupled index (`RETRY`).
+    """
+    return draws[RETRY] if len(draws) > RETRY else draws[1]
+
+
+def step_indexes(step: StepModel, raw: Index) -> Index:
+    """
+    A step's indexes as the engine reads them, from its raw ``(3, runs)`` slot draws.
+
+    Rows: the first attempt, the cutoff's attempt (on the step's second route, else its
+    own), the upgrade, and an error's retry (`RETRY`), the last three coupled to the first.
+    """
+    first, primary = raw[0], step.primary
+    second, upgrade = step.second or primary, step.upgrade or primary
+    return np.stack([
+        first,
+        couple(first, raw[1], step.rho(second), primary, second),
+        couple(first, raw[2], step.rho(upgrade), primary, upgrade),
+        couple(first, raw[1], step.rho(None), primary, primary),
+    ])  # fmt: skip
+
+
+class StepSlots:
+    """
+    A step's draws for one block of runs, read once each, repeats coupled to the first.
+
+    ``slots(k)`` for k = 0, 1, 2 is the first attempt, the cutoff's attempt and the upgrade;
+    `RETRY` is an error's retry. Raw slot draws are read from `Draws` on first use only, so
+    a slot no plan uses is never drawn and the streams stay aligned block by block.
+    """
+
+    __slots__ = ("_draws", "_held", "_raw", "_step")
+
+    def __init__(self, step: StepModel, draws: Draws) -> None:
+        self._step, self._draws = step, draws
+        self._held: dict[int, Index] = {}
+        self._raw: dict[int, Index] = {}
+
+    def raw(self, k: int) -> Index:
+        """
+        Slot ``k``'s own uniform draws.
+        """
+        if k not in self._raw:
+            self._raw[k] = self._draws.slot(self._step.name, k)
+        return self._raw[k]
+
+    def __call__(self, k: int) -> Index:
+        held = self._held.get(k)
+        if held is not None:
+            return held
+        step, primary = self._step, self._step.primary
+        if k == 0:
+            held = self.raw(0)
+        elif k == RETRY:  # an error's retry: slot 1's draw, on the step's own route
+            held = couple(self(0), self.raw(1), step.rho(None), primary, primary)
+        else:  # a repeat of the same job: its rank coupled to the first attempt's
+            route = (step.second if k == 1 else step.upgrade) or primary
+            held = couple(self(0), self.raw(k), step.rho(route), primary, route)
+        self._held[k] = held
+        return held

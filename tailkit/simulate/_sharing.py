@@ -1,0 +1,232 @@
+"""
+How much a repeat attempt shares with the attempt it repeats, estimated from the store.
+
+A hedge, retry, downgrade or upgrade does the same job as the first attempt (its work: output
+length, hidden reasoning, a slow tool) and, on the same provider, at the same moment (a slow
+spell). The simulator couples a repeat's latency rank to the first attempt's with a Gaussian
+copula (`tailkit.simulate._couple`); this module says with which correlation, per step, and on
+what evidence. A latent model reads the two parts: a call's normal score is
+``sqrt(w) J + sqrt(m) M + sqrt(1 - w - m) e``, with ``J`` its job, ``M`` its provider's moment
+and ``e`` its own; a repeat on another provider shares ``w`` (work), one on the same provider
+``w + m``.
+
+The work part, best evidence first:
+
+1. **job keys** (``calls.job_key``): the same job on the step's route and on other routes (a
+   benchmark that ran one prompt set on several models). The correlation of the normal scores
+   of their latency ranks, over the jobs whose call on the step's route is in its bucket,
+   pooled over the other routes (Fisher's z, weighted by jobs).
+2. **the size regression**: the share of the log-latency variance that output length explains
+   in the step's bucket (R^2 of log latency on log output tokens). Two attempts of one job have
+   the same length, so they share at least that much; hidden work is not in the tokens, so it
+   is a lower bound, and said to be one.
+3. **a default** of 0.75, the top of what public paired data shows (rank correlations of
+   0.46-0.75 across routes): conservative, since the more a repeat shares the less a hedge
+   helps.
+
+The moment part comes from calls on the step's route started close together (within
+`MOMENT_WINDOW_S`): different jobs, the same moment, so the correlation of neighbours' ranks
+is what a slow spell shares; without start times, a default of 0.1.
+
+Nothing here is silent: every estimate carries the sentence that says where it came from,
+which calibrate prints and writes into the plan's ``basis``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailkit.config import Plan, Shared
+from tailkit.record import Buckets
+from tailkit.simulate._fetch import OK, Need
+from tailkit.simulate._load import _need
+from tailkit.store import Store, calls_with_buckets_sql
+
+
+__all__ = [
+    "DEFAULT_MOMENT",
+    "DEFAULT_WORK",
+    "MIN_PAIRS",
+    "estimate_sharing",
+    "independent_sharing",
+]
+
+DEFAULT_WORK = 0.75
+"""Work shared without evidence: the top of the public range (conservative)."""
+
+DEFAULT_MOMENT = 0.1
+"""Moment shared on one provider without start times."""
+
+MIN_PAIRS = 30
+"""Fewest paired jobs (or neighbours, or sized calls) an estimate needs."""
+
+MOMENT_WINDOW_S = 300.0
+"""Neighbouring calls started at most this far apart share the moment."""
+
+MAX_SHARED = 0.95
+_MAX_ROWS = 20_000  # paired jobs read per step: the correlation is sure long before
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    value: float
+    source: str
+    evidence: str
+
+
+def independent_sharing(plan: Plan) -> dict[str, Shared]:
+    """
+    Independent attempts for every step, said as an assumption (for comparisons and tests).
+    """
+    note = "assumed independent (no sharing modelled)"
+    return {name: Shared(0.0, 0.0, "assumed", note) for name in plan.steps}
+
+
+def estimate_sharing(
+    store: Store, plan: Plan, *, buckets: Buckets | None = None
+) -> dict[str, Shared]:
+    """
+    Per step, what a repeat shares with its first attempt, and the evidence (module doc).
+
+    Args:
+        store: An open store with the plan's calls.
+        plan: The workflow; each step's route and expected tokens pick the calls.
+        buckets: Bucket edges (the defaults when ``None``).
+
+    Returns:
+        Per step name, the correlations of a repeat on another provider and on the same
+        provider, with the source and a sentence of evidence.
+    """
+    buckets = buckets or Buckets()
+    base = f"({calls_with_buckets_sql(buckets)}) AS c"
+    out: dict[str, Shared] = {}
+    moments: dict[Need, _Part] = {}
+    for name, step in plan.steps.items():
+        need = _need(plan.routes[step.route], step, buckets)
+        work = _by_jobs(store, base, need) or _by_size(store, base, need) or _default_work()
+        if need not in moments:
+            moments[need] = _by_timing(store, base, need)
+        moment = moments[need]
+        same = min(work.value + moment.value, MAX_SHARED)
+        out[name] = Shared(
+            other_provider=round(min(work.value, MAX_SHARED), 3),
+            same_provider=round(same, 3),
+            source=work.source,
+            evidence=f"{work.evidence}; {moment.evidence}",
+        )
+    return out
+
+
+def _first(where: str) -> str:
+    return f"{OK} AND coalesce(attempt, 0) = 0 AND {where}"
+
+
+def _by_jobs(store: Store, base: str, need: Need) -> _Part | None:
+    """
+    The work part from jobs run on the step's route and on others (``None``: too few).
+    """
+    mine = f"provider = {_lit(need.provider)} AND model = {_lit(need.model)}"
+    rows = store.fetchall(
+        f"WITH a AS (SELECT job_key, any_value(total_s) AS a_s FROM {base} "
+        f"WHERE {_first(need.sql())} AND job_key IS NOT NULL GROUP BY job_key), "
+        f"b AS (SELECT job_key, provider, model, any_value(total_s) AS b_s FROM {base} "
+        f"WHERE {_first(f'NOT ({mine})')} AND job_key IS NOT NULL GROUP BY ALL) "
+        f"SELECT provider, model, a_s, b_s FROM a JOIN b USING (job_key) "
+        f"ORDER BY hash(job_key) LIMIT {_MAX_ROWS}"
+    )
+    if len(rows) < MIN_PAIRS:
+        return None
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for provider, model, a_s, b_s in rows:
+        pairs.setdefault((provider, model), []).append((a_s, b_s))
+    zs, weights = [], []
+    for values in pairs.values():
+        if len(values) < MIN_PAIRS // 3:
+            continue
+        a, b = np.asarray(values, dtype=np.float64).T
+        rho = _normal_score_correlation(a, b)
+        zs.append(math.atanh(min(max(rho, -0.999), 0.999)))
+        weights.append(len(values) - 3)
+    if not zs or sum(weights) + 3 * len(weights) < MIN_PAIRS:
+        return None
+    pooled = math.tanh(float(np.average(zs, weights=weights)))
+    jobs = sum(weights) + 3 * len(weights)
+    routes = len(zs)
+    evidence = (
+        f"job keys: {jobs} jobs also run on {routes} other route{'s' * (routes != 1)}, "
+        f"correlation {pooled:.2f}"
+    )
+    return _Part(max(pooled, 0.0), "job keys", evidence)
+
+
+def _by_size(store: Store, base: str, need: Need) -> _Part | None:
+    """
+    The work part from the size regression in the step's bucket (``None``: too few).
+    """
+    row = store.fetchone(
+        f"SELECT regr_r2(ln(total_s), ln(output_tokens)), count(*) FROM {base} "
+        f"WHERE {_first(need.sql())} AND output_tokens > 0"
+    )
+    if row is None or row[1] < MIN_PAIRS or row[0] is None or not math.isfinite(row[0]):
+        return None
+    r2 = float(row[0])
+    evidence = (
+        f"size regression: output length explains {r2:.0%} of log latency in {row[1]} calls "
+        "(a lower bound: hidden work is not in the tokens; no job keys to pair)"
+    )
+    return _Part(r2, "size regression", evidence)
+
+
+def _default_work() -> _Part:
+    evidence = (
+        f"no job keys and no token counts: the conservative default {DEFAULT_WORK:.2f} "
+        "(the top of public paired data)"
+    )
+    return _Part(DEFAULT_WORK, "default", evidence)
+
+
+def _by_timing(store: Store, base: str, need: Need) -> _Part:
+    """
+    The moment part: rank correlation of calls started close together on the route.
+    """
+    row = store.fetchone(
+        "SELECT corr(r, r_prev), count(*) FROM ("
+        "SELECT r, lag(r) OVER w AS r_prev, "
+        "epoch(started_at) - lag(epoch(started_at)) OVER w AS gap_s FROM ("
+        f"SELECT started_at, call_id, percent_rank() OVER (ORDER BY total_s) AS r FROM {base} "
+        f"WHERE {_first(need.sql())} AND started_at IS NOT NULL) "
+        "WINDOW w AS (ORDER BY started_at, call_id)) "
+        f"WHERE gap_s <= {MOMENT_WINDOW_S}"
+    )
+    if row is None or row[1] < MIN_PAIRS or row[0] is None or not math.isfinite(row[0]):
+        evidence = f"no start times to read a moment from: the default {DEFAULT_MOMENT:.2f}"
+        return _Part(DEFAULT_MOMENT, "default", evidence)
+    spearman = float(row[0])
+    rho = max(2.0 * math.sin(math.pi * spearman / 6.0), 0.0)
+    evidence = (
+        f"calls started within {MOMENT_WINDOW_S:.0f} s of each other on the route: "
+        f"correlation {rho:.2f} over {row[1]} neighbours (the moment a same-provider retry shares)"
+    )
+    return _Part(rho, "call timing", evidence)
+
+
+def _normal_score_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """
+    Pearson's correlation of the van der Waerden normal scores of ``a`` and ``b``.
+    """
+    from scipy import special, stats
+
+    n = a.size
+    za = special.ndtri(stats.rankdata(a) / (n + 1))
+    zb = special.ndtri(stats.rankdata(b) / (n + 1))
+    if za.std() == 0.0 or zb.std() == 0.0:
+        return 0.0
+    return float(np.corrcoef(za, zb)[0, 1])
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
