@@ -1,5 +1,9 @@
 """
-What a prediction says the user should know: a hopeless deadline, a busted budget, thin data.
+What a prediction and a plan say the user should know before trusting them.
+
+A hopeless deadline, a busted budget, thin data (`prediction_warnings`); and what a plan's
+repeat attempts rest on (`evidence_warnings`): an escape no repeat attempt or paired call has
+confirmed, or a retry on the provider of a route whose slow calls come in spells.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import math
 import zlib
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +23,8 @@ from tailkit.simulate import Draws, run_workflow, widen_fixes, workflow_model
 
 if TYPE_CHECKING:
     from tailkit.calibrate._predict import Prediction
-    from tailkit.config import Plan
+    from tailkit.config import Plan, Step
+    from tailkit.fit import TailKind
 
 
 HOPELESS_MISS_RATE = 0.5  # most runs miss even with the plan
@@ -55,6 +61,95 @@ def prediction_warnings(plan: Plan, prediction: Prediction) -> tuple[str, ...]:
     if thin_warning:
         out.append(thin_warning)
     return tuple(out)
+
+
+_REPEATS = ("hedge", "retry", "downgrade")  # actions that start a fresh attempt of the step
+CONFIRM = (
+    "repeat attempts (hedges or retries of its slow calls, linked by idempotency key: ingest "
+    "an executor ledger with tailkit ingest --format trace) or paired calls (the same job on "
+    "other routes: a job_key column, or --map job_key=<your prompt id field>)"
+)
+
+
+def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, ...]:
+    """
+    Warnings about what a plan's hedges and retries assume of their route's tail.
+
+    The simulator lets a fresh attempt escape the tail of the attempt it repeats. Single
+    calls only show that a tail looks transient: hidden work bound to the request (uncounted
+    reasoning, a slow tool behind the model) looks the same and is met again. So:
+
+    - a step that hedges, retries or downgrades on cutoff, on a route whose tail is transient
+      or mixed with no repeat attempts or paired calls confirming the escape
+      (`TailKind.escape_confirmed_by`), is named with the evidence that would confirm it
+      (``unknown`` routes are warned about where the kinds are read: calibrate's own
+      warnings);
+    - a step whose route's slow calls come in spells (`TailKind.spells`) and whose fresh
+      attempt goes to the same provider (a retry, or a hedge or downgrade route there) meets
+      the same spell: it is named with the routes of another provider serving its model.
+
+    Args:
+        plan: The calibrated plan (its steps' ``on_cutoff`` and routes).
+        kinds: Each route's tail kind, by route name (`tailkit.simulate.route_tail_kinds`);
+            routes without one are not judged.
+
+    Returns:
+        One sentence per finding; empty when the plan repeats nothing on such a route.
+    """
+    out = []
+    for name, step in plan.steps.items():
+        verdict = kinds.get(step.route)
+        if verdict is None or step.on_cutoff not in _REPEATS:
+            continue
+        action = _action(step)
+        if verdict.kind in ("transient", "mixed") and verdict.escape_confirmed_by is None:
+            out.append(
+                f"step {name!r}: the plan's {action} assumes a fresh attempt escapes the tail "
+                f"of route {step.route}, but single calls only show that it looks "
+                f"{verdict.kind}; hidden work bound to the request (uncounted reasoning, a "
+                f"slow tool) would look the same and be met again: {CONFIRM} would confirm it"
+            )
+        target = _target(step)
+        same = target is not None and plan.routes[target].provider == _provider(plan, step)
+        if verdict.spells and same:
+            provider = _provider(plan, step)
+            others = _other_providers(plan, step)
+            fix = (
+                f"hedge or fail over to another provider ({', '.join(others)}: set hedge_route)"
+                if others
+                else f"add a route of another provider serving {plan.routes[step.route].model}"
+            )
+            out.append(
+                f"step {name!r}: route {step.route}'s slow calls come in spells, and the "
+                f"plan's {action} goes to the same provider ({provider}): a retry on the same "
+                f"provider does not escape a spell; {fix}"
+            )
+    return tuple(out)
+
+
+def _action(step: Step) -> str:
+    target = _target(step)
+    where = "" if step.on_cutoff == "retry" else f" to {target}"
+    return f"{step.on_cutoff}{where}"
+
+
+def _target(step: Step) -> str | None:
+    """
+    The route a step's fresh attempt goes to on cutoff (``None``: none named).
+    """
+    return {"retry": step.route, "hedge": step.hedge_route,
+            "downgrade": step.downgrade_route}.get(step.on_cutoff)  # fmt: skip
+
+
+def _provider(plan: Plan, step: Step) -> str:
+    return plan.routes[step.route].provider
+
+
+def _other_providers(plan: Plan, step: Step) -> list[str]:
+    own = plan.routes[step.route]
+    return [
+        n for n, r in plan.routes.items() if r.model == own.model and r.provider != own.provider
+    ]
 
 
 def _hopeless(plan: Plan, prediction: Prediction) -> str:
