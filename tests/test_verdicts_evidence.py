@@ -63,6 +63,7 @@ def test_repeat_attempts_or_paired_calls_confirm_the_escape(seed: int) -> None:
     assert "61 of 80 slow calls' jobs finished fast on another route" in paired.sentence
     assert weak.escape_confirmed_by is None
     assert "looks transient in single calls; 8 of 10 fresh attempts" in weak.sentence
+    assert weak.sentence.endswith("too few (20 needed) to confirm a fresh attempt escapes it")
 
 
 def test_paired_calls_that_stay_slow_contradict_single_calls() -> None:

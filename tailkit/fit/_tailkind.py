@@ -492,11 +492,13 @@ def _claim(hedges: HedgeEvidence | None, paired: HedgeEvidence | None) -> str:
     for name, evidence in given:
         if evidence.says == "transient":
             return f"{_seen(name, evidence)}: {name} confirm a fresh attempt escapes it"
-    weak = [_seen(n, e) for n, e in given if e.pairs > 0]
+    weak = [(n, e) for n, e in given if e.pairs > 0]
     if weak:
+        few = all(e.pairs < MIN_PAIRS for _, e in weak)
+        why = f"too few ({MIN_PAIRS} needed)" if few else "too close to one half"
         return (
-            f"looks transient in single calls; {' and '.join(weak)}: too few (under "
-            f"{MIN_PAIRS}) or too close to one half to confirm a fresh attempt escapes it"
+            f"looks transient in single calls; {' and '.join(_seen(*w) for w in weak)}: "
+            f"{why} to confirm a fresh attempt escapes it"
         )
     return UNCONFIRMED
 
