@@ -61,7 +61,12 @@ class Draw:
 
 
 def draw(
-    rng: random.Random, profile: ModelProfile, *, time_scale: float, max_tokens: int | None
+    rng: random.Random,
+    profile: ModelProfile,
+    *,
+    time_scale: float,
+    max_tokens: int | None,
+    entry: int | None = None,
 ) -> Draw:
     """
     Draw one request's behaviour from ``profile`` (thirteen draws from ``rng``, always).
@@ -71,9 +76,13 @@ def draw(
         profile: The requested model's profile.
         time_scale: Real seconds per profile second.
         max_tokens: The request's cap on completion tokens, ``None`` for none.
+        entry: Replayed outcomes only: the entry chosen already (an aligned table's row, see
+            `tailkit.serve._jobs`; no further draw); ``None``: one drawn by the table's counts.
     """
     if profile.outcomes is not None:
-        return _replayed(rng, profile.outcomes, time_scale=time_scale, max_tokens=max_tokens)
+        return _replayed(
+            rng, profile.outcomes, time_scale=time_scale, max_tokens=max_tokens, entry=entry
+        )
     hits = [rng.random() < share for _, share in profile.faults.shares()]
     fault = next((name for name, hit in zip(FAULT_NAMES, hits, strict=True) if hit), None)
     stalled = rng.random() < profile.stall_share
@@ -104,12 +113,17 @@ def draw(
 
 
 def _replayed(
-    rng: random.Random, table: Outcomes, *, time_scale: float, max_tokens: int | None
+    rng: random.Random,
+    table: Outcomes,
+    *,
+    time_scale: float,
+    max_tokens: int | None,
+    entry: int | None = None,
 ) -> Draw:
     """
     One measured outcome, drawn uniformly (one draw from ``rng``), on its own schedule.
     """
-    i = table.pick(rng)
+    i = table.pick(rng) if entry is None else entry
     kind = table.kinds[i]
     first, end = table.ttft_s[i] * time_scale, table.total_s[i] * time_scale
     # sent early by the lead, so that the client's code sees them at the intended times

@@ -9,6 +9,14 @@ generator) and is answered on its schedule: the first content token at its TTFT,
 spread evenly until its total, an error at its failure time, or a whole answer whose text
 carries `INVALID_MARK` when the measured call's output failed validation.
 
+Repeat attempts do the same job, so the tables of one step's routes can be *aligned*: they
+share a ``group`` and a number of rows, row ``j`` being job ``j`` (its measured call on each
+route, or a call of the same size). A request's ``Idempotency-Key`` is shared by a call's first
+attempt and all its hedges, retries, downgrades and upgrades: the first request with a key
+draws a row, and every later request with that key on a model of the group gets that row's
+entry (a repeat on the same model gets the entry's ``repeats`` instead: another call of the
+same job, size and moment). See `tailkit.serve._jobs`.
+
 ``tailkit replay`` writes the tables as JSON (`dump_outcomes`) and starts ``tailkit serve
 --outcomes FILE`` in a process of its own (`load_outcomes`).
 """
@@ -34,6 +42,7 @@ __all__ = [
     "KINDS",
     "OUTCOMES_VERSION",
     "Outcomes",
+    "check_groups",
     "dump_outcomes",
     "load_outcomes",
 ]
@@ -64,10 +73,18 @@ class Outcomes:
         lead_s: Real seconds to send everything early, to make up for the time the answer
             then takes to reach the client's code (measured by the replay; 0: none). The
             access log's intended times are without it.
+        group: The aligned tables this one belongs to (one step's routes; ``None``: none,
+            every request draws an entry by ``counts``). A key seen on any model of the
+            group keeps the row it drew.
+        rows: With ``group``: the entry of each row (row ``j`` is job ``j``); a request
+            that brings no key seen before draws a row uniformly.
+        repeats: With ``group``: per entry, the entry a repeat on this same model gets (a
+            retry: another call of the same job, size and moment); ``None``: the same entry.
 
     Raises:
         ConfigError: The columns differ in length, are empty, hold a negative, NaN or
-            infinite time, a total before its TTFT, an unknown kind, or a count below 1.
+            infinite time, a total before its TTFT, an unknown kind, or a count below 1;
+            ``group`` and ``rows`` do not come together, or a row or repeat is no entry.
     """
 
     ttft_s: tuple[float, ...]
@@ -76,6 +93,9 @@ class Outcomes:
     output_tokens: int = 200
     counts: tuple[int, ...] | None = None
     lead_s: float = 0.0
+    group: str | None = None
+    rows: tuple[int, ...] | None = None
+    repeats: tuple[int, ...] | None = None
     _ends: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +131,29 @@ class Outcomes:
         if self.output_tokens < 1:
             msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
             raise ConfigError(msg)
+        self._check_alignment(n)
+
+    def _check_alignment(self, n: int) -> None:
+        if (self.group is None) != (self.rows is None):
+            msg = "aligned outcomes need both a group and rows (one entry per job), or neither"
+            raise ConfigError(msg)
+        if self.group is not None and (not isinstance(self.group, str) or not self.group):
+            msg = f"an outcome table's group must be a non-empty string, got {self.group!r}"
+            raise ConfigError(msg)
+        if self.repeats is not None and self.rows is None:
+            msg = "repeats need aligned rows (a group and its rows)"
+            raise ConfigError(msg)
+        for name, values, size in (("rows", self.rows, None), ("repeats", self.repeats, n)):
+            if values is None:
+                continue
+            if size is not None and len(values) != size:
+                msg = f"{name} must hold one entry per outcome ({size}), got {len(values)}"
+                raise ConfigError(msg)
+            if not values or any(
+                isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n for i in values
+            ):
+                msg = f"{name} must be a non-empty list of entry numbers in 0 … {n - 1}"
+                raise ConfigError(msg)
 
     @property
     def slots(self) -> int:
@@ -125,6 +168,33 @@ class Outcomes:
         """
         slot = min(int(rng.random() * self.slots), self.slots - 1)
         return bisect.bisect_right(self._ends, slot)
+
+    def row_of(self, u: float) -> int:
+        """
+        The row a uniform ``u`` in [0, 1) picks among the aligned rows (each row equally).
+        """
+        n = len(self.rows or ())
+        return min(int(u * n), n - 1)
+
+
+def check_groups(tables: Mapping[str, Outcomes]) -> None:
+    """
+    Check that the aligned tables of each group have one number of rows.
+
+    Raises:
+        ConfigError: Two models of one group have different numbers of rows.
+    """
+    sizes: dict[str, tuple[str, int]] = {}
+    for name, table in tables.items():
+        if table.group is None or table.rows is None:
+            continue
+        first = sizes.setdefault(table.group, (name, len(table.rows)))
+        if first[1] != len(table.rows):
+            msg = (
+                f"models {first[0]!r} and {name!r} of group {table.group!r} have "
+                f"{first[1]} and {len(table.rows)} rows: aligned tables need one row per job each"
+            )
+            raise ConfigError(msg)
 
 
 def dump_outcomes(
@@ -156,11 +226,24 @@ def dump_outcomes(
                 "ttft_s": [round(v, 6) for v in table.ttft_s],
                 "total_s": [round(v, 6) for v in table.total_s],
                 "counts": list(table.counts or (1,) * len(table.kinds)),
+                **_aligned(table),
             }
             for name, (table, chunk_tokens) in models.items()
         },
     }
     return json.dumps(document, separators=(",", ":"))
+
+
+def _aligned(table: Outcomes) -> dict[str, Any]:
+    """
+    An aligned table's group, rows and repeats as the file keeps them (nothing for others).
+    """
+    if table.group is None:
+        return {}
+    out: dict[str, Any] = {"group": table.group, "rows": list(table.rows or ())}
+    if table.repeats is not None:
+        out["repeats"] = list(table.repeats)
+    return out
 
 
 def _floats(where: str, value: object) -> tuple[float, ...]:
@@ -191,13 +274,13 @@ def read_json(source: str, what: str, fix: str) -> Any:
         raise ConfigError(msg) from None
 
 
-def _counts(where: str, value: object) -> tuple[int, ...] | None:
+def _counts(where: str, value: object, what: str = "slots per entry") -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) for c in value
     ):
-        msg = f"{where} must be a list of whole numbers (slots per entry)"
+        msg = f"{where} must be a list of whole numbers ({what})"
         raise ConfigError(msg)
     return tuple(value)
 
@@ -238,6 +321,9 @@ def load_outcomes(
                 output_tokens=raw.get("output_tokens", 200),
                 counts=_counts(f"{where}.counts", raw.get("counts")),
                 lead_s=document.get("lead_s", 0.0),
+                group=raw.get("group"),
+                rows=_counts(f"{where}.rows", raw.get("rows"), "an entry per job"),
+                repeats=_counts(f"{where}.repeats", raw.get("repeats"), "an entry per entry"),
             )
         except ConfigError as exc:
             msg = f"{where}: {exc}"
@@ -247,6 +333,11 @@ def load_outcomes(
             msg = f"{where}.chunk_tokens must be a whole number >= 1, got {chunk_tokens!r}"
             raise ConfigError(msg)
         models[str(name)] = (table, chunk_tokens)
+    try:
+        check_groups({name: table for name, (table, _) in models.items()})
+    except ConfigError as exc:
+        msg = f"{source}: {exc}"
+        raise ConfigError(msg) from None
     scale, seed = document.get("time_scale", 1.0), document.get("seed", 0)
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
         msg = f"{source}: time_scale must be a positive number, got {scale!r}"

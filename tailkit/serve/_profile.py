@@ -18,7 +18,7 @@ from typing import Any
 
 from tailkit._config._yaml import safe_load_bounded
 from tailkit.errors import ConfigError
-from tailkit.serve._outcomes import Outcomes
+from tailkit.serve._outcomes import Outcomes, check_groups
 
 
 __all__ = ["FAULT_NAMES", "Faults", "ModelProfile", "ServeConfig", "load_profile"]
@@ -216,6 +216,7 @@ class ServeConfig:
         if self.own_budget_s is not None:
             _number("own_budget_s", self.own_budget_s, low=0.0, strict=True)
         _number("deadline_margin_s", self.deadline_margin_s, low=0.0)
+        check_groups({n: m.outcomes for n, m in self.models.items() if m.outcomes is not None})
 
 
 # outcome tables come from `tailkit serve --outcomes FILE.json`, not from a YAML profile

@@ -10,9 +10,9 @@ an adapter sends (``gpt-4.1``): the answer and the record then carry the id. A b
 that more than one id ends in is resolved by an ``x-tailkit-route`` header naming one of them,
 else answers 400, listing them.
 Otherwise the request takes its draws from the server's one generator (`draw`: fault, stall,
-TTFT, speed, length), the model's tokens-per-minute bucket may refuse it (429 with
-``Retry-After``), and the answer is sent on the drawn schedule, every sleep scaled by
-``time_scale``.
+TTFT, speed, length; from a step's aligned outcome tables, the row its key drew: `Jobs`), the
+model's tokens-per-minute bucket may refuse it (429 with ``Retry-After``), and the answer is
+sent on the drawn schedule, every sleep scaled by ``time_scale``.
 
 Three things can end the answer early, and each is watched at once: the deadline (not yet
 answered: 504; mid-stream: the stream is closed), the client closing its socket (a second
@@ -47,6 +47,7 @@ from tailkit.serve import _openai as wire
 from tailkit.serve._draw import Draw, TokenBucket, draw
 from tailkit.serve._exchange import Exchange
 from tailkit.serve._http import ClientGone, Connection, Request, json_response
+from tailkit.serve._jobs import Jobs
 from tailkit.serve._limits import MAX_REMAINING_S, Limits, clip, remember
 from tailkit.serve._profile import ServeConfig
 from tailkit.serve._stream import answer
@@ -104,6 +105,7 @@ class Requests:
         self._workers = None if config.workers is None else asyncio.Semaphore(config.workers)
         self._count = 0
         self._bare = bare_models(config.models)
+        self._jobs = Jobs(keep=limits.keep_keys)
 
     def _model_id(self, asked: str, route: str) -> str | list[str]:
         """
@@ -225,7 +227,12 @@ class Requests:
             ex.model, chat = model_id, dataclasses.replace(chat, model=model_id)
         profile = self.config.models[model_id]
         scale = self.config.time_scale
-        drawn = draw(self._rng, profile, time_scale=scale, max_tokens=chat.max_tokens)
+        entry = None
+        if profile.outcomes is not None and profile.outcomes.group is not None:
+            # one step's aligned tables: every attempt of a call (one key) does one job
+            entry, row = self._jobs.entry(self._rng, profile.outcomes, model=model_id, key=ex.key)
+            ex.attrs["job_row"] = row
+        drawn = draw(self._rng, profile, time_scale=scale, max_tokens=chat.max_tokens, entry=entry)
         ex.stalled = drawn.stalled
         if drawn.intended_total_s is not None:  # a replay: what its timing error is measured by
             ex.attrs["intended_ttft_s"] = drawn.intended_ttft_s
