@@ -157,8 +157,8 @@ def _by_jobs(store: Store, base: str, need: Need) -> _Part | None:
     jobs = sum(weights) + 3 * len(weights)
     routes = len(zs)
     evidence = (
-        f"job keys: {jobs} jobs also run on {routes} other route{'s' * (routes != 1)}, "
-        f"correlation {pooled:.2f}"
+        f"job keys: {jobs} jobs also run on {routes} other route{'s' * (routes != 1)}; "
+        f"a slow first attempt's repeat is slow as with correlation {pooled:.2f}"
     )
     return _Part(max(pooled, 0.0), "job keys", evidence)
 
@@ -214,18 +214,70 @@ def _by_timing(store: Store, base: str, need: Need) -> _Part:
     return _Part(rho, "call timing", evidence)
 
 
+SLOW_RANK = 0.95
+"""A first attempt beyond its p95 is slow: about where plans cut, and a repeat matters."""
+
+ESCAPE_RANK = 0.75
+"""A repeat that finishes below its route's p75 escaped the slow attempt's tail."""
+
+
 def _normal_score_correlation(a: np.ndarray, b: np.ndarray) -> float:
     """
-    Pearson's correlation of the van der Waerden normal scores of ``a`` and ``b``.
+    The copula correlation that reproduces how often a slow ``a`` finds its ``b`` slow.
+
+    What matters for a hedge or a retry is the tail: when the first attempt is beyond its
+    p95, how often the repeat is beyond *its* p75 (25 % for independent attempts, more when
+    they share work). A correlation fitted to every pair would be set by the body, where work
+    dominates, and overstate how much a transient stall in the tail is shared; so the
+    correlation is the one under which a Gaussian copula gives the observed share.
     """
-    from scipy import special, stats
+    from scipy import stats
 
     n = a.size
-    za = special.ndtri(stats.rankdata(a) / (n + 1))
-    zb = special.ndtri(stats.rankdata(b) / (n + 1))
-    if za.std() == 0.0 or zb.std() == 0.0:
+    ra, rb = stats.rankdata(a) / n, stats.rankdata(b) / n
+    slow = ra > SLOW_RANK
+    if slow.sum() < MIN_PAIRS // 3:
         return 0.0
-    return float(np.corrcoef(za, zb)[0, 1])
+    return tail_correlation(float((rb[slow] > ESCAPE_RANK).mean()))
+
+
+def tail_correlation(share: float, *, slow_rank: float = SLOW_RANK) -> float:
+    """
+    The copula correlation under which a repeat of a slow attempt is slow this often.
+
+    Args:
+        share: Observed share of repeats beyond their p75 when the first was beyond its
+            ``slow_rank`` quantile.
+        slow_rank: The first attempt's threshold rank.
+
+    Returns:
+        The correlation in [0, `MAX_SHARED`]: 0 at or below the independent share (25 %).
+    """
+    lo, hi = 0.0, MAX_SHARED
+    if share <= _slow_share(0.0, slow_rank):
+        return 0.0
+    if share >= _slow_share(hi, slow_rank):
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if _slow_share(mid, slow_rank) < share:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def _slow_share(rho: float, slow_rank: float) -> float:
+    """
+    P(Z2 > z_p75 | Z1 > z_slow) for standard normals with correlation ``rho``.
+    """
+    from scipy import special
+
+    c, a = special.ndtri(slow_rank), special.ndtri(ESCAPE_RANK)
+    z = np.linspace(c, c + 8.0, 2001)
+    dens = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    beyond = special.ndtr((rho * z - a) / math.sqrt(1.0 - rho * rho))
+    return float(np.trapezoid(dens * beyond, z) / (1.0 - slow_rank))
 
 
 def _lit(text: str) -> str:
