@@ -96,6 +96,13 @@ def render(report: CheckReport, console: Console) -> None:
             console.print(f"  - {cause}", highlight=False, markup=False)
     for note in obs.notes:
         console.print(f"note {note}", highlight=False, markup=False)
+    if report.judged:
+        console.print(
+            f"each of the {report.judged} lines that can tell judged at {report.line_level:.2%}"
+            f" (observed and predicted intervals apart): a plan that still holds reads drifted "
+            f"at most {1 - report.level:.0%} of the time",
+            highlight=False,
+        )
     console.print(report.summary(), highlight=False)
 
 
@@ -123,7 +130,9 @@ def check(
     tolerance: Annotated[
         float,
         typer.Option(
-            "--tolerance", metavar="FRACTION", help="Relative difference that still holds."
+            "--tolerance",
+            metavar="FRACTION",
+            help="Relative difference too small to drift, whatever the intervals.",
         ),
     ] = 0.15,
     min_runs: Annotated[
@@ -132,7 +141,9 @@ def check(
     level: Annotated[
         float,
         typer.Option(
-            "--level", metavar="FRACTION", help="Confidence level of the observed intervals."
+            "--level",
+            metavar="FRACTION",
+            help="Family level: a plan that holds reads drifted at most 1 - this of the time.",
         ),
     ] = 0.95,
     as_json: JsonOption = False,
@@ -145,11 +156,16 @@ def check(
 
     For the workflow (p50, p99, miss rate, extra attempts per first attempt) and each step
     (p50, p99, hedge rate), the observed figure with its 95% interval (--level) next to the
-    plan's prediction: it holds (inside the interval, or within --tolerance), it drifted (with the
-    likely cause: a slower route, hedges refused by the budget or a throttle, recovery
-    attempts, a thin basis), or there are too few runs to tell. Exit code 0 when every line
-    holds or can't tell, 1 when any drifted, 2 on bad input. The ledgers are read as ingest
-    reads logs: --map, --set, --set-over, --status-map and --unit mean the same.
+    plan's prediction. A line drifted only when the observed interval and the plan's own
+    interval are apart, each read at 1 - (1 - level) / (2 m) for the m lines that can tell, and
+    the values differ by more than --tolerance: a plan that still holds reads drifted at most
+    5% of the time (1 - --level), one error rate for the one exit code. Without an interval in
+    the plan, its prediction is judged as an estimate from its basis. A drifted line names its
+    likely causes: a slower route, an outage, failed calls, budget denials, throttle refusals
+    (and 429s), a thin basis. Too few runs: can't tell. Failed runs count as "more than" where
+    they were last seen, never as fast. Exit code 0 when every line holds or can't tell, 1 when
+    any drifted, 2 on bad input. The ledgers are read as ingest reads logs: --map, --set,
+    --set-over, --status-map and --unit mean the same.
 
     Example:
 
