@@ -52,7 +52,7 @@ def _tail_words(row: dict[str, Any]) -> str:
     if row.get("transient") and row.get("transient_mixture"):
         return f"a transient tail holds {percent(float(row['transient_share']))} of its calls"
     if row.get("transient"):
-        return "a fresh attempt escapes its slowest calls"
+        return "its slowest calls look transient"
     if row.get("fit") == "fits":
         return "the lognormal fits its tail"
     return f"its tail is {row.get('best_family') or 'not lognormal'}-shaped, not lognormal"
@@ -250,6 +250,8 @@ def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
     for color, (route, pts, verdict) in zip(PALETTE * 4, lines, strict=False):
         p50, ratio, n = (np.array(v) for v in zip(*pts, strict=True))
         kind = str(verdict.get("tail_kind") or "unknown")
+        if kind in ("transient", "mixed") and not verdict.get("escape_confirmed_by"):
+            kind += " unconfirmed"  # single calls only: no repeat attempts or paired calls
         kinds.setdefault(kind, []).append(route.label)
         ax.scatter(p50, ratio, s=8 + 40 * n / n.max(), color=color,
                    label=f"{route.label}: {_KIND_WORDS[kind]}")  # fmt: skip
@@ -264,7 +266,8 @@ def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
         "Each point is one token bucket of a route with enough calls for a p99 (point size: "
         "calls), and the legend's verdict comes not from this picture but from regressing the "
         "route's latency on its token counts: calls slower than their size explains are "
-        "transient (a fresh attempt escapes them), a tail that size explains is work (a fresh "
+        "transient (a fresh attempt escapes them, where repeat attempts or paired calls confirm "
+        "it; else they only look transient), a tail that size explains is work (a fresh "
         "attempt is as slow), both is mixed, and can't tell means the data cannot decide."
     )
     return finish(fig, name="tail_growth", title=title, caption=caption)
@@ -272,7 +275,9 @@ def growth_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
 
 _KIND_WORDS = {
     "transient": "escapes the tail (transient)",
+    "transient unconfirmed": "may escape the tail (looks transient in single calls)",
     "mixed": "escapes part of it (mixed)",
+    "mixed unconfirmed": "may escape part of it (looks mixed in single calls)",
     "work": "is as slow (work)",
     "unknown": "can't tell",
 }
