@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tailkit.calibrate._resample import replicate
+from tailkit.calibrate._resample import Thinnest, honest_bounds, replicate, thinnest
 from tailkit.config import (
     Plan,
     PlanInterval,
@@ -135,6 +135,8 @@ class Prediction:
         samples: The route samples the plan was simulated on.
         sharing: What a repeat shared with the first attempt, where it was not the plan's
             ``basis.shared`` (``None``: the plan's, or independent).
+        interval_notes: Why an interval is not bounded (its high end is ``inf``): too few
+            calls of a route for a bound on its p99 (see `tailkit.calibrate._resample`).
     """
 
     miss_rate: Estimate
@@ -149,6 +151,7 @@ class Prediction:
     result: SimResult
     samples: dict[SampleKey, RouteSample]
     sharing: Mapping[str, Shared] | None = None
+    interval_notes: tuple[str, ...] = ()
 
     def plan_prediction(self) -> PlanPrediction:
         """
@@ -186,6 +189,7 @@ class Prediction:
                                "replicates": self.replicates,
                                "replicate_runs": self.replicate_runs}  # fmt: skip
         out.update({k: plain(getattr(self, k)) for k in _PLAN_KEYS})
+        out["interval_notes"] = list(self.interval_notes)
         out["steps"] = {
             name: {k: plain(getattr(step, k)) for k in _STEP_KEYS}
             for name, step in self.steps.items()
@@ -278,6 +282,7 @@ def predict(
         result=result,
         samples=samples,
         sharing=sharing,
+        interval_notes=tuple(dict.fromkeys(spread.notes)),
     )
 
 
@@ -296,6 +301,8 @@ class _Spread:
         self.base: RunOutcome | None = None
         self.base_result = result
         self.replicas: list[SimResult] = []
+        self.thin: dict[str | None, Thinnest | None] = {}  # per step name; None: the run
+        self.notes: list[str] = []
 
     def bootstrap(
         self,
@@ -314,6 +321,9 @@ class _Spread:
         """
         used = {(n, r) for n, step in plan.steps.items() for r in step_routes(step)}
         used_samples = {k: v for k, v in samples.items() if k in used}
+        self.thin[None] = thinnest(used_samples)
+        for name in plan.steps:
+            self.thin[name] = thinnest({k: v for k, v in used_samples.items() if k[0] == name})
         draws_seed = zlib.crc32(f"replicates {seed}".encode())
         self.base = run_workflow(model, Draws(replicate_runs, seed=draws_seed))
         self.base_result = summarize(model, self.base)
@@ -339,6 +349,21 @@ class _Spread:
         value = pick(self.result)
         if not self.replicas:
             return Estimate(value, value, value)
+        bootstrap = self._bootstrap(key, step, pick, value)
+        thin = self.thin.get(None if step is None else self.result.steps[step].name)
+        low, high, why = honest_bounds(
+            key, value, bootstrap.low, bootstrap.high, thin=thin, level=self.level
+        )
+        if why is not None:
+            self.notes.append(why)
+        return Estimate(value, low, high)
+
+    def _bootstrap(
+        self, key: str, step: int | None, pick: Callable[[SimResult], float], value: float
+    ) -> Estimate:
+        """
+        The bootstrap interval of ``key`` (paired differences, widened by Monte Carlo error).
+        """
         alpha = (1.0 - self.level) / 2.0
         values = np.asarray([pick(x) for x in self.replicas], dtype=np.float64)
         center = pick(self.base_result)
