@@ -206,6 +206,7 @@ def _print_calibration(
     """
     console = _console()
     _plan_table(found.plan, console, kinds=found.tail_kinds)
+    _sharing_lines(found.plan, console)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
@@ -289,6 +290,23 @@ def policy_line(plan: Plan, policies: dict[str, SimResult]) -> str:
         f"{_seconds(result.p99_s)} s, extra attempts {result.extra_attempts:.1%} "
         f"({result.runs:,} runs, deadline {plan.deadline_s:g} s)"
     )
+
+
+def _sharing_lines(plan: Plan, console: Console) -> None:
+    """
+    What the plan assumed a repeat attempt shares with the first, per step, and from what.
+    """
+    console.print("what a repeat (hedge, retry, downgrade) shares with the attempt it repeats:")
+    for name in plan.order():
+        basis = plan.steps[name].basis
+        shared = None if basis is None else basis.shared
+        if shared is None:
+            continue
+        console.print(
+            f"  {name}: correlation {shared.other_provider:.2f} on another provider, "
+            f"{shared.same_provider:.2f} on the same; {shared.evidence}",
+            highlight=False,
+        )
 
 
 def _calibration_json(
