@@ -39,6 +39,11 @@ def test_demo_quick_runs_the_whole_loop(tmp_path: Path) -> None:
         assert all(low <= high for low, high in side["observed_interval"].values() if high)
     assert 0 == doc["sides"][0]["observed"]["extra_attempts"]  # no cutoffs, no extra attempts
     assert doc["verdict"] in ("agrees", "differs", "can't tell")
+    effect = doc["plan_effect"]  # the test behind "the plan helps", not two point estimates
+    assert [30, 30] == effect["runs"]
+    assert effect["verdict"] in ("helps", "hurts", "can't tell")
+    if effect["p_value"] >= 0.05 and not effect["p99"]:
+        assert "can't tell" == effect["verdict"]
     assert {"time_scale", "error_s", "error_share", "ok", "lead_s"} <= set(doc["fidelity"])
     assert doc["check"]["verdict"] in ("holds", "drifted")
     assert "steps" in doc["check"]
