@@ -167,10 +167,15 @@ def _line(run: str, step: str, attempt: int, role: str, start: datetime, **kw: A
     return json.dumps(record)
 
 
-def _step_lines(rng: np.random.Generator, run: str, name: str, s: StepWorld, start: datetime):
+def _step_lines(
+    rng: np.random.Generator, run: str, name: str, s: StepWorld, start: datetime
+) -> tuple[list[str], float]:
     """The ledger lines of one step call, and its duration in seconds."""
     d = float(s.median_s * math.exp(s.sigma * rng.standard_normal()))
-    at = lambda seconds: start + timedelta(seconds=seconds)  # noqa: E731
+
+    def at(seconds: float) -> datetime:
+        return start + timedelta(seconds=seconds)
+
     if rng.random() < s.errors:
         # the first attempt fails at once and is retried: a recovery attempt, not a cutoff's
         return [
@@ -282,7 +287,10 @@ def test_run_latency_ends_with_its_last_step_an_optional_one_cut_at_the_deadline
 ) -> None:
     """An optional step ends the run (no later than the deadline); late or lost steps miss."""
     start = T0
-    at = lambda s: start + timedelta(seconds=s)  # noqa: E731
+
+    def at(seconds: float) -> datetime:
+        return start + timedelta(seconds=seconds)
+
     rows = []
     for i in range(40):
         run = f"r{i}"
@@ -404,7 +412,8 @@ def test_the_predictions_own_interval_holding_the_observation_holds(
         interval={"p50_s": (10.0, 30.0)},
     )
     plan = dataclasses.replace(
-        plan, steps={**plan.steps, "draft": dataclasses.replace(draft, predicted=wide)}
+        plan,
+        steps={**plan.steps, "draft": dataclasses.replace(draft, predicted=wide)},  # type: ignore[arg-type]
     )
     line = check_observation(plan, obs).line("draft", "p50_s")
     assert (HOLDS, "the plan's interval") == (line.verdict, line.judged and line.judged.source)
