@@ -4,9 +4,16 @@ What the replay serves: each step's routes as the simulator draws them, as outco
 The simulator draws an attempt as one slot of a route's 65,536-slot outcome table
 (`tailkit.simulate.RouteSample`): the route's measured calls in the step's token bucket, each
 repeated over neighbouring slots, with its TTFT, cut calls filled in beyond their cut, the
-failures and the invalid outputs. The replay serves the same table, so a served attempt and a
-simulated one are draws from one distribution: run-length encoded (each call once, with the
-slots it fills), one served model per (step, route).
+failures and the invalid outputs. Without the store, the replay serves the same table, so a
+served attempt and a simulated one are draws from one distribution: run-length encoded (each
+call once, with the slots it fills), one served model per (step, route), every attempt an
+independent draw.
+
+With the store, it serves what the data say about repeat attempts instead: each step's routes
+as one group of tables aligned by job (`tailkit.replay._aligned`), so that every attempt of a
+run's step (one Idempotency-Key) gets the same job's outcome on its route, or without job keys
+an outcome of the same size (and, for a retry, the same moment). A replay then tests the
+simulation's assumptions about repeats against the data, not against themselves.
 """
 
 from __future__ import annotations
@@ -14,13 +21,16 @@ from __future__ import annotations
 import math
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tailkit.config import Plan
+from tailkit.record import Buckets
+from tailkit.replay._aligned import align_step
 from tailkit.serve import Outcomes
 from tailkit.simulate import RouteSample, SampleKey, step_routes
+from tailkit.store import Store
 
 
 __all__ = ["CHUNKS_PER_ANSWER", "ServedModels", "served_models"]
@@ -37,10 +47,13 @@ class ServedModels:
     Args:
         ids: Served model id per (step, route).
         tables: Per model id, its outcomes and tokens per streamed chunk.
+        basis: Per step, what a served repeat attempt shares with the attempt it repeats and
+            on what evidence (empty: independent draws, the simulator's own tables).
     """
 
     ids: dict[SampleKey, str]
     tables: dict[str, tuple[Outcomes, int]]
+    basis: dict[str, str] = field(default_factory=dict)
 
 
 def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
@@ -67,24 +80,50 @@ def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
     )
 
 
-def served_models(plan: Plan, samples: Mapping[SampleKey, RouteSample]) -> ServedModels:
+def served_models(
+    plan: Plan,
+    samples: Mapping[SampleKey, RouteSample],
+    *,
+    store: Store | None = None,
+    buckets: Buckets | None = None,
+    seed: int = 0,
+) -> ServedModels:
     """
     One served model per (step, route) the plan may send an attempt to.
 
     Args:
         plan: The plan (its steps' routes, hedge, downgrade and upgrade routes).
         samples: The route samples the plan was (or is) simulated with.
+        store: The store the samples come from: each step's routes are then served aligned
+            by job (or by size), so a repeat attempt does the same job as the attempt it
+            repeats (``None``: every attempt an independent draw of the sample's table).
+        buckets: Token bucket edges, as the samples used them (``None``: the defaults).
+        seed: Seed of the aligned tables' sample and tie breaks.
 
     Returns:
-        The model ids (``"<route> @<step>"``) and their outcome tables.
+        The model ids (``"<route> @<step>"``), their outcome tables, and per step what a
+        served repeat shares.
     """
     ids: dict[SampleKey, str] = {}
     tables: dict[str, tuple[Outcomes, int]] = {}
+    basis: dict[str, str] = {}
     for name, step in plan.steps.items():
         tokens = step.expected_tokens.output or _DEFAULT_OUTPUT_TOKENS
         chunk_tokens = max(1, math.ceil(tokens / CHUNKS_PER_ANSWER))
+        aligned = None
+        if store is not None:
+            aligned = align_step(store, plan, name, samples, buckets=buckets, seed=seed)
+            basis[name] = aligned.basis
         for route in step_routes(step):
             model = f"{route} @{name}"
             ids[(name, route)] = model
-            tables[model] = (_outcomes(samples[(name, route)], tokens), chunk_tokens)
-    return ServedModels(ids, tables)
+            if aligned is None:
+                table = _outcomes(samples[(name, route)], tokens)
+            else:
+                a = aligned.tables[route]
+                table = Outcomes(
+                    a.ttft_s, a.total_s, a.kinds, output_tokens=tokens, group=name,
+                    rows=a.rows, repeats=a.repeats,
+                )  # fmt: skip
+            tables[model] = (table, chunk_tokens)
+    return ServedModels(ids, tables, basis)
