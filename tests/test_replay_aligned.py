@@ -20,6 +20,8 @@ from scipy import stats
 
 from tailkit.config import Plan, parse_plan
 from tailkit.ingest import ingest_paths
+from tailkit.replay._aligned import _nearest_size, _repeats
+from tailkit.replay._pool import Calls
 from tailkit.replay._tables import ServedModels, served_models
 from tailkit.serve import ServeConfig, Server, dump_outcomes, serve_outcomes
 from tailkit.simulate import load_samples
@@ -199,3 +201,37 @@ def test_without_job_keys_a_repeat_gets_a_call_of_the_same_size(tmp_path: Path) 
     size_gap = [abs(math.log(f.tokens / r.tokens)) for f, r in zip(firsts, retries, strict=True)]
     unrelated = [abs(math.log(f.tokens / h.tokens)) for f, h in itertools.pairwise(firsts)]
     assert np.median(size_gap) < np.median(unrelated) / 3
+
+
+def _calls(tokens: list[float], start_s: list[float] | None = None) -> Calls:
+    """Finished calls of the given sizes (and starts), latency = size / 100."""
+    n = len(tokens)
+    starts = start_s if start_s is not None else [None] * n
+    return Calls.of([
+        (f"c{i}", None, 0, starts[i], "o", tokens[i] / 100, None, None, tokens[i])
+        for i in range(n)
+    ])  # fmt: skip
+
+
+def test_without_start_times_a_retry_gets_another_call_of_the_same_size() -> None:
+    """No start times: a retry's call is a different call, next to it in size."""
+    sizes = [float(v) for v in np.random.default_rng(5).permutation(np.repeat([100, 200, 400], 20))]
+    repeats = _repeats(_calls(sizes), np.random.default_rng(0))
+    assert all(r != i for i, r in enumerate(repeats))
+    assert sum(sizes[r] == sizes[i] for i, r in enumerate(repeats)) >= len(sizes) - 4
+
+
+def test_a_retry_shares_the_moment_before_the_size() -> None:
+    """With start times, a retry's call started within the window; the nearest size there."""
+    sizes = [100.0, 400.0, 110.0, 100.0]
+    repeats = _repeats(_calls(sizes, [0.0, 10.0, 20.0, 5000.0]), np.random.default_rng(0))
+    assert 2 == repeats[0]  # 110 tokens 20 s later, not 100 tokens 83 minutes later
+    assert repeats[3] != 3
+
+
+def test_a_job_missing_on_a_route_gets_its_call_of_the_nearest_size() -> None:
+    """The nearest output size among the route's finished calls; random where unknown."""
+    pool = _calls([50.0, 300.0, 900.0])
+    picked = _nearest_size(pool, np.array([280.0, 1000.0, 10.0, np.nan]), np.random.default_rng(1))
+    assert [1, 2, 0] == picked[:3].tolist()
+    assert 0 <= picked[3] < 3
