@@ -296,15 +296,15 @@ def _sharing_lines(plan: Plan, console: Console) -> None:
     """
     What the plan assumed a repeat attempt shares with the first, per step, and from what.
     """
-    console.print("what a repeat (hedge, retry, downgrade) shares with the attempt it repeats:")
+    console.print("correlation of a repeat (hedge, retry, downgrade) with the attempt it repeats:")
     for name in plan.order():
         basis = plan.steps[name].basis
         shared = None if basis is None else basis.shared
         if shared is None:
             continue
         console.print(
-            f"  {name}: correlation {shared.other_provider:.2f} on another provider, "
-            f"{shared.same_provider:.2f} on the same; {shared.evidence}",
+            f"  {name}: {shared.other_provider:.2f} on another provider, "
+            f"{shared.same_provider:.2f} on the same ({shared.source}; the plan's basis says more)",
             highlight=False,
         )
 
