@@ -166,6 +166,21 @@ def test_served_pairs_have_the_datas_rank_correlation(tmp_path: Path, rho: float
     assert abs(pairs - data) < 0.1, (pairs, data)
 
 
+def test_a_retry_without_a_measured_repeat_keeps_the_jobs_work(tmp_path: Path) -> None:
+    """One call per job and route: a retry on a/m is another call, at the job's rank on b/m."""
+    calls = _log(tmp_path / "log.jsonl", rho=0.85, keys=True, seed=5)
+    by_job = {(c.route, c.job): c.total_s for c in calls}
+    data = stats.spearmanr(
+        [by_job[("a/m", j)] for j in range(JOBS)], [by_job[("b/m", j)] for j in range(JOBS)]
+    ).statistic
+    served, _ = _served(tmp_path, rho=0.85, keys=True, seed=5)
+    runs = [f"run-{i}" for i in range(800)]
+    got = _ask(_config(tmp_path, served), [(m, k) for k in runs for m in ("a/m @ask",) * 2])
+    firsts, retries = _which(calls, "a/m", got[0::2]), _which(calls, "a/m", got[1::2])
+    assert all(f.job != r.job for f, r in zip(firsts, retries, strict=True))
+    assert abs(stats.spearmanr(got[0::2], got[1::2]).statistic - data) < 0.1
+
+
 def test_without_keys_pairs_are_independent(tmp_path: Path) -> None:
     """Requests that bring no key are independent draws, whatever the data share."""
     served, _ = _served(tmp_path, rho=0.85, keys=True, seed=3)

@@ -126,15 +126,16 @@ def align_step(
         found = _by_size(routes, pools, rng=rng)
     per_route, basis = found
     tables = {
-        r: _table(calls, rows, jobs, samples[(name, r)], rng=rng)
-        for r, (calls, rows, jobs) in per_route.items()
+        r: _table(calls, rows, jobs, samples[(name, r)], rng=rng, transfer=transfer)
+        for r, (calls, rows, jobs, transfer) in per_route.items()
     }
     return StepAlignment(tables, basis)
 
 
-# Each route's result before outcomes: its entries' calls, the entry per row, and per entry
-# the other measured calls of its job on the route (entry numbers), for its repeats.
-_Routed = dict[str, tuple[Calls, Index, list[list[int]]]]
+# Each route's result before outcomes: its entries' calls, the entry per row, per entry the
+# other measured calls of its job on the route (entry numbers), and the retries the job's rank
+# on another route gives (entry -> entry), for its repeats.
+_Routed = dict[str, tuple[Calls, Index, list[list[int]], dict[int, int]]]
 
 
 def _by_jobs(
@@ -181,7 +182,11 @@ def _by_jobs(
         picked[missing] = len(calls) + fill
         calls = Calls.joined([calls, pools[r]])
         siblings = {g[0]: g[1:] for g in groups.values()}
-        out[r] = _entries(calls, picked, siblings)
+        out[r] = (*_entries(calls, picked, siblings), {})
+    for k, r in enumerate(routes if len(routes) > 1 else ()):
+        calls, rows, others, _ = out[r]
+        partner = out[routes[1] if k == 0 else routes[0]]
+        out[r] = (calls, rows, others, _transferred(calls, rows, partner[0], partner[1], rng))
     paired = ", ".join(f"{n} also on {r}" for r, n in also.items())
     gaps = ", ".join(f"{n} on {r}" for r, n in filled.items() if n)
     basis = (
@@ -190,6 +195,12 @@ def _by_jobs(
         + (f", {twice} run twice there" if twice else "")
         + "; every attempt of a run's step gets its job's measured call on its route"
         + (f" (missing, the nearest output size: {gaps})" if gaps else "")
+        + "; a retry on the same route gets the job's other measured call there, else "
+        + (
+            "the call at the job's rank on another of the step's routes (its work, not its moment)"
+            if len(routes) > 1
+            else f"a call of about its size started within {MOMENT_WINDOW_S:.0f} s"
+        )
     )
     return out, basis
 
@@ -206,7 +217,7 @@ def _by_size(
         calls = pools[r]
         order = _size_order(calls, rng)
         at = ((np.arange(n_rows) + 0.5) / n_rows * len(calls)).astype(np.intp)
-        out[r] = _entries(calls, order[np.minimum(at, len(calls) - 1)], {})
+        out[r] = (*_entries(calls, order[np.minimum(at, len(calls) - 1)], {}), {})
     first = pools[routes[0]]
     sized = float(np.isfinite(first.tokens).mean()) if len(first) else 0.0
     timed = bool(np.isfinite(first.start_s).any())
@@ -256,6 +267,50 @@ def _entries(
     number = {int(c): e for e, c in enumerate(used)}
     others = [[number[s] for s in siblings.get(int(c), ())] for c in used]
     return calls.take(used), np.asarray([number[int(c)] for c in picked], dtype=np.intp), others
+
+
+def _ranks(calls: Calls, rng: np.random.Generator) -> npt.NDArray[np.float64]:
+    """
+    Each call's latency rank in (0, 1): a cut call at its cut age, a failure at random.
+    """
+    known = np.where(np.isfinite(calls.total_s), calls.total_s, calls.cut_s)
+    score = np.where(calls.kind == "e", np.nan, known)
+    score = np.where(
+        np.isfinite(score), score, np.nanmax(score, initial=0.0) * rng.random(len(calls))
+    )
+    order = np.lexsort((rng.random(len(calls)), score))
+    rank = np.empty(len(calls), dtype=np.float64)
+    rank[order] = (np.arange(len(calls)) + 0.5) / max(len(calls), 1)
+    return rank
+
+
+def _transferred(
+    calls: Calls, rows: Index, partner: Calls, partner_rows: Index, rng: np.random.Generator
+) -> dict[int, int]:
+    """
+    Per entry, the entry a retry gets: the row whose rank here is the job's rank on the partner.
+
+    A benchmark runs each job once per route, so a retry on the same route has no measured
+    call; the job's call on another route tells its work (its rank there), and the call at that
+    rank here does that much work with its own transient part: the pairs keep the routes'
+    correlation. Never the entry itself.
+    """
+    own = _ranks(calls, rng)[rows]
+    theirs = _ranks(partner, rng)[partner_rows]
+    by_own = np.argsort(own, kind="stable")
+    place = np.empty(rows.size, dtype=np.intp)
+    place[by_own] = np.arange(rows.size)
+    at = np.argsort(np.argsort(theirs, kind="stable"), kind="stable")  # the job's rank there
+    out: dict[int, int] = {}
+    for j in range(rows.size):
+        k = int(at[j])
+        target = int(rows[by_own[k]])
+        if target == rows[j]:  # the very call: its neighbour in rank instead
+            k = k + 1 if k + 1 < rows.size else k - 1
+            target = int(rows[by_own[max(k, 0)]])
+        if target != rows[j]:
+            out[int(rows[j])] = target
+    return out
 
 
 def _size_order(calls: Calls, rng: np.random.Generator) -> Index:
@@ -343,11 +398,14 @@ def _table(
     sample: RouteSample,
     *,
     rng: np.random.Generator,
+    transfer: dict[int, int],
 ) -> Aligned:
     """
     The served outcomes of ``calls``, their rows, and their repeats.
     """
     repeats = _repeats(calls, rng)
+    for entry, target in transfer.items():
+        repeats[entry] = target
     for entry, others in enumerate(jobs):  # the job's own other calls on the route, in turn
         if others:
             cycle = [entry, *others]
