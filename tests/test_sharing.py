@@ -155,3 +155,48 @@ def test_the_gain_a_plan_promises_comes_true_where_repeats_share_the_job(
     assert truth_shared > 0.0
     assert shared_gain == pytest.approx(truth_shared, rel=0.35)
     assert free_gain > 1.5 * truth_free
+
+
+def test_repeat_attempts_in_ledgers_are_the_evidence(tmp_path: Path) -> None:
+    """Slow first attempts and their hedges, linked by idempotency key, measure the sharing."""
+    rng = np.random.default_rng(5)
+    n = 20_000
+    tokens, hidden = WORLD.jobs(rng, n)
+    spells = WORLD.spells(rng, n)
+    first = WORLD.attempt_s("a/m3", tokens, hidden, spells["a"], rng)
+    hedge = WORLD.attempt_s("c/m3", tokens, hidden, spells["c"], rng)
+    cutoff = float(np.quantile(first, SLOW_RANK))
+    rows: list[dict[str, object]] = []
+    for i in range(n):
+        key = f"k{i}"
+        cut = first[i] > cutoff
+        rows.append({
+            "call_id": f"f{i}", "provider": "a", "model": "m3", "attempt": 0, "role": "primary",
+            "status": "cancelled" if cut else "ok", "total_s": None if cut else float(first[i]),
+            "censored_at_s": cutoff if cut else None, "idempotency_key": key,
+        })  # fmt: skip
+        if cut:
+            rows.append({
+                "call_id": f"h{i}", "provider": "c", "model": "m3", "attempt": 1, "role": "hedge",
+                "status": "ok", "total_s": float(hedge[i]), "idempotency_key": key,
+            })  # fmt: skip
+    for i in range(2_000):  # the hedge route's own first attempts: its p75
+        rows.append({
+            "call_id": f"c{i}", "provider": "c", "model": "m3", "attempt": 0, "status": "ok",
+            "total_s": float(WORLD.attempt_s("c/m3", *WORLD.jobs(rng, 1), np.ones(1), rng)[0]),
+        })  # fmt: skip
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan = parse_plan(
+        "tailkit_plan: 1\nworkflow: w\ndeadline_s: 60\nroutes: {a/m3: {provider: a, model: m3}, "
+        "c/m3: {provider: c, model: m3}}\nsteps: {s: {route: a/m3, hedge_route: c/m3}}\n"
+    )
+    with Store.open(tmp_path / "s.duckdb") as store:
+        assert ingest_paths(store, [tmp_path / "ledger.jsonl"]).ok
+        shared = estimate_sharing(store, plan)["s"]
+    slow = first > cutoff
+    truth = tail_correlation(float((hedge[slow] > np.quantile(hedge, ESCAPE_RANK)).mean()))
+
+    assert shared.source == "repeat attempts"
+    assert "repeats on another provider" in shared.evidence
+    assert shared.other_provider == pytest.approx(truth, abs=0.12)
+    assert shared.other_provider > 0.2

@@ -16,11 +16,15 @@ The work part, best evidence first:
    benchmark that ran one prompt set on several models). The correlation of the normal scores
    of their latency ranks, over the jobs whose call on the step's route is in its bucket,
    pooled over the other routes (Fisher's z, weighted by jobs).
-2. **the size regression**: the share of the log-latency variance that output length explains
+2. **repeat attempts in ledgers**: a slow first attempt on the step's route and its hedge,
+   retry or downgrade, linked by the executor's idempotency key: how often the repeat was slow
+   too, beyond its route's p75. A same-provider repeat measures the work and the moment at
+   once, and then stands for the same-provider correlation.
+3. **the size regression**: the share of the log-latency variance that output length explains
    in the step's bucket (R^2 of log latency on log output tokens). Two attempts of one job have
    the same length, so they share at least that much; hidden work is not in the tokens, so it
    is a lower bound, and said to be one.
-3. **a default** of 0.75, the top of what public paired data shows (rank correlations of
+4. **a default** of 0.75, the top of what public paired data shows (rank correlations of
    0.46-0.75 across routes): conservative, since the more a repeat shares the less a hedge
    helps.
 
@@ -107,18 +111,80 @@ def estimate_sharing(
     moments: dict[Need, _Part] = {}
     for name, step in plan.steps.items():
         need = _need(plan.routes[step.route], step, buckets)
-        work = _by_jobs(store, base, need) or _by_size(store, base, need) or _default_work()
-        if need not in moments:
-            moments[need] = _by_timing(store, base, need)
-        moment = moments[need]
-        same = min(work.value + moment.value, MAX_SHARED)
+        other, again = _by_repeats(store, base, need)
+        work = (
+            _by_jobs(store, base, need) or other or _by_size(store, base, need) or _default_work()
+        )
+        if again is None:
+            if need not in moments:
+                moments[need] = _by_timing(store, base, need)
+            moment = moments[need]
+            same = min(work.value + moment.value, MAX_SHARED)
+            said = moment.evidence
+        else:  # repeats on the provider itself measured work and moment together
+            same, said = max(again.value, work.value), again.evidence
         out[name] = Shared(
             other_provider=round(min(work.value, MAX_SHARED), 3),
-            same_provider=round(same, 3),
+            same_provider=round(min(same, MAX_SHARED), 3),
             source=work.source,
-            evidence=f"{work.evidence}; {moment.evidence}",
+            evidence=f"{work.evidence}; {said}",
         )
     return out
+
+
+_KEY = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
+
+
+def _by_repeats(store: Store, base: str, need: Need) -> tuple[_Part | None, _Part | None]:
+    """
+    The parts that ledgers' repeat attempts measure, on another provider and on the same.
+
+    A first attempt on the step's route that was slow (cut, or raced by a hedge) and its
+    first repeat (hedge, retry or downgrade, finished or cut), linked by the executor's
+    idempotency key: the repeat escaped when it finished below the p75 of first attempts on
+    its own route. The first attempts that were repeated are the slowest ``share`` of the
+    route's, so the observed escapes say which copula correlation holds beyond rank
+    ``1 - share`` (`tail_correlation`). ``None`` where fewer than `MIN_PAIRS` pairs say.
+    """
+    rows = store.fetchall(
+        f"WITH rep AS (SELECT {_KEY} AS _key, provider, model, role, "
+        "CASE WHEN status = 'ok' THEN total_s END AS _total "
+        f"FROM {base} WHERE attempt > 0 AND role IN ('hedge', 'retry', 'downgrade') "
+        "AND (status = 'ok' OR censored_at_s > 0) "
+        "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt, started_at, call_id) = 1), "
+        f"f AS (SELECT {_KEY} AS _key, provider, status, censored_at_s FROM {base} "
+        f"WHERE coalesce(attempt, 0) = 0 AND {need.sql()} AND {_KEY} IN (SELECT _key FROM rep)), "
+        f"ref AS (SELECT provider, model, quantile_cont(total_s, {ESCAPE_RANK}) AS _p75 "
+        f"FROM {base} WHERE {_first('TRUE')} AND (provider, model) IN "
+        "(SELECT (provider, model) FROM rep) GROUP BY ALL), "
+        f"firsts AS (SELECT count(*) AS n FROM {base} WHERE coalesce(attempt, 0) = 0 "
+        f"AND {need.sql()} AND (status = 'ok' OR censored_at_s > 0)) "
+        "SELECT r.provider = f.provider AS same, count(*) AS pairs, "
+        "count(*) FILTER (r._total < ref._p75) AS escaped, any_value(firsts.n) AS firsts "
+        "FROM f JOIN rep AS r USING (_key) JOIN ref ON ref.provider = r.provider "
+        "AND ref.model = r.model, firsts "
+        "WHERE f.censored_at_s > 0 OR (r.role = 'hedge' AND f.status = 'ok') GROUP BY ALL"
+    )
+    found = {
+        bool(same): (int(pairs), int(escaped), int(firsts)) for same, pairs, escaped, firsts in rows
+    }
+    slow = sum(p for p, _, _ in found.values())
+    parts: list[_Part | None] = []
+    for same in (False, True):
+        pairs, escaped, firsts = found.get(same, (0, 0, 0))
+        if pairs < MIN_PAIRS or firsts <= slow:
+            parts.append(None)
+            continue
+        rank = 1.0 - slow / firsts
+        rho = tail_correlation(1.0 - escaped / pairs, slow_rank=rank)
+        where = "the same provider" if same else "another provider"
+        evidence = (
+            f"repeat attempts in ledgers: {pairs - escaped} of {pairs} repeats on {where} of "
+            f"slow first attempts (the slowest {slow / firsts:.1%}) were slow too, correlation "
+            f"{rho:.2f}"
+        )
+        parts.append(_Part(rho, "repeat attempts", evidence))
+    return parts[0], parts[1]
 
 
 def _first(where: str) -> str:
