@@ -172,9 +172,9 @@ def test_equal_misses_size_the_runs_by_the_prediction() -> None:
     assert "no difference seen or predicted" in nothing.reason
 
 
-# Misses without and with the plan observed by `tailkit demo --seed S` (200 runs a side, the
-# default), on a 2-core machine: see reports/ for the runs. The verdict must be one.
-RECORDED_SEEDS = {0: (13, 14), 1: (13, 5), 2: (13, 14)}
+# Misses without and with the plan observed by `tailkit demo --seed S --json` (200 runs a side,
+# the default) on a busy 2-core machine, 2026-12-05: the verdict must be one on all three.
+RECORDED_SEEDS = {0: (13, 14), 1: (6, 13), 2: (17, 7)}
 
 
 def test_the_demo_gives_one_verdict_on_three_seeds() -> None:
