@@ -20,6 +20,7 @@ fails too it says so: its verdict is "can't tell", never a silent number.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import math
@@ -204,6 +205,20 @@ def smallest_cutoff_s(plan: Plan) -> float:
     return min(cutoffs, default=math.inf)
 
 
+def _stated(baseline: Plan, plan: Plan) -> Plan:
+    """
+    The plan's workflow without cutoffs, keeping what its steps' repeats share (``basis``).
+
+    Without cutoffs only an error's retry or an upgrade repeats an attempt; they do the same
+    job as under the plan.
+    """
+    steps = {
+        name: dataclasses.replace(step, basis=plan.steps[name].basis)
+        for name, step in baseline.steps.items()
+    }
+    return dataclasses.replace(baseline, steps=steps)
+
+
 def _prediction(
     plan: Plan, samples: Mapping[SampleKey, RouteSample], *, seed: int
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
@@ -367,13 +382,18 @@ def replay(
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="tailkit-replay-"))
     out.mkdir(parents=True, exist_ok=True)
     samples = load_samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
-    baseline = workflow_of(plan)
+    baseline = _stated(workflow_of(plan), plan)
     predictions = (_prediction(baseline, samples, seed=seed), _prediction(plan, samples, seed=seed))
+    # every attempt of one call does one job: served from the data's own pairs (job keys, or
+    # the same size and moment), not the simulator's copula, so the two can disagree
+    served = served_models(plan, samples, store=store, buckets=buckets, seed=seed)
     rehearsal = _Rehearsal(
-        (baseline, plan), served_models(plan, samples), out, smallest_cutoff_s(plan), seed,
-        progress,
+        (baseline, plan), served, out, smallest_cutoff_s(plan), seed, progress,
     )  # fmt: skip
     sides, found, tried, notes = rehearsal.run(runs, time_scale)
+    notes.extend(
+        f"step {name!r}, what a repeat was served: {said}" for name, said in served.basis.items()
+    )
     result_sides = (_side(plan, sides[0], predictions[0]), _side(plan, sides[1], predictions[1]))
     for side, run in zip(result_sides, sides, strict=True):
         if run.errors:
