@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from tailkit.cli import app
 from tailkit.config import load_plan
 from tailkit.demo import _demo
-from tailkit.demo._demo import compare_sides
 from tailkit.demo._generate import write_sample
 from tailkit.errors import TailkitError
+from tailkit.replay import compare_sides
 
 from .conftest import ROOT
 

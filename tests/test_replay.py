@@ -326,14 +326,16 @@ def test_quiet_prints_the_verdict_line_only() -> None:
 
     from tailkit.cli._replay import verdict_line
 
-    helps = SimpleNamespace(verdict="agrees", plan_helps=True)
-    not_helps = SimpleNamespace(verdict="can't tell", plan_helps=False)
+    from tailkit.replay import compare_sides
 
-    assert "replay agrees with the simulation; the plan lowers misses without raising p99" == (
-        verdict_line(helps)  # type: ignore[arg-type]
+    helps = SimpleNamespace(verdict="agrees", effect=compare_sides((40, 10), (400, 400)))
+    unsure = SimpleNamespace(verdict="can't tell", effect=compare_sides((13, 14), (200, 200)))
+
+    assert verdict_line(helps).startswith(  # type: ignore[arg-type]
+        "replay agrees with the simulation; the plan helps: "
     )
-    assert "replay can't tell with the simulation; the plan does NOT help here" == (
-        verdict_line(not_helps)  # type: ignore[arg-type]
+    assert verdict_line(unsure).startswith(  # type: ignore[arg-type]
+        "replay can't tell with the simulation; can't tell whether the plan helps: "
     )
 
 

@@ -103,7 +103,7 @@ def demo(
     if quiet:
         typer.echo(f"{check.summary()} (tailkit check, with-plan ledger); report: {result.report}")
         return
-    render_replay(result.replay, console, effect=result.effect.sentence())
+    render_replay(result.replay, console)
     counts = check.counts()
     console.print(
         f"tailkit check on the with-plan ledger: [bold]{check.verdict}[/bold] "

@@ -83,11 +83,9 @@ def _secs(value: float) -> str:
     return f"{value:.1f}" if math.isfinite(value) else "∞"
 
 
-def render_replay(result: ReplayResult, console: Console, *, effect: str | None = None) -> None:
+def render_replay(result: ReplayResult, console: Console) -> None:
     """
     The comparison table (predicted, observed with its 95 % interval, per side), then notes.
-
-    ``effect`` replaces the verdict line's "the plan …" clause (the demo's tested verdict).
     """
     from rich.table import Table
 
@@ -122,24 +120,19 @@ def render_replay(result: ReplayResult, console: Console, *, effect: str | None 
             "borderline: outside its own 95% interval, inside the one that holds for all eight "
             "figures together (one replay in three shows such a figure by chance)"
         )
-    console.print(verdict_line(result, verdict, effect=effect))
+    console.print(verdict_line(result, verdict))
     console.print(result.fidelity.describe())
     for note in result.notes:
         console.print(f"note: {note}")
 
 
-def verdict_line(
-    result: ReplayResult, verdict: str | None = None, *, effect: str | None = None
-) -> str:
+def verdict_line(result: ReplayResult, verdict: str | None = None) -> str:
     """
-    The replay's verdict and whether the plan helps, in one line (``verdict``: as drawn).
+    The replay's verdict and whether the plan helps, by a test over the sides, in one line.
 
-    ``effect``: the sentence to say whether the plan helps instead of the point estimates'.
+    ``verdict``: the verdict as drawn (``None``: as the result says it).
     """
-    if effect is not None:
-        return f"replay {verdict or result.verdict} with the simulation; {effect}"
-    helps = "lowers misses without raising p99" if result.plan_helps else "does NOT help here"
-    return f"replay {verdict or result.verdict} with the simulation; the plan {helps}"
+    return f"replay {verdict or result.verdict} with the simulation; {result.effect.sentence()}"
 
 
 MAX_REPLAY_RUNS = 100_000

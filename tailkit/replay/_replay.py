@@ -39,6 +39,7 @@ from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.replay._compare import FIGURES, LEVEL, Figure, verdicts
+from tailkit.replay._effect import PlanEffect, plan_effect
 from tailkit.replay._fidelity import MAX_ERROR_SHARE, Fidelity, LagMonitor, fidelity, timing_errors
 from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
@@ -166,13 +167,18 @@ class ReplayResult:
         return "agrees" if all(s.verdict == "agrees" for s in self.sides) else "differs"
 
     @property
+    def effect(self) -> PlanEffect:
+        """
+        Whether the plan helps, by a test over the two sides (`plan_effect`).
+        """
+        return plan_effect(self)
+
+    @property
     def plan_helps(self) -> bool:
         """
-        The plan lowered the observed miss rate and did not raise the observed p99.
+        A test over the two sides says the plan helps (not two point estimates: `effect`).
         """
-        before, after = (s.observed for s in self.sides)
-        fewer = after["miss_rate"].value <= before["miss_rate"].value
-        return fewer and after["p99_s"].value <= before["p99_s"].value * (1 + 1e-9)
+        return self.effect.verdict == "helps"
 
     def to_json(self) -> dict[str, Any]:
         """
@@ -183,6 +189,7 @@ class ReplayResult:
             "deadline_s": self.plan.deadline_s,
             "verdict": self.verdict,
             "plan_helps": self.plan_helps,
+            "plan_effect": self.effect.to_json(),
             "sides": [side.to_json() for side in self.sides],
             "fidelity": self.fidelity.to_json(),
             "time_scales_tried": list(self.attempts),
