@@ -171,7 +171,7 @@ def test_cli_calibrate_writes_the_plan_and_json(db: Path, tmp_path: Path) -> Non
          "--json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)  # warnings go to stderr
     assert set(payload["policies"]) == {"none", "retry_p95", "hedge_p95", "plan"}
     plan = load_plan(out)
     assert plan.deadline_s == 100.0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tailkit.calibrate._predict import REPLICATE_RUNS, REPLICATES, Prediction, predict
 from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
-from tailkit.calibrate._warn import prediction_warnings
+from tailkit.calibrate._warn import evidence_warnings, prediction_warnings
 from tailkit.config import Basis, Plan, Shared, Step
 from tailkit.fit import TailKind
 from tailkit.record import Buckets
@@ -176,13 +176,19 @@ def calibrate(
         None, chosen, samples=samples, runs=check_runs, seed=seed + 1, replicates=replicates,
         replicate_runs=replicate_runs, sharing=sharing,
     )  # fmt: skip
+    final = _predicted(chosen, prediction, found, samples, sharing)
     return Calibration(
-        plan=_predicted(chosen, prediction, found, samples, sharing),
+        plan=final,
         result=prediction.result,
         search=found,
         samples=samples,
         prediction=prediction,
-        warnings=(*_kind_warnings(chosen, kinds), *prediction_warnings(chosen, prediction)),
+        warnings=(
+            *_kind_warnings(chosen, kinds),
+            *evidence_warnings(final, kinds),
+            *prediction_warnings(chosen, prediction),
+            *prediction.interval_notes,
+        ),
         tail_kinds={name: kinds[step.route].kind for name, step in plan.steps.items()},
     )
 
@@ -191,9 +197,9 @@ def _kind_warnings(plan: Plan, kinds: dict[str, TailKind]) -> tuple[str, ...]:
     """
     Steps whose route's tail a fresh attempt does not escape, or may not.
 
-    The simulator draws a fresh attempt independently of the one it replaces. On a
-    work-driven route that is wrong, so calibrate plans no hedge or retry there; on a route
-    whose kind it cannot tell, a plan that hedges or retries rests on that assumption.
+    On a work-driven route a fresh attempt repeats the work, so calibrate plans no hedge or
+    retry there; on a route whose kind it cannot tell, a plan that hedges or retries rests on
+    what the store says a repeat shares (``basis.shared``), which may be a default.
     """
     out = []
     for name, step in plan.steps.items():

@@ -75,7 +75,9 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
     """
     Warnings about what a plan's hedges and retries assume of their route's tail.
 
-    The simulator lets a fresh attempt escape the tail of the attempt it repeats. Single
+    The simulator lets a fresh attempt escape the tail of the attempt it repeats as far as
+    the step's ``basis.shared`` says it does not share it; where that rests on the size
+    regression or a default, not on repeats or paired calls, it may be too hopeful. Single
     calls only show that a tail looks transient: hidden work bound to the request (uncounted
     reasoning, a slow tool behind the model) looks the same and is met again. So:
 
@@ -107,7 +109,8 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
                 f"step {name!r}: the plan's {action} assumes a fresh attempt escapes the tail "
                 f"of route {step.route}, but single calls only show that it looks "
                 f"{verdict.kind}; hidden work bound to the request (uncounted reasoning, a "
-                f"slow tool) would look the same and be met again: {CONFIRM} would confirm it"
+                f"slow tool) would look the same and be met again{_assumed(step)}: {CONFIRM} "
+                "would confirm it"
             )
         target = _target(step)
         same = target is not None and plan.routes[target].provider == _provider(plan, step)
@@ -125,6 +128,19 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
                 f"provider does not escape a spell; {fix}"
             )
     return tuple(out)
+
+
+def _assumed(step: Step) -> str:
+    """
+    What the plan assumed a repeat shares, as a clause (empty when the plan does not say).
+    """
+    shared = None if step.basis is None else step.basis.shared
+    if shared is None:
+        return ""
+    return (
+        f" (the plan assumed a repeat's correlation with the first of {shared.other_provider:.2f}"
+        f" on another provider, {shared.same_provider:.2f} on the same, from {shared.source})"
+    )
 
 
 def _action(step: Step) -> str:

@@ -304,7 +304,7 @@ def _sharing_lines(plan: Plan, console: Console) -> None:
             continue
         console.print(
             f"  {name}: {shared.other_provider:.2f} on another provider, "
-            f"{shared.same_provider:.2f} on the same ({shared.source}; the plan's basis says more)",
+            f"{shared.same_provider:.2f} on the same ({shared.source}; more in basis.shared)",
             highlight=False,
         )
 
