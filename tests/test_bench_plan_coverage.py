@@ -59,10 +59,12 @@ def test_the_same_seed_gives_the_same_table() -> None:
 
 
 def test_every_case_supplies_its_own_truth_simulator() -> None:
-    """A case is a row: a name, calls per route, and a function giving samples and the truth."""
+    """A case is a row: a name, calls per route, and a function giving samples, truth, sharing."""
     plan = coverage.parse_plan(coverage.PLAN)
     rng = coverage.np.random.default_rng(0)
     for case in coverage.CASES:
-        samples, truth = case.truth(plan, 60, rng)
+        samples, truth, sharing = case.truth(plan, 60, rng)
         assert {("first", "fast/a"), ("first", "other/a"), ("second", "heavy/b")} == set(samples)
         assert 0.0 < truth["p50_s"] <= truth["p99_s"]
+        # a world of paired jobs states what its predictions assume a repeat shares
+        assert (sharing is None) == case.name.startswith(("lognormal", "identical"))

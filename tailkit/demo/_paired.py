@@ -34,15 +34,26 @@ from tailkit.config import Plan
 from tailkit.simulate import (
     Draws,
     RouteSample,
+    RunOutcome,
+    SimResult,
     StepModel,
+    WorkflowModel,
     independent_sharing,
     run_workflow,
     step_routes,
+    summarize,
     workflow_model,
 )
 
 
-__all__ = ["PairedRoute", "PairedWorld", "benchmark_calls", "truth_miss_rate", "truth_runs"]
+__all__ = [
+    "PairedRoute",
+    "PairedWorld",
+    "benchmark_calls",
+    "truth_miss_rate",
+    "truth_result",
+    "truth_runs",
+]
 
 Array = npt.NDArray[np.float64]
 _TABLE = 1 << 16  # the simulator's outcome table: one entry per 16-bit draw
@@ -221,15 +232,33 @@ def _step_routes(plan: Plan, name: str) -> tuple[str, str, str]:
     return step.route, second or step.route, step.upgrade_route or step.route
 
 
+def truth_result(
+    world: PairedWorld, plan: Plan, *, runs: int = 200_000, seed: int = 0
+) -> SimResult:
+    """
+    The plan played in the world: every figure the simulator reports, true.
+
+    The simulator's engine plays the plan's rules; the world supplies every attempt's
+    latency, the same job for every attempt of a step (no copula: the world's own sharing).
+    """
+    model, outcome = _played(world, plan, runs=runs, seed=seed)
+    return summarize(model, outcome)
+
+
 def truth_runs(
     world: PairedWorld, plan: Plan, *, runs: int = 200_000, seed: int = 0
 ) -> tuple[Array, npt.NDArray[np.bool_]]:
     """
     The plan played in the world: each run's end (seconds) and whether it met its deadline.
-
-    The simulator's engine plays the plan's rules; the world supplies every attempt's
-    latency, the same job for every attempt of a step (no copula: the world's own sharing).
     """
+    _, outcome = _played(world, plan, runs=runs, seed=seed)
+    met = outcome.ok & (outcome.end_s <= plan.deadline_s)
+    return outcome.end_s, met
+
+
+def _played(
+    world: PairedWorld, plan: Plan, *, runs: int, seed: int
+) -> tuple[WorkflowModel, RunOutcome]:
     samples = {
         (name, route): RouteSample.from_grid(world.table(route))
         for name, step in plan.steps.items()
@@ -238,9 +267,7 @@ def truth_runs(
     # the world's draws already share what they share: no copula on top
     model = workflow_model(plan, samples, sharing=independent_sharing(plan))
     draws = _WorldDraws(world, plan, model.steps, runs, seed)
-    outcome = run_workflow(model, draws)
-    met = outcome.ok & (outcome.end_s <= plan.deadline_s)
-    return outcome.end_s, met
+    return model, run_workflow(model, draws)
 
 
 def truth_miss_rate(world: PairedWorld, plan: Plan, *, runs: int = 200_000, seed: int = 0) -> float:

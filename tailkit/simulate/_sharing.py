@@ -214,7 +214,7 @@ def _by_jobs(store: Store, base: str, need: Need) -> _Part | None:
         if len(values) < MIN_PAIRS // 3:
             continue
         a, b = np.asarray(values, dtype=np.float64).T
-        rho = _normal_score_correlation(a, b)
+        rho = paired_tail_correlation(a, b)
         zs.append(math.atanh(min(max(rho, -0.999), 0.999)))
         weights.append(len(values) - 3)
     if not zs or sum(weights) + 3 * len(weights) < MIN_PAIRS:
@@ -287,7 +287,7 @@ ESCAPE_RANK = 0.75
 """A repeat that finishes below its route's p75 escaped the slow attempt's tail."""
 
 
-def _normal_score_correlation(a: np.ndarray, b: np.ndarray) -> float:
+def paired_tail_correlation(a: np.ndarray, b: np.ndarray) -> float:
     """
     The copula correlation that reproduces how often a slow ``a`` finds its ``b`` slow.
 
