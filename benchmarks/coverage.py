@@ -29,6 +29,11 @@ Verdicts: the share of replicates in which `tail_kind` gives an expected kind, a
 or ``unknown``; how often the mixture flags a tail (``has_transient_tail``); what
 `hedge_evidence` says (exact).
 
+The plan's predictions (calibrate's intervals) have their own study, with the cases where
+repeat attempts share the job: `benchmarks/plan_coverage.py` (coverage) and
+`benchmarks/paired.py` (predicted miss rates and gains against a world of paired jobs);
+`tailkit check`'s false alarms and detection: `benchmarks/check_alarms.py`.
+
 Full run: about 4 minutes on 2 idle cores; ``--quick``: about 40 s. Exits 0 whatever it finds.
 """
 
