@@ -25,7 +25,7 @@ rule (the plan's point inside the observed 95 % interval, or within 15 %, each l
 replayed on the same lines for comparison. Each share comes with its Clopper-Pearson 95 %
 interval for the Monte Carlo error.
 
-Run: ``python3 benchmarks/check_alarms.py`` (about 20 minutes on 2 cores; ``--plans 4
+Run: ``python3 benchmarks/check_alarms.py`` (about 15 minutes on 2 busy cores; ``--plans 4
 --ledgers 2 --replicates 20`` for a quick look). Exits 0 whatever it finds.
 """
 
