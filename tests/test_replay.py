@@ -325,7 +325,6 @@ def test_quiet_prints_the_verdict_line_only() -> None:
     from types import SimpleNamespace
 
     from tailkit.cli._replay import verdict_line
-
     from tailkit.replay import compare_sides
 
     helps = SimpleNamespace(verdict="agrees", effect=compare_sides((40, 10), (400, 400)))

@@ -16,11 +16,10 @@ import polars as pl
 import pytest
 
 from tailkit._stats import TableQuery, tail_report
-from tailkit._stats._verdicts import paired_calls_sql
 from tailkit.fit import hedge_evidence, tail_kind
 from tailkit.fit._tailkind import SPELL_RETRY, UNCONFIRMED
 from tailkit.ingest import ingest_paths
-from tailkit.store import Store
+from tailkit.store import Store, paired_calls_sql
 
 
 SEEDS = range(3)
@@ -109,8 +108,10 @@ def test_stalls_spread_over_the_day_are_no_spell(seed: int) -> None:
 
 def _paired_log(path: Path, rng: np.random.Generator, *, shared: bool, jobs: int = 2000) -> Path:
     """
-    Every job on routes p and q. A 4 % minority of slow calls (5x), shared by both routes'
-    calls of a job (hidden work) or drawn per call (transient). Tokens explain nothing.
+    Every job on routes p and q, with a 4 % minority of slow calls (5x).
+
+    The slowness is shared by both routes' calls of a job (hidden work) or drawn per call
+    (transient). Tokens explain nothing.
     """
     slow_job = rng.random(jobs) < 0.04
     rows = []
@@ -118,23 +119,25 @@ def _paired_log(path: Path, rng: np.random.Generator, *, shared: bool, jobs: int
         slow = slow_job if shared else rng.random(jobs) < 0.04
         latency = rng.lognormal(np.log(5), 0.3, jobs) * np.where(slow, 5.0, 1.0)
         rows.append(
-            pl.DataFrame({
-                "call_id": [f"{provider}{i}" for i in range(jobs)],
-                "run_id": [f"{provider}-r{i}" for i in range(jobs)],
-                "job_key": [f"job{i}" for i in range(jobs)],
-                "step": ["answer"] * jobs,
-                "attempt": [0] * jobs,
-                "role": ["primary"] * jobs,
-                "provider": [provider] * jobs,
-                "model": ["m"] * jobs,
-                "started_at": pl.Series(rng.permutation(jobs) * 7.0 * 1e6).cast(
-                    pl.Datetime("us", "UTC")
-                ),
-                "total_s": latency,
-                "input_tokens": [1000] * jobs,
-                "output_tokens": rng.integers(50, 1000, jobs),
-                "status": ["ok"] * jobs,
-            })  # fmt: skip
+            pl.DataFrame(
+                {
+                    "call_id": [f"{provider}{i}" for i in range(jobs)],
+                    "run_id": [f"{provider}-r{i}" for i in range(jobs)],
+                    "job_key": [f"job{i}" for i in range(jobs)],
+                    "step": ["answer"] * jobs,
+                    "attempt": [0] * jobs,
+                    "role": ["primary"] * jobs,
+                    "provider": [provider] * jobs,
+                    "model": ["m"] * jobs,
+                    "started_at": pl.Series(rng.permutation(jobs) * 7.0 * 1e6).cast(
+                        pl.Datetime("us", "UTC")
+                    ),
+                    "total_s": latency,
+                    "input_tokens": [1000] * jobs,
+                    "output_tokens": rng.integers(50, 1000, jobs),
+                    "status": ["ok"] * jobs,
+                }
+            )
         )
     pl.concat(rows).write_parquet(path)
     return path
@@ -185,12 +188,16 @@ def test_each_slow_call_counts_once_however_many_routes_its_job_ran_on(tmp_path:
     for provider in "abcd":
         latency = rng.lognormal(np.log(5), 0.3, jobs)
         frames.append(
-            pl.DataFrame({
-                "call_id": [f"{provider}{i}" for i in range(jobs)],
-                "job_key": [f"j{i}" for i in range(jobs)],
-                "provider": [provider] * jobs, "model": ["m"] * jobs,
-                "total_s": latency, "status": ["ok"] * jobs,
-            })  # fmt: skip
+            pl.DataFrame(
+                {
+                    "call_id": [f"{provider}{i}" for i in range(jobs)],
+                    "job_key": [f"j{i}" for i in range(jobs)],
+                    "provider": [provider] * jobs,
+                    "model": ["m"] * jobs,
+                    "total_s": latency,
+                    "status": ["ok"] * jobs,
+                }
+            )
         )
     log = tmp_path / "calls.parquet"
     pl.concat(frames).write_parquet(log)

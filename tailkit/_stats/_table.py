@@ -42,7 +42,7 @@ from tailkit._stats._query import (
     order_columns,
 )
 from tailkit._stats._samples import Calls, fetch_calls, fetch_samples
-from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator, paired_calls_sql
+from tailkit._stats._verdicts import MAX_ROUTE_CALLS, RouteAccumulator
 from tailkit.errors import OutOfMemoryError
 from tailkit.fit import (
     fit_lognormal,
@@ -51,7 +51,7 @@ from tailkit.fit import (
     phase_split,
     tail_warning,
 )
-from tailkit.store import Store
+from tailkit.store import Store, paired_calls_sql
 
 
 _Array = npt.NDArray[np.float64]

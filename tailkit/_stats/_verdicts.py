@@ -17,70 +17,16 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
 from tailkit._stats._samples import Calls
 from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_kind
-from tailkit.store import OK_CALL
-from tailkit.store._repeats import ESCAPE_RANK, MIN_REFERENCE
 
 
 MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded sample
-SLOW_RANK = 0.95  # a paired call is slow beyond its route's p95 (or cut)
 Counts = dict[tuple[Any, ...], tuple[int, int]]
-
-
-def paired_calls_sql(source_sql: str, by: Sequence[str] = ()) -> str:
-    """
-    Slow calls whose job also ran on another route, and how often it finished fast there.
-
-    The paired-call twin of `tailkit.store.repeat_attempts_sql`, over first attempts that
-    carry a ``job_key`` (the same prompt or task; `docs/call-record.md`) and whose job ran on
-    more than one route (provider and model). A call is slow when it was cut or finished
-    beyond the p95 of its route and step; its partner is one call of the same job on another
-    route, drawn by a hash of both call ids (so each slow call counts once: the pairs stay
-    independent however many routes a job ran on). It escaped when the partner finished below
-    the p75 of its own route and step: an independent draw does so 75 % of the time, a job
-    whose slowness is its own (hidden reasoning, a slow tool) rarely. Routes and steps need
-    `MIN_REFERENCE` finished calls with a job key for a p95 or p75. Grouped by the ``by``
-    columns of the slow call; columns: those, ``pairs`` and ``escaped``.
-    """
-    keys = "".join(f's."{k}", ' for k in by)
-    outer = "".join(f'"{k}", ' for k in by)
-    carried = "".join(f'"{k}", ' for k in by if k not in _PAIR_COLUMNS)
-    route = (
-        "r.provider = {t}.provider AND r.model = {t}.model AND r.step IS NOT DISTINCT FROM {t}.step"
-    )
-    return (
-        f"WITH j AS (SELECT {carried}{', '.join(_PAIR_COLUMNS)} FROM {source_sql} "
-        "WHERE attempt = 0 AND job_key IS NOT NULL "
-        f"AND (({OK_CALL}) OR censored_at_s > 0)), "
-        "jj AS (SELECT * FROM j WHERE job_key IN (SELECT job_key FROM j GROUP BY job_key "
-        "HAVING count(DISTINCT (provider, model)) > 1)), "
-        "ref AS (SELECT provider, model, step, "
-        f"quantile_cont(total_s, {SLOW_RANK}) AS _slow, "
-        f"quantile_cont(total_s, {ESCAPE_RANK}) AS _fast FROM jj WHERE {OK_CALL} "
-        f"GROUP BY ALL HAVING count(*) >= {MIN_REFERENCE}), "
-        "slow AS (SELECT s.* FROM jj AS s JOIN ref AS r ON "
-        f"{route.format(t='s')} "
-        "WHERE s.censored_at_s > 0 OR s.total_s > r._slow), "
-        f"pair AS (SELECT {keys}p.status = 'ok' AND p.total_s < r._fast AS _escaped "
-        "FROM slow AS s JOIN jj AS p ON p.job_key = s.job_key "
-        "AND (p.provider <> s.provider OR p.model <> s.model) "
-        f"JOIN ref AS r ON {route.format(t='p')} "
-        "QUALIFY row_number() OVER (PARTITION BY s.call_id "
-        "ORDER BY md5(s.call_id || chr(31) || p.call_id), p.call_id) = 1) "
-        f"SELECT {outer}count(*) AS pairs, "
-        "count(*) FILTER (_escaped) AS escaped FROM pair "
-        f"{'GROUP BY ALL' if by else ''}"
-    )
-
-
-_PAIR_COLUMNS = ("call_id", "job_key", "provider", "model", "step", "status", "total_s",
-                 "censored_at_s")  # fmt: skip
 
 
 class RouteAccumulator:

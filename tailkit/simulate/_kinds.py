@@ -1,8 +1,9 @@
 """
-Each route's tail kind, as the simulator's independent draws need it.
+Each route's tail kind, for calibrate's choices and warnings.
 
-The simulator draws a fresh attempt independently of the one it replaces: right for a
-transient tail, wrong for a work-driven one (a big call is slow again). `route_tail_kinds`
+A fresh attempt escapes a transient tail and meets a work-driven one again (a big call is
+slow again); repeat attempts in ledgers and paired calls (the same job on other routes) say
+which, where single calls can only suggest it. `route_tail_kinds`
 tells the caller which routes are which, from the route's calls in the store (a seeded
 sample of them on a large store).
 """
@@ -16,7 +17,13 @@ import numpy.typing as npt
 
 from tailkit.config import Plan
 from tailkit.fit import TailKind, hedge_evidence, tail_kind
-from tailkit.store import OK_CALL, Store, group_sample_sql, repeat_attempts_sql
+from tailkit.store import (
+    OK_CALL,
+    Store,
+    group_sample_sql,
+    paired_calls_sql,
+    repeat_attempts_sql,
+)
 
 
 __all__ = ["route_tail_kinds"]
@@ -56,6 +63,10 @@ def route_tail_kinds(
         (str(r[0]), str(r[1])): (int(r[2]), int(r[3]))
         for r in store.fetchall(repeat_attempts_sql("calls", ("provider", "model")))
     }
+    paired = {  # the same job on other routes: whether a fresh attempt elsewhere escapes
+        (str(r[0]), str(r[1])): (int(r[2]), int(r[3]))
+        for r in store.fetchall(paired_calls_sql("calls", ("provider", "model")))
+    }
     names = list(dict.fromkeys(routes))
     pairs = list(dict.fromkeys((plan.routes[n].provider, plan.routes[n].model) for n in names))
     columns = {pair: _columns(store, [pair], sample_size)[pair] for pair in pairs}
@@ -63,12 +74,13 @@ def route_tail_kinds(
     for name in names:
         pair = (plan.routes[name].provider, plan.routes[name].model)
         column = columns[pair]
-        counts = repeats.get(pair)
+        counts, jobs = repeats.get(pair), paired.get(pair)
         evidence = hedge_evidence(*counts) if counts else None
         out[name] = tail_kind(
             column["total_s"], censored_at_s=column["censored_at_s"],
             output_tokens=column["output_tokens"], input_tokens=column["input_tokens"],
             started_at_s=column["started_s"], ttft_s=column["ttft_s"], hedges=evidence,
+            paired=hedge_evidence(*jobs) if jobs else None,
         )  # fmt: skip
     return out
 

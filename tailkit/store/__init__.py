@@ -3,6 +3,7 @@ The DuckDB store: schema, inserts, dedupe, rejects and queries.
 """
 
 from tailkit.store._band import band_quantile_sql as band_quantile_sql
+from tailkit.store._repeats import paired_calls_sql as paired_calls_sql
 from tailkit.store._repeats import repeat_attempts_sql as repeat_attempts_sql
 from tailkit.store._sample import group_sample_sql as group_sample_sql
 from tailkit.store._schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -29,6 +30,7 @@ __all__ = [
     "bucket_columns_sql",
     "calls_with_buckets_sql",
     "group_sample_sql",
+    "paired_calls_sql",
     "repeat_attempts_sql",
     "summarize",
 ]
