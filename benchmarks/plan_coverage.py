@@ -62,7 +62,7 @@ from tailkit.calibrate import predict
 from tailkit.config import Plan, Shared, parse_plan
 from tailkit.demo._paired import PairedRoute, PairedWorld, truth_result
 from tailkit.simulate import DEFAULT_MOMENT, RouteSample, SampleKey, independent_sharing, simulate
-from tailkit.simulate._sharing import paired_tail_correlation
+from tailkit.simulate._sharing import SLOW_RANK, paired_tail_correlation
 
 
 PLAN = """
@@ -237,8 +237,9 @@ def paired_truth(*, assume_independent: bool) -> TruthSimulator:
         for step_name, step in plan.steps.items():
             others = [r for r in PAIRED.routes if r != step.route]
             rho = max(paired_tail_correlation(seconds[step.route], seconds[r]) for r in others[:1])
+            slow = round((1.0 - SLOW_RANK) * n)  # the slow first attempts it rests on
             sharing[step_name] = Shared(
-                rho, min(rho + DEFAULT_MOMENT, 0.95), "job keys", f"{n} paired jobs"
+                rho, min(rho + DEFAULT_MOMENT, 0.95), "job keys", f"{n} paired jobs", slow
             )
         return samples, _paired_truth(), sharing
 

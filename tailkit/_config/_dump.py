@@ -171,6 +171,7 @@ def _shared(s: Shared) -> str:
         same_provider=_scalar(s.same_provider),
         source=_scalar(s.source),
         evidence=_scalar(s.evidence),
+        **({"pairs": _scalar(s.pairs)} if s.pairs else {}),
     )
 
 

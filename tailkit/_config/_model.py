@@ -134,12 +134,16 @@ class Shared:
         source: The work part's evidence: ``job keys``, ``size regression``, ``default``
             or ``assumed``.
         evidence: One sentence: what was measured, on how many calls.
+        pairs: Slow first attempts whose repeat (or paired call) the estimate rests on: its
+            sampling error, which the prediction's interval carries (0: not measured from
+            pairs, a regression or a default).
     """
 
     other_provider: float
     same_provider: float
     source: str
     evidence: str
+    pairs: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,4 +161,5 @@ def _shared(f: Fields) -> Shared:
         same_provider=same,
         source=f.get("source", conv.text, ""),
         evidence=f.get("evidence", conv.text, ""),
+        pairs=f.get("pairs", conv.count, 0),
     )

@@ -50,6 +50,7 @@ from tailkit.simulate import (
     estimate_sharing,
     load_samples,
     policy_model,
+    resample_sharing,
     run_workflow,
     simulate_model,
     step_routes,
@@ -329,7 +330,8 @@ class _Spread:
         self.base_result = summarize(model, self.base)
         for r in range(replicates):
             rng = np.random.default_rng([seed, r, zlib.crc32(b"bootstrap")])
-            again = workflow_model(plan, replicate(used_samples, rng), sharing=sharing)
+            shares = resample_sharing(plan, sharing, rng)  # the sharing's own sampling error
+            again = workflow_model(plan, replicate(used_samples, rng), sharing=shares)
             again = policy_model(again, policy)
             outcome = run_workflow(again, Draws(replicate_runs, seed=draws_seed))
             self.replicas.append(summarize(again, outcome))

@@ -41,6 +41,7 @@ from tailkit.simulate._sharing import DEFAULT_MOMENT as DEFAULT_MOMENT
 from tailkit.simulate._sharing import DEFAULT_WORK as DEFAULT_WORK
 from tailkit.simulate._sharing import estimate_sharing as estimate_sharing
 from tailkit.simulate._sharing import independent_sharing as independent_sharing
+from tailkit.simulate._sharing import resample_sharing as resample_sharing
 
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "independent_sharing",
     "load_samples",
     "policy_model",
+    "resample_sharing",
     "route_sample",
     "route_tail_kinds",
     "run_workflow",

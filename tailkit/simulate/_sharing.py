@@ -38,14 +38,17 @@ which calibrate prints and writes into the plan's ``basis``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from tailkit.config import Plan, Shared
 from tailkit.record import Buckets
+from tailkit.simulate._build import shared_of
 from tailkit.simulate._fetch import OK, Need
 from tailkit.simulate._load import _need
 from tailkit.store import Store, calls_with_buckets_sql
@@ -57,6 +60,7 @@ __all__ = [
     "MIN_PAIRS",
     "estimate_sharing",
     "independent_sharing",
+    "resample_sharing",
 ]
 
 DEFAULT_WORK = 0.75
@@ -80,6 +84,7 @@ class _Part:
     value: float
     source: str
     evidence: str
+    pairs: int = 0
 
 
 def independent_sharing(plan: Plan) -> dict[str, Shared]:
@@ -128,6 +133,7 @@ def estimate_sharing(
             same_provider=round(min(same, MAX_SHARED), 3),
             source=work.source,
             evidence=f"{work.evidence}; {said}",
+            pairs=work.pairs,
         )
     return out
 
@@ -183,7 +189,7 @@ def _by_repeats(store: Store, base: str, need: Need) -> tuple[_Part | None, _Par
             f"slow first attempts (the slowest {slow / firsts:.1%}) were slow too, correlation "
             f"{rho:.2f}"
         )
-        parts.append(_Part(rho, "repeat attempts", evidence))
+        parts.append(_Part(rho, "repeat attempts", evidence, pairs))
     return parts[0], parts[1]
 
 
@@ -221,12 +227,14 @@ def _by_jobs(store: Store, base: str, need: Need) -> _Part | None:
         return None
     pooled = math.tanh(float(np.average(zs, weights=weights)))
     jobs = sum(weights) + 3 * len(weights)
+    # the routes' pairs share the step's slow first attempts: those are the sample's size
+    slow = round((1.0 - SLOW_RANK) * (max(weights) + 3))
     routes = len(zs)
     evidence = (
         f"job keys: {jobs} jobs also run on {routes} other route{'s' * (routes != 1)}; "
         f"a slow first attempt's repeat is slow as with correlation {pooled:.2f}"
     )
-    return _Part(max(pooled, 0.0), "job keys", evidence)
+    return _Part(max(pooled, 0.0), "job keys", evidence, slow)
 
 
 def _by_size(store: Store, base: str, need: Need) -> _Part | None:
@@ -348,3 +356,37 @@ def _slow_share(rho: float, slow_rank: float) -> float:
 
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def resample_sharing(
+    plan: Plan, sharing: Mapping[str, Shared] | None, rng: np.random.Generator
+) -> dict[str, Shared]:
+    """
+    One bootstrap replicate of what each step's repeats share (for a prediction's interval).
+
+    A correlation measured on ``pairs`` slow first attempts is as unsure as the share of
+    their repeats that were slow too: that share is redrawn (binomial) and turned back into a
+    correlation; the same-provider one moves with it. A default, a regression or an
+    assumption is kept as it is: its doubt is not a sampling error.
+
+    Args:
+        plan: The plan (a step not in ``sharing`` reads its ``basis.shared``).
+        sharing: Per step, what its repeats share (``None``: the plan's).
+        rng: Random numbers.
+    """
+    out: dict[str, Shared] = {}
+    for name in plan.steps:
+        shared = shared_of(plan, name, sharing)
+        if shared is None:
+            continue
+        if shared.pairs > 0:
+            share = _slow_share(min(shared.other_provider, MAX_SHARED), SLOW_RANK)
+            again = tail_correlation(rng.binomial(shared.pairs, share) / shared.pairs)
+            moved = again - shared.other_provider
+            shared = dataclasses.replace(
+                shared,
+                other_provider=again,
+                same_provider=min(max(shared.same_provider + moved, again), MAX_SHARED),
+            )
+        out[name] = shared
+    return out
