@@ -78,7 +78,7 @@ def test_golden_line() -> None:
         '"provider":"azure","model":"gpt-4o","started_at":"2026-11-29T12:00:03.123456Z",'
         '"ttft_s":0.30000000000000004,"total_s":1.5,"input_tokens":1200,"output_tokens":300,'
         '"status":"ok","error_type":null,"http_status":200,"censored_at_s":null,'
-        '"abandoned":false,"idempotency_key":"k1","deadline_at":"2026-11-29T12:00:33.123456Z",'
+        '"abandoned":false,"job_key":null,"idempotency_key":"k1","deadline_at":"2026-11-29T12:00:33.123456Z",'
         '"winner":true,"attrs":{"region":"eastus","when":"2026-11-29 12:00:03.123456+00:00"}}'
     ) == record.to_json()
 
@@ -108,8 +108,8 @@ def test_round_trip_through_json() -> None:
         "role": "primary", "provider": "openai", "model": "gpt-4o",
         "started_at": "2026-11-29T12:00:03.123456Z", "ttft_s": None, "total_s": None,
         "input_tokens": 900, "output_tokens": None, "status": "cancelled", "error_type": None,
-        "http_status": None, "censored_at_s": 2.25, "abandoned": False, "idempotency_key": "",
-        "deadline_at": None, "winner": False, "attrs": {"error": "lost"},
+        "http_status": None, "censored_at_s": 2.25, "abandoned": False, "job_key": None,
+        "idempotency_key": "", "deadline_at": None, "winner": False, "attrs": {"error": "lost"},
     } == data  # fmt: skip
 
 

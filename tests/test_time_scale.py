@@ -29,6 +29,7 @@ from tailkit.config import (
     PlanInterval,
     PlanPrediction,
     Route,
+    Shared,
     Step,
     StepInterval,
     StepPrediction,
@@ -59,7 +60,8 @@ UNITLESS: dict[str, tuple[str, ...]] = {
     "Tokens": ("input", "output"),
     "StepInterval": ("level", "hedge_rate"),
     "StepPrediction": ("hedge_rate", "interval"),
-    "Basis": ("calls", "bucket", "quantile", "censored"),
+    "Basis": ("calls", "bucket", "quantile", "censored", "shared"),
+    "Shared": ("other_provider", "same_provider", "source", "evidence", "pairs"),
     "Step": (
         "name", "route", "depends_on", "required", "expected_tokens", "idempotent", "signal",
         "on_cutoff", "hedge_route", "downgrade_route", "upgrade_route", "predicted", "basis",
@@ -100,7 +102,8 @@ def _full_plan() -> Plan:
         idempotent=True, signal="ttft", ttft_cutoff_s=2.5, stall_cutoff_s=1.5, cutoff_s=12.0,
         on_cutoff="hedge", hedge_route="b/m", downgrade_route="b/m", upgrade_route="b/m",
         predicted=StepPrediction(p50_s=10.0, p99_s=40.0, hedge_rate=0.05, interval=step_interval),
-        basis=Basis(calls=900, bucket="in 1k-4k / out 300-600", quantile=0.95, censored=0.02),
+        basis=Basis(calls=900, bucket="in 1k-4k / out 300-600", quantile=0.95, censored=0.02,
+                    shared=Shared(0.4, 0.5, "job keys", "300 jobs", 15)),
     )  # fmt: skip
     plan_interval = PlanInterval(level=0.95, p50_s=(9.0, 11.0), p99_s=(math.inf, math.inf),
                                  miss_rate=(0.0, 0.1), extra_attempts=(0.0, 0.1))  # fmt: skip

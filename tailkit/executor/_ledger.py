@@ -56,6 +56,7 @@ LEDGER_FIELDS: tuple[str, ...] = (
     "http_status",
     "censored_at_s",
     "abandoned",
+    "job_key",
     "idempotency_key",
     "deadline_at",
     "winner",
@@ -103,6 +104,8 @@ class AttemptRecord:
         censored_at_s: Age in seconds at which the attempt was cut (cutoff, lost a hedge
             race); its true latency is longer. ``None`` when it was not cut.
         abandoned: It finished after its caller had stopped waiting for it.
+        job_key: The job (prompt) the attempt works on, when the caller names one (``None``:
+            the idempotency key links a call's attempts).
         idempotency_key: Shared by every retry and hedge of one logical call.
         deadline_at: The run deadline as an absolute instant; ``None``: no deadline.
         winner: Its result is the one the step returned.
@@ -126,6 +129,7 @@ class AttemptRecord:
     http_status: int | None = None
     censored_at_s: float | None = None
     abandoned: bool = False
+    job_key: str | None = None
     idempotency_key: str = ""
     deadline_at: datetime | None = None
     winner: bool = False
