@@ -83,7 +83,8 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
 
     - a step that hedges, retries or downgrades on cutoff, on a route whose tail is transient
       or mixed with no repeat attempts or paired calls confirming the escape
-      (`TailKind.escape_confirmed_by`), is named with the evidence that would confirm it
+      (`TailKind.escape_confirmed_by`), and whose plan did not measure what its repeats share
+      from such pairs (``basis.shared.pairs``), is named with the evidence that would confirm it
       (``unknown`` routes are warned about where the kinds are read: calibrate's own
       warnings);
     - a step whose route's slow calls come in spells (`TailKind.spells`) and whose fresh
@@ -104,7 +105,11 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
         if verdict is None or step.on_cutoff not in _REPEATS:
             continue
         action = _action(step)
-        if verdict.kind in ("transient", "mixed") and verdict.escape_confirmed_by is None:
+        if (
+            verdict.kind in ("transient", "mixed")
+            and verdict.escape_confirmed_by is None
+            and not _measured(step)
+        ):
             out.append(
                 f"step {name!r}: the plan's {action} assumes a fresh attempt escapes the tail "
                 f"of route {step.route}, but single calls only show that it looks "
@@ -128,6 +133,17 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
                 f"provider does not escape a spell; {fix}"
             )
     return tuple(out)
+
+
+def _measured(step: Step) -> bool:
+    """
+    Whether the plan models what the step's repeats share as measured from pairs.
+
+    Then the prediction rests on the repeats or paired calls themselves, with their sampling
+    error in its interval, not on the hope that a fresh attempt escapes: no warning is due.
+    """
+    shared = None if step.basis is None else step.basis.shared
+    return shared is not None and shared.pairs > 0
 
 
 def _assumed(step: Step) -> str:
