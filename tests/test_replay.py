@@ -272,9 +272,11 @@ def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: P
     found = result.fidelity
     if not found.ok:
         # Even at its slowest time scale the replay could not keep time: the machine was too
-        # busy, and its own loop shows it (a lag past the error it allows), so it must refuse
-        # to judge rather than print numbers that mean nothing.
-        assert found.loop_lag_s >= MAX_ERROR_SHARE * found.smallest_cutoff_s, found.describe()
+        # busy, and its own loop shows it (a lag of at least half the error it allows: the
+        # rest of a busy machine's error is the server's bias and jitter, measured with it),
+        # so it must refuse to judge rather than print numbers that mean nothing.
+        allowed = MAX_ERROR_SHARE * found.smallest_cutoff_s
+        assert found.loop_lag_s >= 0.5 * allowed, found.describe()
         assert "can't tell" == result.verdict
         assert any("too busy for the figures to mean anything" in n for n in result.notes)
     judged = zip(result.sides, (workflow_of(plan), plan), strict=True) if found.ok else ()
