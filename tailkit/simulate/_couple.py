@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from tailkit.simulate._draws import Draws
 from tailkit.simulate._model import StepModel
@@ -113,39 +114,57 @@ def step_indexes(step: StepModel, raw: Index) -> Index:
 
 class StepSlots:
     """
-    A step's draws for one block of runs, read once each, repeats coupled to the first.
+    A step's draws for one block of runs: raw slots read once each, repeats coupled on demand.
 
-    ``slots(k)`` for k = 0, 1, 2 is the first attempt, the cutoff's attempt and the upgrade;
-    `RETRY` is an error's retry. Raw slot draws are read from `Draws` on first use only, so
-    a slot no plan uses is never drawn and the streams stay aligned block by block.
+    Slots 0, 1, 2 are the first attempt, the cutoff's attempt and the upgrade; `RETRY` is an
+    error's retry. Raw draws are read from `Draws` on first use only (a slot no plan uses is
+    never drawn, and the streams stay aligned block by block). Coupling costs two inverse
+    normals and a normal CDF per draw, so it is done only for the runs that start the repeat
+    (`where`, `at`): a run's coupled draw depends on that run's draws alone, so coupling a
+    subset gives those runs exactly what coupling all of them would.
     """
 
-    __slots__ = ("_draws", "_held", "_raw", "_step")
+    __slots__ = ("_draws", "_raw", "_step")
 
     def __init__(self, step: StepModel, draws: Draws) -> None:
         self._step, self._draws = step, draws
-        self._held: dict[int, Index] = {}
         self._raw: dict[int, Index] = {}
 
     def raw(self, k: int) -> Index:
         """
-        Slot ``k``'s own uniform draws.
+        Slot ``k``'s own uniform draws (`RETRY` reads slot 1's).
         """
+        k = 1 if k == RETRY else k
         if k not in self._raw:
             self._raw[k] = self._draws.slot(self._step.name, k)
         return self._raw[k]
 
-    def __call__(self, k: int) -> Index:
-        held = self._held.get(k)
-        if held is not None:
-            return held
-        step, primary = self._step, self._step.primary
+    def at(self, k: int, rows: npt.NDArray[np.intp]) -> Index:
+        """
+        Slot ``k``'s draws for the runs ``rows``, coupled to their first attempts' (k > 0).
+        """
+        raw = self.raw(k)[rows]
         if k == 0:
-            held = self.raw(0)
-        elif k == RETRY:  # an error's retry: slot 1's draw, on the step's own route
-            held = couple(self(0), self.raw(1), step.rho(None), primary, primary)
-        else:  # a repeat of the same job: its rank coupled to the first attempt's
-            route = (step.second if k == 1 else step.upgrade) or primary
-            held = couple(self(0), self.raw(k), step.rho(route), primary, route)
-        self._held[k] = held
-        return held
+            return raw
+        # a repeat of the same job (an error's retry on the step's own route): its rank
+        # coupled to the first attempt's
+        route = self._route(k)
+        return couple(self.raw(0)[rows], raw, self._step.rho(route), self._step.primary, route)
+
+    def where(self, k: int, mask: npt.NDArray[np.bool_]) -> Index:
+        """
+        Slot ``k``'s draws for every run, coupled where ``mask`` is set (raw elsewhere).
+        """
+        raw = self.raw(k)
+        rows = np.flatnonzero(mask)
+        if not rows.size or self._step.rho(self._route(k)) <= 0.0:
+            return raw
+        out = raw.copy()
+        out[rows] = self.at(k, rows)
+        return out
+
+    def _route(self, k: int) -> RouteSample:
+        step = self._step
+        if k == RETRY:
+            return step.primary
+        return (step.second if k == 1 else step.upgrade) or step.primary

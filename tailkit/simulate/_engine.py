@@ -96,12 +96,12 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
     slot = StepSlots(step, draws)
 
     # Read every slot this step may need, needed in this block or not: streams stay aligned.
-    first = slot(0)
+    first = slot.raw(0)
     one_used, two_used = needs_slots(step, model)
     if one_used:
-        slot(1)
+        slot.raw(1)
     if two_used:
-        slot(2)
+        slot.raw(2)
     end1 = primary.end_table[first]
     fired = np.zeros(start_s.size, dtype=np.bool_)
     failed = np.zeros(start_s.size, dtype=np.bool_)
@@ -112,7 +112,7 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
             duration = np.minimum(end1, act) if plain else np.where(fired, act, end1)
             failed |= fired
         else:
-            second = slot(1)
+            second = slot.where(1, fired)  # coupled where it starts: elsewhere unused
             start2 = (step.second or primary).end_table[second]
             start2 += act
             if step.action != "hedge":
@@ -129,7 +129,7 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
     if special is not None:
         rows = np.flatnonzero(special)
         if rows.size:
-            sub = general_step(step, start_s[rows], lambda k: slot(k)[rows], model)
+            sub = general_step(step, start_s[rows], lambda k: slot.at(k, rows), model)
             duration[rows], failed[rows], recovery[rows] = sub.duration_s, sub.failed, sub.recovery
     extra = fired if step.action in ACTING else np.zeros(start_s.size, dtype=np.bool_)
     return StepOutcome(duration, failed, fired, extra, recovery)
