@@ -37,8 +37,8 @@ from tailkit.config import load_plan
 from tailkit.ingest import ingest_paths
 from tailkit.simulate import (
     WorkflowModel,
-    load_samples,
     estimate_sharing,
+    load_samples,
     policy_model,
     simulate_model,
     workflow_model,
