@@ -33,7 +33,7 @@ from tailkit.simulate._model import StepModel
 from tailkit.simulate._sample import TABLE, Index, RouteSample
 
 
-__all__ = ["RETRY", "StepSlots", "couple", "retry_index", "step_indexes"]
+__all__ = ["RETRY", "StepSlots", "couple", "repeat_route", "retry_index", "step_indexes"]
 
 RETRY = 3
 """The virtual slot of an error's retry: slot 1's draw, coupled for the step's own route."""
@@ -85,6 +85,18 @@ def couple(
     return out
 
 
+def repeat_route(step: StepModel, k: int) -> RouteSample:
+    """
+    The route slot ``k``'s attempt goes to (the step's own where the step names none).
+
+    Slot 1 is the cutoff's attempt (the step's second route), slot 2 the upgrade, `RETRY`
+    an error's retry (always the step's own route).
+    """
+    if k == RETRY:
+        return step.primary
+    return (step.second if k == 1 else step.upgrade) or step.primary
+
+
 def retry_index(draws: Sequence[int]) -> int:
     """
     The index an error's retry reads in a run's per-step draws (the reference's rule).
@@ -102,14 +114,13 @@ def step_indexes(step: StepModel, raw: Index) -> Index:
     Rows: the first attempt, the cutoff's attempt (on the step's second route, else its
     own), the upgrade, and an error's retry (`RETRY`), the last three coupled to the first.
     """
-    first, primary = raw[0], step.primary
-    second, upgrade = step.second or primary, step.upgrade or primary
-    return np.stack([
-        first,
-        couple(first, raw[1], step.rho(second), primary, second),
-        couple(first, raw[2], step.rho(upgrade), primary, upgrade),
-        couple(first, raw[1], step.rho(None), primary, primary),
-    ])  # fmt: skip
+    first = raw[0]
+    coupled = []
+    for k in (1, 2, RETRY):
+        route = repeat_route(step, k)
+        draws = raw[1 if k == RETRY else k]  # an error's retry reads slot 1
+        coupled.append(couple(first, draws, step.rho(route), step.primary, route))
+    return np.stack([first, *coupled])
 
 
 class StepSlots:
@@ -148,7 +159,7 @@ class StepSlots:
             return raw
         # a repeat of the same job (an error's retry on the step's own route): its rank
         # coupled to the first attempt's
-        route = self._route(k)
+        route = repeat_route(self._step, k)
         return couple(self.raw(0)[rows], raw, self._step.rho(route), self._step.primary, route)
 
     def where(self, k: int, mask: npt.NDArray[np.bool_]) -> Index:
@@ -157,14 +168,8 @@ class StepSlots:
         """
         raw = self.raw(k)
         rows = np.flatnonzero(mask)
-        if not rows.size or self._step.rho(self._route(k)) <= 0.0:
+        if not rows.size or self._step.rho(repeat_route(self._step, k)) <= 0.0:
             return raw
         out = raw.copy()
         out[rows] = self.at(k, rows)
         return out
-
-    def _route(self, k: int) -> RouteSample:
-        step = self._step
-        if k == RETRY:
-            return step.primary
-        return (step.second if k == 1 else step.upgrade) or step.primary

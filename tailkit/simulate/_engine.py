@@ -17,9 +17,10 @@ the reserve is what the steps still waiting on it need at their median (the plan
 step medians, as the executor reads them), so a late run acts early rather than overrun. A
 plan may also set a cutoff on the other clock, which acts as set. An idempotent step's first
 attempt that fails before the cutoff is retried at once on the same route; a result that fails
-validation goes to the upgrade route (or again to the step's own route). Attempts are
-independent draws: the tail this models is the transient one, which a fresh attempt escapes
-(the tail table says whether a route's tail is transient).
+validation goes to the upgrade route (or again to the step's own route). A repeat (every
+attempt after the first) does the same job: its draw is coupled to the first attempt's by what
+the step's repeats share (`StepModel.shares`, `tailkit.simulate._couple`); with nothing shared
+it is an independent draw, which escapes the first attempt's tail.
 
 The run follows the executor: a step whose required dependency failed never starts; an
 optional step still running at the deadline is cut there without failing the run; an extra
