@@ -29,7 +29,10 @@ FAILED = "coalesce(status IN ('error', 'rate_limited'), FALSE)"
 _Array = npt.NDArray[np.float64]
 
 
-def _lit(text: str) -> str:
+def lit(text: str) -> str:
+    """
+    ``text`` as a SQL string literal.
+    """
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -48,18 +51,18 @@ class Need:
         """
         SQL true for the calls of this route and input bucket (and output bucket).
         """
-        parts = [f"provider = {_lit(self.provider)}", f"model = {_lit(self.model)}"]
+        parts = [f"provider = {lit(self.provider)}", f"model = {lit(self.model)}"]
         if self.input_bucket is not None:
-            parts.append(f"input_bucket = {_lit(self.input_bucket)}")
+            parts.append(f"input_bucket = {lit(self.input_bucket)}")
         if output and self.output_bucket is not None:
-            parts.append(f"output_bucket = {_lit(self.output_bucket)}")
+            parts.append(f"output_bucket = {lit(self.output_bucket)}")
         return "(" + " AND ".join(parts) + ")"
 
     def route_sql(self) -> str:
         """
         SQL true for the calls of this route, any bucket (a filter on ``calls`` itself).
         """
-        return f"(provider = {_lit(self.provider)} AND model = {_lit(self.model)})"
+        return f"(provider = {lit(self.provider)} AND model = {lit(self.model)})"
 
     def keys(self, *, output: bool = True) -> tuple[str, ...]:
         """

@@ -49,9 +49,16 @@ import numpy as np
 from tailkit.config import Plan, Shared
 from tailkit.record import Buckets
 from tailkit.simulate._build import shared_of
-from tailkit.simulate._fetch import OK, Need
+from tailkit.simulate._fetch import OK, Need, lit
 from tailkit.simulate._load import _need
-from tailkit.store import Store, calls_with_buckets_sql
+from tailkit.store import (
+    ATTEMPT_KEY,
+    ESCAPE_RANK,
+    SLOW_RANK,
+    Store,
+    calls_with_buckets_sql,
+    paired_calls_sql,
+)
 
 
 __all__ = [
@@ -76,7 +83,6 @@ MOMENT_WINDOW_S = 300.0
 """Neighbouring calls started at most this far apart share the moment."""
 
 MAX_SHARED = 0.95
-_MAX_ROWS = 20_000  # paired jobs read per step: the correlation is sure long before
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +144,6 @@ def estimate_sharing(
     return out
 
 
-_KEY = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
-
-
 def _by_repeats(store: Store, base: str, need: Need) -> tuple[_Part | None, _Part | None]:
     """
     The parts that ledgers' repeat attempts measure, on another provider and on the same.
@@ -153,13 +156,14 @@ def _by_repeats(store: Store, base: str, need: Need) -> tuple[_Part | None, _Par
     ``1 - share`` (`tail_correlation`). ``None`` where fewer than `MIN_PAIRS` pairs say.
     """
     rows = store.fetchall(
-        f"WITH rep AS (SELECT {_KEY} AS _key, provider, model, role, "
+        f"WITH rep AS (SELECT {ATTEMPT_KEY} AS _key, provider, model, role, "
         "CASE WHEN status = 'ok' THEN total_s END AS _total "
         f"FROM {base} WHERE attempt > 0 AND role IN ('hedge', 'retry', 'downgrade') "
         "AND (status = 'ok' OR censored_at_s > 0) "
         "QUALIFY row_number() OVER (PARTITION BY _key ORDER BY attempt, started_at, call_id) = 1), "
-        f"f AS (SELECT {_KEY} AS _key, provider, status, censored_at_s FROM {base} "
-        f"WHERE coalesce(attempt, 0) = 0 AND {need.sql()} AND {_KEY} IN (SELECT _key FROM rep)), "
+        f"f AS (SELECT {ATTEMPT_KEY} AS _key, provider, status, censored_at_s FROM {base} "
+        f"WHERE coalesce(attempt, 0) = 0 AND {need.sql()} "
+        f"AND {ATTEMPT_KEY} IN (SELECT _key FROM rep)), "
         f"ref AS (SELECT provider, model, quantile_cont(total_s, {ESCAPE_RANK}) AS _p75 "
         f"FROM {base} WHERE {_first('TRUE')} AND (provider, model) IN "
         "(SELECT (provider, model) FROM rep) GROUP BY ALL), "
@@ -200,41 +204,25 @@ def _first(where: str) -> str:
 def _by_jobs(store: Store, base: str, need: Need) -> _Part | None:
     """
     The work part from jobs run on the step's route and on others (``None``: too few).
+
+    The tail verdict's own count (`tailkit.store.paired_calls_sql`): the step's slow calls
+    (beyond its bucket's p95, or cut) whose job also ran on another route, and how many of
+    those partners finished below their route's p75. The step's route is read in its bucket,
+    the other routes whole.
     """
-    mine = f"provider = {_lit(need.provider)} AND model = {_lit(need.model)}"
-    rows = store.fetchall(
-        f"WITH a AS (SELECT job_key, any_value(total_s) AS a_s FROM {base} "
-        f"WHERE {_first(need.sql())} AND job_key IS NOT NULL GROUP BY job_key), "
-        f"b AS (SELECT job_key, provider, model, any_value(total_s) AS b_s FROM {base} "
-        f"WHERE {_first(f'NOT ({mine})')} AND job_key IS NOT NULL GROUP BY ALL) "
-        f"SELECT provider, model, a_s, b_s FROM a JOIN b USING (job_key) "
-        f"ORDER BY hash(job_key) LIMIT {_MAX_ROWS}"
-    )
-    if len(rows) < MIN_PAIRS:
+    mine = f"provider = {lit(need.provider)} AND model = {lit(need.model)}"
+    source = f"(SELECT * FROM {base} WHERE NOT ({mine}) OR {need.sql()}) AS j"
+    rows = store.fetchall(paired_calls_sql(source, ("provider", "model")))
+    found = next((r for r in rows if (r[0], r[1]) == (need.provider, need.model)), None)
+    if found is None or found[2] < MIN_PAIRS:
         return None
-    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for provider, model, a_s, b_s in rows:
-        pairs.setdefault((provider, model), []).append((a_s, b_s))
-    zs, weights = [], []
-    for values in pairs.values():
-        if len(values) < MIN_PAIRS // 3:
-            continue
-        a, b = np.asarray(values, dtype=np.float64).T
-        rho = paired_tail_correlation(a, b)
-        zs.append(math.atanh(min(max(rho, -0.999), 0.999)))
-        weights.append(len(values) - 3)
-    if not zs or sum(weights) + 3 * len(weights) < MIN_PAIRS:
-        return None
-    pooled = math.tanh(float(np.average(zs, weights=weights)))
-    jobs = sum(weights) + 3 * len(weights)
-    # the routes' pairs share the step's slow first attempts: those are the sample's size
-    slow = round((1.0 - SLOW_RANK) * (max(weights) + 3))
-    routes = len(zs)
+    pairs, escaped = int(found[2]), int(found[3])
+    rho = tail_correlation(1.0 - escaped / pairs)
     evidence = (
-        f"job keys: {jobs} jobs also run on {routes} other route{'s' * (routes != 1)}; "
-        f"a slow first attempt's repeat is slow as with correlation {pooled:.2f}"
+        f"job keys: of {pairs} slow calls whose jobs also run on another route, "
+        f"{pairs - escaped} were slow there too, correlation {rho:.2f}"
     )
-    return _Part(max(pooled, 0.0), "job keys", evidence, slow)
+    return _Part(rho, "job keys", evidence, pairs)
 
 
 def _by_size(store: Store, base: str, need: Need) -> _Part | None:
@@ -286,13 +274,6 @@ def _by_timing(store: Store, base: str, need: Need) -> _Part:
         f"correlation {rho:.2f} over {row[1]} neighbours (the moment a same-provider retry shares)"
     )
     return _Part(rho, "call timing", evidence)
-
-
-SLOW_RANK = 0.95
-"""A first attempt beyond its p95 is slow: about where plans cut, and a repeat matters."""
-
-ESCAPE_RANK = 0.75
-"""A repeat that finishes below its route's p75 escaped the slow attempt's tail."""
 
 
 def paired_tail_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -352,10 +333,6 @@ def _slow_share(rho: float, slow_rank: float) -> float:
     dens = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
     beyond = special.ndtr((rho * z - a) / math.sqrt(1.0 - rho * rho))
     return float(np.trapezoid(dens * beyond, z) / (1.0 - slow_rank))
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def resample_sharing(

@@ -3,6 +3,9 @@ The DuckDB store: schema, inserts, dedupe, rejects and queries.
 """
 
 from tailkit.store._band import band_quantile_sql as band_quantile_sql
+from tailkit.store._repeats import ATTEMPT_KEY as ATTEMPT_KEY
+from tailkit.store._repeats import ESCAPE_RANK as ESCAPE_RANK
+from tailkit.store._repeats import SLOW_RANK as SLOW_RANK
 from tailkit.store._repeats import paired_calls_sql as paired_calls_sql
 from tailkit.store._repeats import repeat_attempts_sql as repeat_attempts_sql
 from tailkit.store._sample import group_sample_sql as group_sample_sql
@@ -19,9 +22,12 @@ from tailkit.store._summary import summarize as summarize
 
 
 __all__ = [
+    "ATTEMPT_KEY",
     "DEFAULT_DB",
+    "ESCAPE_RANK",
     "OK_CALL",
     "SCHEMA_VERSION",
+    "SLOW_RANK",
     "IngestRecord",
     "RouteSummary",
     "Store",

@@ -10,7 +10,17 @@ from tailkit.store._band import band_quantile_sql
 from tailkit.store._summary import OK_CALL
 
 
-__all__ = ["ESCAPE_RANK", "MIN_REFERENCE", "SLOW_RANK", "paired_calls_sql", "repeat_attempts_sql"]
+__all__ = [
+    "ATTEMPT_KEY",
+    "ESCAPE_RANK",
+    "MIN_REFERENCE",
+    "SLOW_RANK",
+    "paired_calls_sql",
+    "repeat_attempts_sql",
+]
+
+ATTEMPT_KEY = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
+"""SQL of what links the attempts of one call: the executor's idempotency key, else run and step."""
 
 ESCAPE_RANK = 0.75  # a fresh attempt "escaped" when it finished below its route's p75
 MIN_REFERENCE = 50  # first attempts a route needs for its p75 to be a reference
@@ -39,7 +49,7 @@ def repeat_attempts_sql(
     ``n`` pairs; a part of a log judges them later by the references of the whole.
     """
     keys = "".join(f'f."{k}", ' for k in by)
-    key = "coalesce(json_extract_string(attrs, '$.idempotency_key'), run_id || chr(31) || step)"
+    key = ATTEMPT_KEY
     # Only repeat attempts are few: find them first, then their first attempts and the
     # references of their routes, so a log without any costs one scan.
     slow = "WHERE f.censored_at_s > 0 OR (x.role = 'hedge' AND f.status = 'ok')"
