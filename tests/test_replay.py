@@ -39,7 +39,13 @@ from tailkit.serve import (
     dump_outcomes,
     serve_outcomes,
 )
-from tailkit.simulate import RouteSample, load_samples, simulate
+from tailkit.simulate import (
+    RouteSample,
+    default_as_independent,
+    load_samples,
+    simulate_model,
+    workflow_model,
+)
 from tailkit.store import Store
 
 
@@ -279,9 +285,16 @@ def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: P
         assert found.loop_lag_s >= 0.5 * allowed, found.describe()
         assert "can't tell" == result.verdict
         assert any("too busy for the figures to mean anything" in n for n in result.notes)
+    # every call here has one size and no job key, so the replay serves independent repeats:
+    # the executor is judged against the simulator fed the same (the low end of the plan's
+    # default sharing, which the replay's own predicted interval spans)
+    served = default_as_independent(plan)
+    assert served is not None
     judged = zip(result.sides, (workflow_of(plan), plan), strict=True) if found.ok else ()
     for side, predicted_plan in judged:
-        predicted = simulate(predicted_plan, samples, runs=100_000, seed=1)
+        model = workflow_model(predicted_plan, samples, sharing=served)
+        predicted = simulate_model(model, runs=100_000, seed=1)
+        assert side.agrees["miss_rate"], side.label
         misses = round(side.observed["miss_rate"].value * side.runs)
         test = stats.binomtest(misses, side.runs, predicted.miss_rate)
         assert test.pvalue > 0.001, (side.label, misses, predicted.miss_rate)

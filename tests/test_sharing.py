@@ -9,6 +9,7 @@ something other than the simulator's own assumption.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from pathlib import Path
@@ -19,10 +20,16 @@ import pytest
 from scipy import stats
 
 from tailkit.calibrate import calibrate, predict
-from tailkit.config import Plan, Shared, parse_plan
+from tailkit.config import Basis, Plan, Shared, parse_plan
 from tailkit.demo._paired import PairedRoute, PairedWorld, benchmark_calls, truth_miss_rate
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import RouteSample, estimate_sharing, independent_sharing
+from tailkit.simulate import (
+    RouteSample,
+    default_as_independent,
+    estimate_sharing,
+    independent_sharing,
+    resample_sharing,
+)
 from tailkit.simulate._couple import couple
 from tailkit.simulate._sample import TABLE
 from tailkit.simulate._sharing import ESCAPE_RANK, SLOW_RANK, _slow_share, tail_correlation
@@ -130,6 +137,43 @@ def test_without_evidence_the_default_is_stated(tmp_path: Path) -> None:
     assert ("default", 0.75) == (shared.source, shared.other_provider)
     assert "conservative default" in shared.evidence
     assert "no start times" in shared.evidence
+
+
+def test_a_default_is_a_range_down_to_independent_repeats() -> None:
+    """Bootstrap draws of a default span [0, default]; measured and assumed ones stay put."""
+    plan = parse_plan(
+        "tailkit_plan: 1\nworkflow: w\ndeadline_s: 30\nroutes: {p/m: {provider: p, model: m}}\n"
+        "steps: {s: {route: p/m}, t: {route: p/m, depends_on: [s]}}\n"
+    )
+    sharing = {
+        "s": Shared(0.75, 0.85, "default", "no evidence"),
+        "t": Shared(0.3, 0.4, "size regression", "a lower bound"),
+    }
+    rng = np.random.default_rng(4)
+    draws = [resample_sharing(plan, sharing, rng) for _ in range(400)]
+    works = np.array([d["s"].other_provider for d in draws])
+    assert 0.0 <= works.min() < 0.05
+    assert 0.70 < works.max() <= 0.75
+    assert all(abs(d["s"].same_provider - d["s"].other_provider - 0.1) < 1e-9 for d in draws)
+    assert all(d["t"] == sharing["t"] for d in draws)
+
+    steps = {
+        name: dataclasses.replace(
+            step,
+            basis=Basis(calls=300, bucket="b", quantile=None, censored=0.0, shared=sharing[name]),
+        )
+        for name, step in plan.steps.items()
+    }
+    with_basis = dataclasses.replace(plan, steps=steps)
+    low = default_as_independent(with_basis)
+    assert low is not None
+    assert (0.0, 0.0, "assumed") == (
+        low["s"].other_provider,
+        low["s"].same_provider,
+        low["s"].source,
+    )
+    assert sharing["t"] == low["t"]
+    assert default_as_independent(plan) is None  # nothing stated, nothing to span
 
 
 def _gain(store: Store, plan: Plan, sharing: dict[str, Shared] | None) -> tuple[Plan, float]:

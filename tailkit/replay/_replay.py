@@ -47,10 +47,15 @@ from tailkit.replay._tables import ServedModels, served_models
 from tailkit.serve import dump_outcomes
 from tailkit.simulate import (
     DEFAULT_MIN_CALLS,
+    DEFAULT_SOURCE,
     RouteSample,
     SampleKey,
+    SimResult,
+    default_as_independent,
     load_samples,
     simulate,
+    simulate_model,
+    workflow_model,
 )
 from tailkit.store import Store
 
@@ -234,17 +239,33 @@ def _prediction(
 
     Not `tailkit.calibrate.predict`'s bootstrap interval: the replay serves the measured
     sample itself, so the sample's own uncertainty is not part of what it can disagree with.
+    A step whose sharing is a default (no evidence) is a range: each figure's interval spans
+    the prediction with its repeats independent too, so the served data, which has nothing to
+    pair either, cannot disagree with a guess the plan said it made.
     """
     result = simulate(plan, samples, runs=PREDICT_RUNS, seed=seed)
-    predicted = {
+    predicted = _predicted(result)
+    spread = 1.96 * result.miss_rate_se
+    intervals = {"miss_rate": (max(result.miss_rate - spread, 0.0), result.miss_rate + spread)}
+    low_end = default_as_independent(plan)
+    if low_end is None:
+        return predicted, intervals
+    model = workflow_model(plan, samples, sharing=low_end)
+    other = simulate_model(model, runs=PREDICT_RUNS, seed=seed)
+    for name, value in _predicted(other).items():
+        low, high = intervals.get(name, (predicted[name], predicted[name]))
+        reach = 1.96 * other.miss_rate_se if name == "miss_rate" else 0.0
+        intervals[name] = (min(low, max(value - reach, 0.0)), max(high, value + reach))
+    return predicted, intervals
+
+
+def _predicted(result: SimResult) -> dict[str, float]:
+    return {
         "miss_rate": result.miss_rate,
         "p50_s": result.p50_s,
         "p99_s": result.p99_s,
         "extra_attempts": result.extra_attempts,
     }
-    spread = 1.96 * result.miss_rate_se
-    intervals = {"miss_rate": (max(result.miss_rate - spread, 0.0), result.miss_rate + spread)}
-    return predicted, intervals
 
 
 def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict[str, Figure]:
@@ -401,6 +422,19 @@ def replay(
     notes.extend(
         f"step {name!r}, what a repeat was served: {said}" for name, said in served.basis.items()
     )
+    guessed = [
+        name
+        for name, step in plan.steps.items()
+        if step.basis is not None
+        and step.basis.shared is not None
+        and step.basis.shared.source == DEFAULT_SOURCE
+    ]
+    if guessed:
+        notes.append(
+            f"what a repeat shares is the plan's default (no evidence) for step(s) "
+            f"{', '.join(map(repr, guessed))}: each predicted interval spans independent repeats "
+            "up to the default"
+        )
     result_sides = (_side(plan, sides[0], predictions[0]), _side(plan, sides[1], predictions[1]))
     for side, run in zip(result_sides, sides, strict=True):
         if run.errors:

@@ -38,7 +38,9 @@ from tailkit.simulate._result import StepSummary as StepSummary
 from tailkit.simulate._result import summarize as summarize
 from tailkit.simulate._sample import RouteSample as RouteSample
 from tailkit.simulate._sharing import DEFAULT_MOMENT as DEFAULT_MOMENT
+from tailkit.simulate._sharing import DEFAULT_SOURCE as DEFAULT_SOURCE
 from tailkit.simulate._sharing import DEFAULT_WORK as DEFAULT_WORK
+from tailkit.simulate._sharing import default_as_independent as default_as_independent
 from tailkit.simulate._sharing import estimate_sharing as estimate_sharing
 from tailkit.simulate._sharing import independent_sharing as independent_sharing
 from tailkit.simulate._sharing import resample_sharing as resample_sharing
@@ -47,6 +49,7 @@ from tailkit.simulate._sharing import resample_sharing as resample_sharing
 __all__ = [
     "DEFAULT_MIN_CALLS",
     "DEFAULT_MOMENT",
+    "DEFAULT_SOURCE",
     "DEFAULT_WORK",
     "MAX_RUNS",
     "POLICIES",
@@ -63,6 +66,7 @@ __all__ = [
     "WorkflowModel",
     "check_run_count",
     "compare_policies",
+    "default_as_independent",
     "estimate_sharing",
     "independent_sharing",
     "load_samples",

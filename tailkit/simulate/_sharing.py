@@ -26,7 +26,9 @@ The work part, best evidence first:
    is a lower bound, and said to be one.
 4. **a default** of 0.75, the top of what public paired data shows (rank correlations of
    0.46-0.75 across routes): conservative, since the more a repeat shares the less a hedge
-   helps.
+   helps. A default is a range, not a measurement: the plan is chosen at its top, and the
+   predictions' intervals span it down to independent repeats (`resample_sharing`,
+   `default_as_independent`), since nothing in the data says where in it the truth lies.
 
 The moment part comes from calls on the step's route started close together (within
 `MOMENT_WINDOW_S`): different jobs, the same moment, so the correlation of neighbours' ranks
@@ -63,8 +65,10 @@ from tailkit.store import (
 
 __all__ = [
     "DEFAULT_MOMENT",
+    "DEFAULT_SOURCE",
     "DEFAULT_WORK",
     "MIN_PAIRS",
+    "default_as_independent",
     "estimate_sharing",
     "independent_sharing",
     "resample_sharing",
@@ -75,6 +79,9 @@ DEFAULT_WORK = 0.75
 
 DEFAULT_MOMENT = 0.1
 """Moment shared on one provider without start times."""
+
+DEFAULT_SOURCE = "default"
+"""The source of a default's correlation (`Shared.source`)."""
 
 MIN_PAIRS = 30
 """Fewest paired jobs (or neighbours, or sized calls) an estimate needs."""
@@ -99,6 +106,24 @@ def independent_sharing(plan: Plan) -> dict[str, Shared]:
     """
     note = "assumed independent (no sharing modelled)"
     return {name: Shared(0.0, 0.0, "assumed", note) for name in plan.steps}
+
+
+def default_as_independent(plan: Plan) -> dict[str, Shared] | None:
+    """
+    The low end of the defaults' range: the steps whose sharing is a default, independent.
+
+    ``None`` when no step's sharing is a default (there is no range to span). Steps with a
+    measured or assumed sharing keep theirs.
+    """
+    out: dict[str, Shared] = {}
+    for name in plan.steps:
+        shared = shared_of(plan, name, None)
+        if shared is not None:
+            out[name] = shared
+        if shared is not None and shared.source == DEFAULT_SOURCE:
+            note = f"the low end of the default: independent repeats ({shared.evidence})"
+            out[name] = Shared(0.0, 0.0, "assumed", note)
+    return out if out != {n: shared_of(plan, n, None) for n in out} else None
 
 
 def estimate_sharing(
@@ -248,7 +273,7 @@ def _default_work() -> _Part:
         f"no job keys and no token counts: the conservative default {DEFAULT_WORK:.2f} "
         "(the top of public paired data)"
     )
-    return _Part(DEFAULT_WORK, "default", evidence)
+    return _Part(DEFAULT_WORK, DEFAULT_SOURCE, evidence)
 
 
 def _by_timing(store: Store, base: str, need: Need) -> _Part:
@@ -343,7 +368,9 @@ def resample_sharing(
 
     A correlation measured on ``pairs`` slow first attempts is as unsure as the share of
     their repeats that were slow too: that share is redrawn (binomial) and turned back into a
-    correlation; the same-provider one moves with it. A default, a regression or an
+    correlation; the same-provider one moves with it. A default is a range with nothing in
+    the data to place the truth in it: its work part is drawn uniformly between independence
+    and the default, so the interval spans both ends. A regression (a stated lower bound) or an
     assumption is kept as it is: its doubt is not a sampling error.
 
     Args:
@@ -364,6 +391,13 @@ def resample_sharing(
                 shared,
                 other_provider=again,
                 same_provider=min(max(shared.same_provider + moved, again), MAX_SHARED),
+            )
+        elif shared.source == DEFAULT_SOURCE:
+            work = float(rng.uniform(0.0, shared.other_provider))
+            shared = dataclasses.replace(
+                shared,
+                other_provider=work,
+                same_provider=max(shared.same_provider - shared.other_provider + work, work),
             )
         out[name] = shared
     return out
