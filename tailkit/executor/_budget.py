@@ -1,8 +1,8 @@
 """
-The two brakes on extra load: a global hedge budget and a per-provider throttle.
+The global hedge budget: extra attempts as a share of first attempts, per fleet.
 
 Every hedge, or retry or downgrade at a cutoff, is load that nobody asked for, so the executor
-caps it twice.
+caps it twice: here, and per provider in `tailkit.executor._throttle`.
 
 The hedge budget speaks the simulator's language. `tailkit calibrate` keeps a plan's *expected*
 extra attempts per first attempt within ``hedge_budget``, counting a run's steps as its first
@@ -28,42 +28,69 @@ It counts first attempts, never seconds, for three reasons:
 
 The budget remembers every run in flight, and the closed runs that brought the latest
 ``window_firsts`` first attempts: a long quiet spell cannot bank credit for a later storm. The
-allowance lets a process that has barely started still hedge. Decisions are exact (integer
+allowance lets a service that has barely started still hedge. Decisions are exact (integer
 arithmetic on the decimal ratio), so the simulator's reference can replay them bit for bit.
 
-The throttle is gRPC's retryThrottling, keyed per provider. A 429 says that provider's
-rate-limit pool is full; a hedge sent there is one more request into the storm, and every
-client hedging at once is how a brownout becomes an outage. Each failure (429, 5xx, timeout,
-cut stream) costs a token, each success earns back ``token_ratio``; at or below half the tokens
-no hedge goes to that provider, until successes refill it. Another provider has its own pool
-and its own tokens, so a storm at one never stops hedges to another. With the defaults (10,
-0.1) it takes 5 net failures to engage and throttles at about a 9% failure rate. The simulator
-does not model it: a route failing that often is a brownout, not the tail a plan is built on.
+**One budget per fleet.** A service usually runs as N worker processes (gunicorn, uvicorn
+``--workers``), each with its own executor and its own count. The share term adds up across
+them (N processes with F/N first attempts each grant ``ratio * F`` between them), but the
+noise term and the allowance do not: N processes each allowed ``sigmas * sqrt(ratio * F/N) +
+allowance`` grant sqrt(N) times the noise and N times the allowance a single process serving
+all of F would. At 5 %, 16 workers sharing 400 first attempts were allowed 24 % extra where one
+process was allowed 8.8 %. So the rule describes the *fleet*: a process that is one of
+``processes`` estimates the fleet's first attempts as ``processes`` times its own and takes
+its 1/``processes`` share of what the fleet's rule allows them, and the window is the fleet's
+too (each process remembers ``window_firsts / processes``):
 
-A 429 with a Retry-After says more than a failure: the provider's pool is full until then. The
-throttle remembers that per provider (`rest`; doubled for each further 429 before a success,
-up to 8x); while it rests, `admits` says no, and the executor sends a step's first attempt
-straight to its hedge route (another provider, its own pool) and starts no immediate extra
-attempt there. After the rest one first attempt at a time goes back (a probe) until three
-in a row succeed. The instants are on the caller's clock (the executor's loop clock, the same
-clock the Retry-After is waited on), so nothing else about the throttle depends on time.
+    processes * (extras + 1) <= ratio * P * firsts + sigmas * sqrt(ratio * P * firsts) + allowance
+
+with ``P = processes``. Evenly loaded processes together grant exactly what one process seeing
+all the traffic would; unevenly loaded ones grant less (the square root is concave), never
+more. ``processes`` defaults to the ``TAILKIT_WORKERS`` environment variable, else
+``WEB_CONCURRENCY`` (what gunicorn and uvicorn read for their worker count), else 1.
+
+**A reserve for recovery.** Not every extra attempt is speculative. A hedge (or a retry or
+downgrade at a cutoff) races an attempt that may still answer; an error retry, a failover or
+an upgrade after invalid output is the step's only way to an answer. First come first served,
+a brownout's hedges spend the whole bound and a single error then fails its run. So a
+speculative extra attempt may only spend ``1 - reserve`` of what the rule allows at that
+moment (its right-hand side times ``1 - reserve``); the last ``reserve`` share of it is for
+recovery, which may spend all of it. The default reserve is 0.2: at 5 % of 400 first
+attempts the rule allows 35.4 extra attempts, hedges stop at 28, and at least 7 remain for
+recovery; over the 10,000 first attempts of the window, 569 and 455. Calibrate counts a
+plan's recovery attempts in its ``hedge_budget`` too, so a plan whose errors and invalid
+results take about a fifth of its budget hedges no more than the reserve leaves it; one that
+spends nearly all of it on hedges loses some of them once a window holds more than about
+3,000 first attempts (set ``reserve`` to the plan's recovery share of the budget, or 0).
+Callers say which kind they ask for (``try_extra(account, speculative=True)``); one that
+does not say draws from the whole bound, as before the reserve.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 from collections import deque
+from collections.abc import Mapping
 from fractions import Fraction
 
 from tailkit.errors import ConfigError
+from tailkit.executor._throttle import ProviderThrottle, retry_after_fits
 
 
-__all__ = ["BudgetAccount", "HedgeBudget", "ProviderThrottle", "retry_after_fits"]
+__all__ = [
+    "DEFAULT_RESERVE",
+    "WORKERS_ENV",
+    "BudgetAccount",
+    "HedgeBudget",
+    "ProviderThrottle",
+    "fleet_processes",
+    "retry_after_fits",
+]
 
-CLOSE_AFTER = 3  # probes that must succeed in a row before a rested provider takes everyone
-MAX_REST_DOUBLINGS = 3  # a rest after 429s in a row: Retry-After x 2, 4, then 8 at most
-_MILLI = 1000  # the throttle counts thousandths of a token, as grpc-java does: exact sums
+DEFAULT_RESERVE = 0.2  # the bound's share that hedges leave to error retries and upgrades
+WORKERS_ENV = ("TAILKIT_WORKERS", "WEB_CONCURRENCY")  # read in this order for `processes`
 
 
 class BudgetAccount:
@@ -94,34 +121,46 @@ class HedgeBudget:
     """
     Global hedge budget: extra attempts as a share of first attempts, counted per run.
 
-    An extra attempt is granted iff ``extras + 1 <= ratio * firsts + sigmas * sqrt(ratio *
-    firsts) + allowance``, where ``firsts`` and ``extras`` count the runs still open and the
-    closed runs that brought the latest ``window_firsts`` first attempts (see the module
-    docstring). A workflow run opens an account with one first attempt per step of its plan
-    (the simulator's count), a lone step call with one. Synchronous, not thread-safe.
+    An extra attempt is granted iff ``processes * (extras + 1) <= ratio * P * firsts + sigmas
+    * sqrt(ratio * P * firsts) + allowance`` (``P = processes``), where ``firsts`` and
+    ``extras`` count this process's runs still open and the closed runs that brought the
+    latest ``window_firsts / processes`` first attempts; a speculative one (a hedge, or a retry
+    or downgrade at a cutoff) iff the same holds with the right-hand side times ``1 -
+    reserve`` (see the module docstring). A workflow run opens an account with one first
+    attempt per step of its plan (the simulator's count), a lone step call with one.
+    Synchronous, not thread-safe.
 
     Args:
         ratio: Extra attempts allowed per first attempt, in [0, 1]; read as the decimal it
             prints as, so 0.29 of 100 first attempts is exactly 29.
-        allowance: Extra attempts granted on top, whatever the traffic.
-        sigmas: Headroom for the noise of a plan on budget, in standard deviations of its
-            extra attempts (0: none; the share and the allowance only).
+        allowance: Extra attempts granted on top, whatever the traffic, to the whole fleet.
+        sigmas: Headroom for the noise of a plan on budget, in standard deviations of the
+            fleet's extra attempts (0: none; the share and the allowance only).
         window_firsts: Closed runs are remembered until newer closed runs bring this many
-            first attempts (runs in flight always count).
+            first attempts across the fleet (runs in flight always count).
+        processes: Worker processes that share this budget, each with its own `HedgeBudget`
+            and about the same traffic; each takes 1/``processes`` of the fleet's allowance,
+            noise headroom and window. ``None``: the ``TAILKIT_WORKERS`` environment variable,
+            else ``WEB_CONCURRENCY`` (gunicorn's and uvicorn's worker count), else 1.
+        reserve: The share of the bound only recovery (error retries, failovers, upgrades)
+            may spend, in [0, 1]: speculative extra attempts stop at ``1 - reserve`` of it.
         window_s: Ignored. Budgets used to count over a sliding window of seconds; callers that
             still pass one keep working, with no window in time.
 
     Raises:
-        ConfigError: An argument is out of range.
+        ConfigError: An argument (or the environment variable read for ``processes``) is
+            out of range.
 
     Example::
 
         budget = HedgeBudget(plan.hedge_budget)  # what Executor(plan) uses by default
+        budget = HedgeBudget(0.05, processes=16)  # one of 16 workers sharing 5 %
     """
 
     __slots__ = (
         "_allowance", "_closed", "_closed_firsts", "_den", "_extras", "_firsts", "_num",
-        "_sigma_den", "_sigma_num", "_window_firsts",
+        "_processes", "_reserve", "_reserve_den", "_reserve_num", "_sigma_den", "_sigma_num",
+        "_window_firsts",
     )  # fmt: skip
 
     def __init__(
@@ -131,12 +170,11 @@ class HedgeBudget:
         allowance: int = 2,
         sigmas: float = 3.0,
         window_firsts: int = 10_000,
+        processes: int | None = None,
+        reserve: float = DEFAULT_RESERVE,
         window_s: float | None = None,
     ) -> None:
         del window_s  # accepted for callers written for the time window, which it replaced
-        if not 0.0 <= ratio <= 1.0:
-            msg = f"ratio must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
-            raise ConfigError(msg)
         if allowance < 0:
             msg = f"allowance must be 0 or more (extra attempts), got {allowance!r}"
             raise ConfigError(msg)
@@ -146,17 +184,61 @@ class HedgeBudget:
         if window_firsts < 1:
             msg = f"window_firsts must be at least 1 (first attempts), got {window_firsts!r}"
             raise ConfigError(msg)
+        if not 0.0 <= reserve <= 1.0:
+            msg = (
+                f"reserve must be in [0, 1] (the bound's share kept for recovery), got {reserve!r}"
+            )
+            raise ConfigError(msg)
+        self._processes = fleet_processes() if processes is None else _check_processes(processes)
+        self.set_ratio(ratio)
         # Compare in integers: as a float 0.29 * 100 is 28.999999999999996, which would deny
         # the 29th extra that the rule grants.
-        exact = Fraction(repr(float(ratio)))
-        self._num, self._den = exact.numerator, exact.denominator
         spread = Fraction(repr(float(sigmas))) ** 2
         self._sigma_num, self._sigma_den = spread.numerator, spread.denominator
+        keep = 1 - Fraction(repr(float(reserve)))  # a speculative attempt's share of the bound
+        self._reserve = reserve
+        self._reserve_num, self._reserve_den = keep.numerator, keep.denominator
         self._allowance = allowance
-        self._window_firsts = window_firsts
+        self._window_firsts = -(
+            -window_firsts // self._processes
+        )  # this process's part, rounded up
         self._firsts = self._extras = 0  # open runs and remembered closed runs
         self._closed: deque[BudgetAccount] = deque()
         self._closed_firsts = 0
+
+    def set_ratio(self, ratio: float) -> None:
+        """
+        Change the share (a recalibrated plan's ``hedge_budget``), keeping what was counted.
+
+        Raises:
+            ConfigError: ``ratio`` is not in [0, 1].
+        """
+        if not 0.0 <= ratio <= 1.0:
+            msg = f"ratio must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
+            raise ConfigError(msg)
+        exact = Fraction(repr(float(ratio)))
+        self._num, self._den = exact.numerator, exact.denominator
+
+    @property
+    def ratio(self) -> float:
+        """
+        Extra attempts allowed per first attempt.
+        """
+        return self._num / self._den
+
+    @property
+    def processes(self) -> int:
+        """
+        Worker processes sharing the budget (this one included).
+        """
+        return self._processes
+
+    @property
+    def reserve(self) -> float:
+        """
+        The share of the bound that only recovery may spend.
+        """
+        return self._reserve
 
     @property
     def firsts(self) -> int:
@@ -172,14 +254,24 @@ class HedgeBudget:
         """
         return self._extras
 
-    def allows(self, extras: int, firsts: int) -> bool:
+    def allows(self, extras: int, firsts: int, *, speculative: bool = False) -> bool:
         """
         Whether the rule grants one more extra attempt after ``extras``, given ``firsts``.
+
+        ``speculative``: the attempt is a hedge (or a retry or downgrade at a cutoff), held to
+        ``1 - reserve`` of the bound; otherwise recovery, which may spend all of it.
         """
-        need = self._den * (extras + 1 - self._allowance) - self._num * firsts
+        # processes * (extras + 1) / keep <= ratio * P * firsts + sigmas * sqrt(...) + allowance,
+        # every term times den * keep_num (keep = keep_num / keep_den: 1 for recovery)
+        keep_num, keep_den = (self._reserve_num, self._reserve_den) if speculative else (1, 1)
+        fleet_firsts = self._processes * firsts
+        need = self._den * (self._processes * (extras + 1) * keep_den - self._allowance * keep_num)
+        need -= self._num * fleet_firsts * keep_num
         if need <= 0:
             return True
-        spread = self._sigma_num * self._num * firsts * self._den
+        if keep_num == 0:
+            return False  # a reserve of 1: speculative attempts get nothing
+        spread = self._sigma_num * self._num * fleet_firsts * self._den * keep_num * keep_num
         return need * need * self._sigma_den <= spread
 
     def open(self, firsts: int = 1) -> BudgetAccount:
@@ -192,16 +284,22 @@ class HedgeBudget:
         self._firsts += firsts
         return BudgetAccount(firsts)
 
-    def try_extra(self, account: BudgetAccount) -> bool:
+    def try_extra(self, account: BudgetAccount, *, speculative: bool = False) -> bool:
         """
-        Ask whether an extra attempt (hedge, or retry or downgrade at a cutoff) may start now.
+        Ask whether an extra attempt may start now.
 
         A grant is counted to ``account``, a refusal too (as a denial).
+
+        Args:
+            account: The run's account.
+            speculative: A hedge, or a retry or downgrade at a cutoff: it may spend only
+                ``1 - reserve`` of the bound. ``False`` (an error retry, a failover, an
+                upgrade): recovery, which may spend all of it.
 
         Returns:
             True if granted.
         """
-        if not self.allows(self._extras, self._firsts):
+        if not self.allows(self._extras, self._firsts, speculative=speculative):
             account.denials += 1
             return False
         account.extras += 1
@@ -210,7 +308,7 @@ class HedgeBudget:
 
     def close(self, account: BudgetAccount) -> None:
         """
-        A run ended: it is remembered until newer closed runs bring ``window_firsts`` firsts.
+        A run ended: it is remembered until newer closed runs bring the window's firsts.
 
         Closing an account twice does nothing.
         """
@@ -227,176 +325,45 @@ class HedgeBudget:
 
     def __repr__(self) -> str:
         return (
-            f"HedgeBudget(ratio={self._num / self._den!r}, allowance={self._allowance!r}, "
+            f"HedgeBudget(ratio={self.ratio!r}, allowance={self._allowance!r}, "
             f"sigmas={math.sqrt(self._sigma_num / self._sigma_den)!r}, "
-            f"window_firsts={self._window_firsts!r}, firsts={self._firsts}, extras={self._extras})"
+            f"window_firsts={self._window_firsts * self._processes!r}, "
+            f"processes={self._processes!r}, reserve={self._reserve!r}, "
+            f"firsts={self._firsts}, extras={self._extras})"
         )
 
 
-class ProviderThrottle:
+def fleet_processes(environ: Mapping[str, str] | None = None) -> int:
     """
-    Per-provider throttle in the style of gRPC retryThrottling.
+    Worker processes sharing a budget, as the environment says.
 
-    Failures (429, 5xx, timeouts) drain a provider's tokens, successes refill them; at or below
-    half, no hedge goes there. Each provider starts with ``max_tokens``; tokens stay in
-    [0, max_tokens], counted in thousandths as in grpc-java, so that ten successes of 0.1 add
-    exactly one token. Synchronous, not thread-safe.
-
-    Args:
-        max_tokens: Tokens a provider starts with and can hold; it is throttled at half.
-        token_ratio: Tokens a success earns back (a failure costs 1), in (0, max_tokens],
-            at least 0.001.
+    ``TAILKIT_WORKERS``, else ``WEB_CONCURRENCY`` (the worker count gunicorn and uvicorn
+    read), else 1.
 
     Raises:
-        ConfigError: An argument is out of range.
+        ConfigError: The variable is set but not a positive integer.
     """
-
-    __slots__ = (
-        "_good", "_max", "_max_tokens", "_probe_until", "_ratio", "_rest_s", "_rest_until",
-        "_strikes", "_token_ratio", "_tokens",
-    )  # fmt: skip
-
-    def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
-        if not 0.0 < max_tokens < math.inf:
-            msg = f"max_tokens must be a positive number, got {max_tokens!r}"
+    env = os.environ if environ is None else environ
+    for name in WORKERS_ENV:
+        text = env.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            msg = (
+                f"{name} must be a positive integer (worker processes sharing the hedge "
+                f"budget), got {text!r}; or pass HedgeBudget(processes=...)"
+            )
             raise ConfigError(msg)
-        if not 0.0 < token_ratio <= max_tokens:
-            msg = f"token_ratio must be in (0, max_tokens={max_tokens!r}], got {token_ratio!r}"
-            raise ConfigError(msg)
-        if round(token_ratio * _MILLI) < 1:
-            msg = f"token_ratio must be at least 0.001 (1/1000 token), got {token_ratio!r}"
-            raise ConfigError(msg)
-        self._max_tokens = max_tokens
-        self._token_ratio = token_ratio
-        self._max = round(max_tokens * _MILLI)
-        self._ratio = round(token_ratio * _MILLI)
-        self._tokens: dict[str, int] = {}
-        self._rest_until: dict[str, float] = {}  # provider -> end of its rest
-        self._rest_s: dict[str, float] = {}  # provider -> its last rest's length
-        self._strikes: dict[str, int] = {}  # provider -> 429s since its last success
-        self._probe_until: dict[str, float] = {}  # provider -> a probe's slot ends
-        self._good: dict[str, int] = {}  # provider -> probes answered in a row since its rest
-
-    def rest(self, provider: str, at: float, retry_after_s: float) -> None:
-        """
-        ``provider`` answered 429 at ``at`` with a Retry-After of ``retry_after_s`` seconds.
-
-        It rests that long, doubled for each 429 since its last success (up to
-        `MAX_REST_DOUBLINGS` times): a pool still full after its Retry-After is a storm, and
-        a client that comes back on every Retry-After keeps sending it requests it refuses. A
-        later end extends the rest; an earlier one never shortens it.
-        """
-        strikes = self._strikes.get(provider, 0)
-        seconds = max(retry_after_s, 0.0) * 2 ** min(strikes, MAX_REST_DOUBLINGS)
-        self._strikes[provider] = strikes + 1
-        self._good.pop(provider, None)
-        self._rest_s[provider] = seconds
-        self._probe_until.pop(provider, None)
-        until = at + seconds
-        if until > self._rest_until.get(provider, -math.inf):
-            self._rest_until[provider] = until
-
-    def resting(self, provider: str, at: float) -> bool:
-        """
-        Whether ``provider`` is resting at ``at`` after a 429 (see `rest`).
-        """
-        until = self._rest_until.get(provider)
-        if until is None:
-            return False
-        if at >= until:
-            del self._rest_until[provider]  # over: forget it, the dict stays small
-            return False
-        return True
-
-    def calm(self, provider: str) -> bool:
-        """
-        Whether ``provider`` has had no 429 rest since its pool last had room.
-
-        The fast path: then `admits` says yes to everyone.
-        """
-        return provider not in self._strikes and provider not in self._rest_until
-
-    def admits(self, provider: str, at: float, *, hold_s: float = 0.0) -> bool:
-        """
-        Whether a first attempt may go to ``provider`` at ``at``.
-
-        Not while it rests; after a rest, one attempt at a time (a probe, half-open in
-        circuit-breaker terms) until `CLOSE_AFTER` have succeeded in a row, so that the callers
-        a rest held back do not all come back into a pool that has room for one. A probe that
-        has not answered within ``hold_s`` (or the last rest's length, if longer) no longer
-        holds the others back. Calling it for an admitted attempt takes the probe's place.
-        """
-        if self.resting(provider, at):
-            return False
-        if not self._strikes.get(provider):
-            return True
-        if at < self._probe_until.get(provider, -math.inf):
-            return False
-        self._probe_until[provider] = at + max(self._rest_s.get(provider, 0.0), hold_s)
-        return True
-
-    def on_success(self, provider: str) -> None:
-        """
-        A call to ``provider`` succeeded: it earns back ``token_ratio`` tokens, up to the max.
-        """
-        self._tokens[provider] = min(self._get(provider) + self._ratio, self._max)
-        if self._strikes.get(provider):  # a probe answered: the next may go
-            self._probe_until.pop(provider, None)
-            self._good[provider] = good = self._good.get(provider, 0) + 1
-            if good >= CLOSE_AFTER:  # the pool has room again: no more doubling or probing
-                del self._strikes[provider], self._good[provider]
-
-    def on_failure(self, provider: str) -> None:
-        """
-        A call to ``provider`` failed (429, 5xx, timeout, cut stream): it loses a token.
-        """
-        self._tokens[provider] = max(self._get(provider) - _MILLI, 0)
-
-    def throttled(self, provider: str) -> bool:
-        """
-        Whether no hedge may go to ``provider``: its tokens are at or below half the max.
-        """
-        return 2 * self._get(provider) <= self._max
-
-    def tokens(self, provider: str) -> float:
-        """
-        The tokens ``provider`` holds (``max_tokens`` until it is first heard of).
-        """
-        return self._get(provider) / _MILLI
-
-    def _get(self, provider: str) -> int:
-        return self._tokens.get(provider, self._max)
-
-    def __repr__(self) -> str:
-        return (
-            f"ProviderThrottle(max_tokens={self._max_tokens!r}, token_ratio={self._token_ratio!r})"
-        )
+        return value
+    return 1
 
 
-def retry_after_fits(
-    retry_after_s: float | None, remaining_s: float, *, expected_s: float = 0.0
-) -> bool:
-    """
-    Whether to honour a provider's Retry-After: waiting it, then the attempt, fits the deadline.
-
-    ``None`` (no header) always fits.
-
-    Args:
-        retry_after_s: The provider's Retry-After in seconds; ``None``: no header. A negative
-            value counts as 0.
-        remaining_s: Seconds left until the run deadline; ``math.inf``: no deadline.
-        expected_s: Seconds the attempt after the wait is expected to take.
-
-    Returns:
-        True if ``retry_after_s + expected_s <= remaining_s`` (a wait that ends exactly at the
-        deadline fits).
-
-    Raises:
-        ConfigError: ``expected_s`` is negative or NaN.
-    """
-    if not expected_s >= 0.0:
-        msg = f"expected_s must be 0 or more (seconds), got {expected_s!r}"
+def _check_processes(processes: int) -> int:
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        msg = f"processes must be a positive integer (worker processes), got {processes!r}"
         raise ConfigError(msg)
-    if retry_after_s is None:
-        return True
-    return max(retry_after_s, 0.0) + expected_s <= remaining_s
+    return processes

@@ -5,12 +5,14 @@ The executor: a plan, its budgets and its ledger; runs single steps and whole wo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import os
 import random
 import time
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import TracebackType
@@ -99,29 +101,117 @@ class Executor:
         observer: Observer | None = None,
         time_scale: float = 1.0,
     ) -> None:
-        unknown = sorted(set(policies or {}) - set(plan.steps))
-        if unknown:
-            known = ", ".join(plan.steps)
-            msg = f"policies name unknown step(s) {', '.join(unknown)}; the plan has {known}"
-            raise ConfigError(msg)
+        _check_policies(plan, policies)
         self.time_scale = check_time_scale(time_scale)
-        self.profile_plan = plan
-        # the plan the steps run, in real seconds: the same object in production
-        self.plan = plan if self.time_scale == 1.0 else scale_plan(plan, self.time_scale)
-        self.shared = Shared(
-            self.plan,
-            budget or HedgeBudget(plan.hedge_budget),
-            throttle or ProviderThrottle(),
-            ledger or Ledger(),
-            dict(policies or {}),
-            rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
-            observer=Observer() if observer is None else observer,
-            time_scale=self.time_scale,
-            origin=datetime.fromtimestamp(time.time(), UTC),
+        self._own_budget = budget is None  # a plan's reload may retune a budget it made
+        self._closed = False
+        self._state = self._prepare(
+            plan,
+            Shared(
+                plan,  # replaced by the plan the steps run, below
+                budget or HedgeBudget(plan.hedge_budget),
+                throttle or ProviderThrottle(),
+                (ledger or Ledger()).acquire(),
+                dict(policies or {}),
+                rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
+                observer=Observer() if observer is None else observer,
+                time_scale=self.time_scale,
+                origin=datetime.fromtimestamp(time.time(), UTC),
+            ),
         )
-        self.reserve_s = reserves(self.plan)
-        self.order = plan.order()
-        self.dependents = {name: plan.dependents(name) for name in self.order}
+
+    def _prepare(self, plan: Plan, shared: Shared) -> Loaded:
+        # the plan the steps run, in real seconds: the same object in production
+        scaled = plan if self.time_scale == 1.0 else scale_plan(plan, self.time_scale)
+        order = scaled.order()
+        return Loaded(
+            profile_plan=plan,
+            plan=scaled,
+            shared=dataclasses.replace(shared, plan=scaled),
+            reserve_s=reserves(scaled),
+            order=order,
+            dependents={name: scaled.dependents(name) for name in order},
+        )
+
+    @property
+    def plan(self) -> Plan:
+        """
+        The plan new steps run (the one given, or its scaled copy when ``time_scale`` != 1).
+        """
+        return self._state.plan
+
+    @property
+    def profile_plan(self) -> Plan:
+        """
+        The plan as given, in plan seconds.
+        """
+        return self._state.profile_plan
+
+    @property
+    def shared(self) -> Shared:
+        """
+        What the steps that start now share: the plan, the budgets, the ledger.
+        """
+        return self._state.shared
+
+    @property
+    def reserve_s(self) -> dict[str, float]:
+        """
+        Per step, the seconds the steps after it are expected to need (see `reserves`).
+        """
+        return self._state.reserve_s
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """
+        The plan's steps in an order that puts each after the steps it depends on.
+        """
+        return self._state.order
+
+    @property
+    def dependents(self) -> dict[str, tuple[str, ...]]:
+        """
+        Per step, the steps that depend on it.
+        """
+        return self._state.dependents
+
+    @property
+    def loaded(self) -> Loaded:
+        """
+        The plan new calls run and what goes with it, as one snapshot (see `replace_plan`).
+        """
+        return self._state
+
+    def replace_plan(self, plan: Plan, *, policies: Mapping[str, StepPolicy] | None = None) -> None:
+        """
+        Run ``plan`` from now on (a recalibrated plan), without closing anything.
+
+        Calls and workflow runs that start after this run ``plan``; those already running
+        finish under the plan they started with, step for step (a run never mixes two plans).
+        Everything else carries over: the ledger and its sinks (not one line is lost or
+        closed), the hedge budget's count, the provider throttle and its rests, the losing
+        attempts still finishing, the observer and the seen durations. A budget the executor
+        made itself (``budget=None``) takes the new plan's ``hedge_budget``, keeping its
+        count; one passed in is the caller's and is left as it is.
+
+        Args:
+            plan: The new plan, in plan seconds (a time-scaled executor scales it too).
+            policies: Per step name, the new policies (``None``: keep the current ones).
+
+        Raises:
+            ConfigError: The executor is closed, or a policy names a step the new plan
+                lacks. The old plan stays in force.
+        """
+        if self._closed:
+            msg = "replace_plan: the executor is closed; make a new Executor"
+            raise ConfigError(msg)
+        current = self._state.shared
+        chosen = dict(current.policies if policies is None else policies)
+        _check_policies(plan, chosen)
+        state = self._prepare(plan, dataclasses.replace(current, policies=chosen))
+        if self._own_budget and current.budget.ratio != plan.hedge_budget:
+            current.budget.set_ratio(plan.hedge_budget)
+        self._state = state  # one assignment: a call sees the old state or the new, whole
 
     async def __aenter__(self) -> Executor:
         return self
@@ -140,6 +230,8 @@ class Executor:
 
         Each such attempt is cut at its run's deadline anyway; ``timeout_s`` bounds the wait
         (``None``: until they land), after which the rest are cancelled and written as cut.
+        A ledger shared with another executor still open stays open until that one closes
+        too (see `Ledger.acquire`); closing twice closes once.
         """
         pending = set(self.shared.abandoned)
         if pending:
@@ -148,7 +240,9 @@ class Executor:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-        self.shared.ledger.close()
+        if not self._closed:
+            self._closed = True
+            self.shared.ledger.release()
 
     @property
     def ledger(self) -> Ledger:
@@ -200,17 +294,18 @@ class Executor:
             AllAttemptsFailed: Every attempt failed or returned invalid output.
             ConfigError: ``name`` is not a step of the plan.
         """
-        step = self.plan.steps.get(name)
-        if step is None:
-            known = ", ".join(self.plan.steps)
-            msg = f"step {name!r} is not in plan {self.plan.workflow!r}; it has {known}"
+        state = self._state  # the call runs one plan to its end, whatever replaces it
+        plan = state.plan
+        if name not in plan.steps:
+            known = ", ".join(plan.steps)
+            msg = f"step {name!r} is not in plan {plan.workflow!r}; it has {known}"
             raise ConfigError(msg)
         limit = current_deadline() if deadline is None else min(deadline, current_deadline())
         run_id = new_run_id() if run_id is None else run_id
-        budget = self.shared.budget
+        budget = state.shared.budget
         book = RunBook(budget.open(1))  # a lone call: one first attempt
         try:
-            return await self.step_run(
+            return await state.step_run(
                 name, attempt_fn, book=book, run_id=run_id, call_index=call_index,
                 inputs=inputs, deadline=limit, enforce=enforce,
             ).run()  # fmt: skip
@@ -233,13 +328,12 @@ class Executor:
         One logical call of a known step, in a run whose budget account is open (not started).
 
         For `run_workflow` and `run_step`: the run's account already holds the step's first
-        attempt. Await its ``run()`` for the step's result.
+        attempt. Await its ``run()`` for the step's result. Runs under the current plan (a
+        workflow run keeps the `loaded` snapshot it started with and calls its ``step_run``).
         """
-        return StepRun(
-            self.shared, self.plan.steps[name], attempt_fn,
-            key=idempotency_key(run_id, name, call_index), deadline=deadline, run_id=run_id,
-            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), book=book,
-            enforce=enforce,
+        return self._state.step_run(
+            name, attempt_fn, book=book, run_id=run_id, call_index=call_index, inputs=inputs,
+            deadline=deadline, enforce=enforce,
         )  # fmt: skip
 
     async def run(
@@ -257,6 +351,59 @@ class Executor:
         return await run_workflow(
             self, attempt_fns, run_id=run_id or new_run_id(), deadline_s=deadline_s
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Loaded:
+    """
+    One plan as an executor runs it: what a call or a workflow run keeps from start to end.
+
+    Args:
+        profile_plan: The plan as given, in plan seconds.
+        plan: The plan the steps run (scaled by the executor's time scale).
+        shared: The budgets, ledger and the rest, shared with every other plan the executor
+            ran, with this plan and its policies.
+        reserve_s: Per step, the seconds the steps after it are expected to need.
+        order: The steps, each after the steps it depends on.
+        dependents: Per step, the steps that depend on it.
+    """
+
+    profile_plan: Plan
+    plan: Plan
+    shared: Shared
+    reserve_s: dict[str, float]
+    order: tuple[str, ...]
+    dependents: dict[str, tuple[str, ...]]
+
+    def step_run(
+        self,
+        name: str,
+        attempt_fn: AttemptFn,
+        *,
+        book: RunBook,
+        run_id: str | None,
+        call_index: int = 0,
+        inputs: Mapping[str, Any] | None = None,
+        deadline: float,
+        enforce: bool = True,
+    ) -> StepRun:
+        """
+        One logical call of step ``name`` of this plan (see `Executor.step_run`).
+        """
+        return StepRun(
+            self.shared, self.plan.steps[name], attempt_fn,
+            key=idempotency_key(run_id, name, call_index), deadline=deadline, run_id=run_id,
+            inputs=dict(inputs or {}), reserve_s=self.reserve_s.get(name, 0.0), book=book,
+            enforce=enforce,
+        )  # fmt: skip
+
+
+def _check_policies(plan: Plan, policies: Mapping[str, StepPolicy] | None) -> None:
+    unknown = sorted(set(policies or {}) - set(plan.steps))
+    if unknown:
+        known = ", ".join(plan.steps)
+        msg = f"policies name unknown step(s) {', '.join(unknown)}; the plan has {known}"
+        raise ConfigError(msg)
 
 
 def reserves(plan: Plan) -> dict[str, float]:
@@ -279,7 +426,10 @@ def reserves(plan: Plan) -> dict[str, float]:
     return reserve
 
 
-_DEFAULT: dict[int, Executor] = {}
+KEPT_PLANS = 8  # `run_step(plan=...)` keeps the executors of this many plans, latest used
+
+
+_KEPT: OrderedDict[int, Executor] = OrderedDict()  # id(plan) -> its executor, oldest first
 
 
 async def run_step(
@@ -292,20 +442,49 @@ async def run_step(
     call_index: int = 0,
 ) -> Any:
     """
-    Run one logical call of a step under ``plan`` (one shared executor per plan object).
+    Run one logical call of a step under ``plan``, with an executor kept for that plan.
+
+    Calls with the same plan object share one executor (its hedge budget, throttle and
+    ledger count) while the plan is among the `KEPT_PLANS` plans used last; a plan used
+    after that gets a fresh executor. So a service that builds a new plan object per reload,
+    or per request, holds at most `KEPT_PLANS` executors (and plans), never one per plan it
+    ever saw. The executor made here writes its ledger lines nowhere (``Ledger()``, counted
+    only); for a ledger, a budget across calls you control, or a closed-down shutdown, make
+    an `Executor` and pass it as ``executor``.
 
     Args:
         name: A step of the plan.
         attempt_fn: Called once per attempt with an `Attempt`.
         plan: The plan.
-        executor: Use this executor (its budgets and ledger) instead of the shared one.
+        executor: Use this executor (its budgets and ledger) instead of the kept one.
         run_id: The workflow run (part of the idempotency key; ``None``: a fresh id).
         call_index: Which logical call of the step this is within the run.
     """
     if executor is None:
-        executor = _DEFAULT.get(id(plan))
-        if executor is None or executor.plan is not plan:
-            executor = _DEFAULT[id(plan)] = Executor(plan)
+        executor = _kept_executor(plan)
     return await executor.run_step(
         name, attempt_fn, run_id=run_id, call_index=call_index, deadline=math.inf
     )
+
+
+def _kept_executor(plan: Plan) -> Executor:
+    """
+    The executor kept for ``plan`` (a new one if none is), now the latest used.
+
+    An entry holds its plan (through its executor), so its ``id`` names no other object while
+    it is kept. One pushed out is dropped: its losing attempts were cancelled (the default
+    policy), and its ledger is released (it has no sinks: nothing waits to be written).
+    """
+    key = id(plan)
+    executor = _KEPT.get(key)
+    if executor is not None and executor.profile_plan is plan:
+        _KEPT.move_to_end(key)
+        return executor
+    executor = _KEPT[key] = Executor(plan)
+    _KEPT.move_to_end(key)
+    while len(_KEPT) > KEPT_PLANS:
+        _, gone = _KEPT.popitem(last=False)
+        if not gone._closed:
+            gone._closed = True
+            gone.shared.ledger.release()
+    return executor

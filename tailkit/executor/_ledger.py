@@ -307,6 +307,7 @@ class Ledger:
     def __init__(self, *sinks: Sink) -> None:
         self.sinks: tuple[Sink, ...] = sinks
         self._lock = threading.Lock()
+        self._holders = 0  # executors using it that have not closed (see `acquire`)
         self._failed: set[int] = set()
         self._counts: dict[str, int] = dict.fromkeys(
             ("attempts", *STATUSES, "abandoned", "winners"), 0
@@ -357,9 +358,31 @@ class Ledger:
         with self._lock:
             return dict(self._counts)
 
+    def acquire(self) -> Ledger:
+        """
+        One more user of the ledger (an `Executor` calls it when made); returns the ledger.
+
+        Each user calls `release` when done, and the last release closes the sinks. So an
+        executor closed while another one still writes to the same ledger (the old one after
+        a reload, say) leaves it open, where closing it used to lose the lines that followed.
+        """
+        with self._lock:
+            self._holders += 1
+        return self
+
+    def release(self) -> None:
+        """
+        A user of the ledger is done: the last one closes every sink (see `acquire`).
+        """
+        with self._lock:
+            self._holders = max(self._holders - 1, 0)
+            last = self._holders == 0
+        if last:
+            self.close()
+
     def close(self) -> None:
         """
-        Close every sink; one that fails to close is logged like a failed write.
+        Close every sink now, whoever still uses the ledger; a failure to close is logged.
         """
         for sink in self.sinks:
             try:

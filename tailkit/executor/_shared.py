@@ -5,6 +5,7 @@ What the steps of one executor share, and what a caller may say about a step bey
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import statistics
 import time
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tailkit.config import Plan
+from tailkit.errors import ConfigError
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
 from tailkit.executor._ledger import Ledger
@@ -28,7 +30,8 @@ class StepPolicy:
 
     Args:
         validator: Checks a result; a falsy return value escalates to the upgrade route.
-        losers: ``cancel`` a losing attempt, or let it ``finish`` (recorded as abandoned).
+        losers: ``cancel`` a losing attempt, or let it ``finish`` (recorded as abandoned);
+            any other value is refused.
         error_retries: Retries after the first attempt fails before the step acted on a
             cutoff (0 or more; the simulator models 0 or 1). Each needs the provider not
             throttled and the hedge budget's grant, like any extra attempt.
@@ -54,7 +57,46 @@ class StepPolicy:
     resend_non_idempotent: bool = False
     provider_errors: tuple[type[BaseException], ...] = ()
 
+    def __post_init__(self) -> None:
+        """
+        Refuse a field the executor would misread (a typo in ``losers`` used to mean cancel).
 
+        Raises:
+            ConfigError: Naming the field, its value and what it accepts.
+        """
+        if self.losers not in LOSERS:
+            allowed = " or ".join(repr(v) for v in LOSERS)
+            msg = f"losers must be {allowed}, got {self.losers!r}"
+            raise ConfigError(msg)
+        if self.validator is not None and not callable(self.validator):
+            msg = f"validator must be callable or None, got {self.validator!r}"
+            raise ConfigError(msg)
+        retries = self.error_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            msg = f"error_retries must be an integer, 0 or more (retries), got {retries!r}"
+            raise ConfigError(msg)
+        jitter = self.retry_jitter_s
+        if (
+            isinstance(jitter, bool)
+            or not isinstance(jitter, int | float)
+            or not (0.0 <= jitter < math.inf)
+        ):
+            msg = f"retry_jitter_s must be a finite number of seconds, 0 or more, got {jitter!r}"
+            raise ConfigError(msg)
+        for name in ("project_overrun", "resend_non_idempotent"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                msg = f"{name} must be True or False, got {value!r}"
+                raise ConfigError(msg)
+        errors = self.provider_errors
+        if not isinstance(errors, tuple) or not all(
+            isinstance(e, type) and issubclass(e, BaseException) for e in errors
+        ):
+            msg = f"provider_errors must be a tuple of exception classes, got {errors!r}"
+            raise ConfigError(msg)
+
+
+LOSERS = ("cancel", "finish")  # what `StepPolicy.losers` accepts
 DEFAULT_POLICY = StepPolicy()
 
 

@@ -9,7 +9,9 @@ and the run reports which steps finished. An optional step cut at the deadline d
 the run; the simulator counts it the same way.
 
 A run opens one hedge-budget account with one first attempt per step of the plan (the
-simulator's count, steps that never start included) and closes it when it ends.
+simulator's count, steps that never start included) and closes it when it ends. It runs the
+plan that was in force when it started, to its end: `Executor.replace_plan` meanwhile changes
+the plan of the runs that start after it, never a run's later steps.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tailkit.executor._types import AttemptFn
 
 
 if TYPE_CHECKING:
-    from tailkit.executor._executor import Executor
+    from tailkit.executor._executor import Executor, Loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +106,10 @@ async def run_workflow(
             never later than a deadline already in force. A time-scaled executor scales it
             like the plan, and reports the `RunResult`'s seconds back in plan seconds.
     """
-    plan = executor.profile_plan
-    fns = _resolve(executor.order, attempt_fns)
-    budget_s = plan.deadline_s if deadline_s is None else deadline_s
-    return await _Run(executor, fns, run_id, budget_s).go()
+    loaded = executor.loaded  # the run keeps this plan to its end, whatever replaces it
+    fns = _resolve(loaded.order, attempt_fns)
+    budget_s = loaded.profile_plan.deadline_s if deadline_s is None else deadline_s
+    return await _Run(executor, loaded, fns, run_id, budget_s).go()
 
 
 class _Run:
@@ -116,9 +118,14 @@ class _Run:
     """
 
     def __init__(
-        self, executor: Executor, fns: dict[str, AttemptFn], run_id: str, budget_s: float
+        self,
+        executor: Executor,
+        loaded: Loaded,
+        fns: dict[str, AttemptFn],
+        run_id: str,
+        budget_s: float,
     ) -> None:
-        self.executor, self.plan, self.fns, self.run_id = executor, executor.plan, fns, run_id
+        self.loaded, self.plan, self.fns, self.run_id = loaded, loaded.plan, fns, run_id
         self.budget_s = budget_s  # plan seconds
         self.scale = executor.time_scale  # real seconds per plan second
         self.started = now()
@@ -127,13 +134,14 @@ class _Run:
         self.failed: dict[str, BaseException] = {}
         self.finished: list[str] = []
         self.skipped: list[str] = []
-        self.order = executor.order
-        self.dependents = executor.dependents
+        self.order = loaded.order
+        self.dependents = loaded.dependents
         self.waiting = {name: len(self.plan.steps[name].depends_on) for name in self.order}
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.left = len(self.order)
         self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.book = RunBook(executor.shared.budget.open(len(self.order)))
+        self.budget = loaded.shared.budget
+        self.book = RunBook(self.budget.open(len(self.order)))
         self.stopping = False
 
     async def go(self) -> RunResult:
@@ -160,7 +168,7 @@ class _Run:
                 executor_cutting()
             # at the deadline, and also when the run itself is cancelled: no step outlives it
             await self._stop_steps()
-            self.executor.shared.budget.close(self.book.account)
+            self.budget.close(self.book.account)
         required = (n for n in self.order if self.plan.steps[n].required)
         return RunResult(
             run_id=self.run_id,
@@ -216,7 +224,7 @@ class _Run:
             self._settle(name)
             return
         inputs = {d: self.results[d] for d in deps if d in self.results}
-        step = self.executor.step_run(
+        step = self.loaded.step_run(
             name, self.fns[name], book=self.book, run_id=self.run_id, inputs=inputs,
             deadline=self.deadline, enforce=False,
         )  # fmt: skip
