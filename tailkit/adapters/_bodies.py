@@ -6,17 +6,14 @@ Standard library only (plus the executor's `AttemptError`), so it is tested with
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import time
 
 from collections.abc import Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from tailkit.adapters._sse import DONE
 from tailkit.executor import AttemptError
+from tailkit.executor._types import retry_after_from
 
 
 CLIP_CHARS = 300  # characters of a provider's message kept in an error
@@ -67,32 +64,14 @@ def retry_after_s(headers: Mapping[str, str], *, now_wall: float | None = None) 
     Seconds the server asks to wait, or ``None`` when it does not say (or says nonsense).
 
     ``retry-after-ms`` (OpenAI, Azure) wins over ``Retry-After``, which is seconds or an HTTP
-    date. A date in the past gives 0.
+    date. A date in the past gives 0. (The executor's reading, which also reads the headers
+    of an SDK's exception.)
 
     Args:
         headers: Response headers (a case-insensitive mapping, such as httpx's).
         now_wall: Wall-clock epoch seconds now, for a date (``None``: ``time.time()``).
     """
-    millis = headers.get("retry-after-ms")
-    if millis:
-        with contextlib.suppress(ValueError):
-            seconds = float(millis) / 1000.0
-            if math.isfinite(seconds):
-                return max(seconds, 0.0)
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:  # an HTTP date is GMT; a zoneless one is not an HTTP date
-            return None
-        seconds = when.timestamp() - (time.time() if now_wall is None else now_wall)
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+    return retry_after_from(headers, now_wall=now_wall)
 
 
 def answer_of(text: str, http_status: int, where: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ One attempt in flight: drive the attempt function, watch its stream, write its l
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import math
 import time
@@ -14,17 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tailkit.executor._chunks import answer_usage, read_chunk
 from tailkit.executor._deadline import now
 from tailkit.executor._ledger import AttemptRecord
-from tailkit.executor._types import (
-    CONTENT,
-    FINAL_KIND,
-    Attempt,
-    AttemptFn,
-    StreamResult,
-    TruncatedStream,
-    chunk_kind,
-)
+from tailkit.executor._types import Attempt, AttemptFn, StreamResult, TruncatedStream
 
 
 @dataclass(slots=True, eq=False)
@@ -54,6 +48,7 @@ class Live:
     recorded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     span: Any = None  # its tracing span handle, when the executor is watched
+    pending: bool = False  # a retry still in its wait: not started, its cutoffs not running
 
     def age(self, at: float) -> float:
         """
@@ -89,27 +84,35 @@ async def drive(live: Live, result: Any) -> Any:
             _streams(live)
     if not hasattr(result, "__aiter__"):
         live.first_token = live.ended = now()
+        usage = answer_usage(result)
+        if usage:
+            live.usage_output = usage.get("output_tokens")
+            live.input_tokens = usage.get("input_tokens")
         return result
-    chunks: list[Any] = []
-    parts: list[str] = []
-    final = False
-    usage_out: int | None = None
+    return await _read_stream(live, result)
+
+
+async def _read_stream(live: Live, result: Any) -> StreamResult:
+    read = _Reading()
     try:
         async for chunk in result:
             at = now()
-            kind, tokens, usage = chunk_kind(chunk)
-            chunks.append(chunk)
-            if kind == CONTENT:
+            got = read_chunk(chunk, live.attempt.step)
+            read.chunks += 1
+            if got.content:
                 if live.first_token is None:
                     live.first_token = at
                 live.last_chunk = at
-                live.tokens += tokens
-                parts.append(_text(chunk))
-            elif kind == FINAL_KIND:
-                final = True
-            if usage:
-                usage_out = usage.get("output_tokens", usage.get("completion_tokens", usage_out))
-                live.input_tokens = usage.get("input_tokens", usage.get("prompt_tokens"))
+                live.tokens += got.tokens
+                if got.text:
+                    read.parts.append(got.text)
+            if got.final:
+                read.final, read.last = True, chunk
+            if got.finish_reason is not None:
+                read.finish_reason = got.finish_reason
+            if got.usage:
+                read.output = got.usage.get("output_tokens", read.output)
+                live.input_tokens = got.usage.get("input_tokens", live.input_tokens)
             if live.wake is not None:
                 live.wake()
     finally:
@@ -118,11 +121,29 @@ async def drive(live: Live, result: Any) -> Any:
         if close is not None:
             await close()
     live.ended = now()
-    if not final:
-        raise TruncatedStream(live.attempt.step, len(chunks))
-    output = usage_out if isinstance(usage_out, int) else live.tokens
-    live.usage_output = usage_out if isinstance(usage_out, int) else None
-    return StreamResult("".join(parts), tuple(chunks), output, live.input_tokens)
+    if not read.final:
+        raise TruncatedStream(live.attempt.step, read.chunks)
+    live.usage_output = read.output
+    output = read.output if read.output is not None else live.tokens
+    return StreamResult(
+        "".join(read.parts), output, live.input_tokens, read.finish_reason, read.last
+    )
+
+
+@dataclass(slots=True)
+class _Reading:
+    """
+    What a stream has said so far: its text, the terminal chunk, usage.
+
+    Not its chunks: an SDK's chunk objects weigh a hundred times their text.
+    """
+
+    parts: list[str] = field(default_factory=list)
+    chunks: int = 0
+    final: bool = False
+    last: Any = None
+    finish_reason: str | None = None
+    output: int | None = None
 
 
 def _streams(live: Live) -> None:
@@ -132,22 +153,6 @@ def _streams(live: Live) -> None:
     live.streamed = True
     if live.wake is not None:
         live.wake()
-
-
-def _text(chunk: object) -> str:
-    if isinstance(chunk, str):
-        return chunk
-    if isinstance(chunk, bytes):
-        return chunk.decode()
-    text = getattr(chunk, "text", None)
-    if isinstance(text, str):
-        return text
-    if isinstance(chunk, dict):
-        try:
-            return str(chunk["choices"][0]["delta"]["content"])
-        except (KeyError, IndexError, TypeError):
-            return ""
-    return ""
 
 
 def record_of(
@@ -187,7 +192,7 @@ def record_of(
         ttft_s=ttft,
         total_s=total,
         input_tokens=live.input_tokens,
-        output_tokens=_output_tokens(live) if status == "ok" and live.streamed else None,
+        output_tokens=_output_tokens(live) if status == "ok" else None,
         status=status,
         error_type=None if error is None else type(error).__name__,
         http_status=http_status,
@@ -200,27 +205,47 @@ def record_of(
     )
 
 
-def _output_tokens(live: Live) -> int:
-    # provider usage first (docs/call-record.md), else the content chunks counted
-    return live.usage_output if live.usage_output is not None else live.tokens
+def _output_tokens(live: Live) -> int | None:
+    # provider usage first (docs/call-record.md), else the content chunks counted; a
+    # non-streamed answer without usage has no count
+    if live.usage_output is not None:
+        return live.usage_output
+    return live.tokens if live.streamed else None
 
 
-def start(attempt: Attempt, fn: AttemptFn, *, delay_s: float = 0.0) -> Live:
+def start(
+    attempt: Attempt,
+    fn: AttemptFn,
+    *,
+    delay_s: float = 0.0,
+    begin: Callable[[Live], None] | None = None,
+) -> Live:
     """
     Start an attempt as a task on the running loop (after ``delay_s`` seconds, if given).
+
+    ``begin`` is called with the attempt before its function is (the step runner starts its
+    span there). The attempt runs in its own copy of the caller's context in which its span,
+    when it has one, is the current span: the spans an SDK or an HTTP client makes inside the
+    attempt function are its children, and `tailkit.executor._events.trace_headers` gives its
+    W3C ``traceparent``.
 
     Without a delay the attempt function is called here, so the step knows at once whether
     the attempt streams; an exception it raises is the attempt's, raised from its task.
     """
-    live = Live(attempt, now(), time.time())
+    live = Live(attempt, now(), time.time(), pending=delay_s > 0.0)
+    if begin is not None:
+        begin(live)
+    context = contextvars.copy_context()
+    if live.span is not None:
+        context.run(live.span.activate)
     if delay_s > 0.0:
         coro = _delayed(delay_s, live, fn)
     else:
         try:
-            coro = drive(live, call(live, fn))
+            coro = drive(live, context.run(call, live, fn))
         except Exception as error:  # the attempt's failure, settled as such
             coro = _raise(error)
-    live.task = asyncio.get_running_loop().create_task(coro)
+    live.task = asyncio.get_running_loop().create_task(coro, context=context)
     return live
 
 
@@ -230,5 +255,8 @@ async def _raise(error: Exception) -> Any:
 
 async def _delayed(delay_s: float, live: Live, fn: AttemptFn) -> Any:
     await asyncio.sleep(delay_s)
-    live.started, live.started_wall = now(), time.time()
-    return await drive(live, call(live, fn))
+    live.started, live.started_wall, live.pending = now(), time.time(), False
+    result = call(live, fn)
+    if live.wake is not None:  # the step watches it: its cutoffs' clocks start now
+        live.wake()
+    return await drive(live, result)

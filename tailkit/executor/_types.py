@@ -3,15 +3,22 @@ What attempt functions receive and return: the attempt's context, stream chunks,
 
 An attempt function is ``async def fn(attempt: Attempt) -> value`` (one answer) or an async
 generator ``async def fn(attempt): yield chunk`` (a stream). A stream's chunks may be `Chunk`
-objects, plain strings, or OpenAI-style chunk dicts; the executor only needs to tell content
-from role-only and keep-alive chunks (which are not a first token) and to see the terminal
-marker (a stream that ends without it was cut: a failure, never a short answer).
+objects, plain strings, or the chunks and events of the OpenAI and Anthropic SDKs (objects or
+dicts; `tailkit.executor._chunks` reads them); the executor only needs to tell content from
+role-only and keep-alive chunks (which are not a first token) and to see the terminal marker
+(a stream that ends without it was cut: a failure, never a short answer).
+
+The errors of provider SDKs are read here too, by their fields (``status_code``, the
+response's ``Retry-After``, a class named for a timeout), never by importing an SDK.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import math
+import time
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,41 +51,6 @@ class Chunk:
 
 
 FINAL = Chunk(kind=FINAL_KIND)
-
-
-def chunk_kind(chunk: object) -> tuple[str, int, Mapping[str, Any] | None]:
-    """
-    Classify a chunk: (kind, output tokens it carries, usage or None).
-
-    Strings are content when non-empty (``"[DONE]"`` is the terminal marker); OpenAI-style
-    dicts are content when ``choices[0].delta.content`` is non-empty, final when
-    ``choices[0].finish_reason`` is set, usage when only ``usage`` is there, else role-only.
-    """
-    if isinstance(chunk, Chunk):
-        tokens = chunk.tokens if chunk.tokens is not None else (1 if chunk.text else 0)
-        kind = chunk.kind if chunk.kind != CONTENT or chunk.text else KEEPALIVE
-        return kind, tokens, chunk.usage
-    if isinstance(chunk, str | bytes):
-        text = chunk.decode() if isinstance(chunk, bytes) else chunk
-        if text.strip() == DONE_TEXT:
-            return FINAL_KIND, 0, None
-        return (CONTENT, 1, None) if text else (KEEPALIVE, 0, None)
-    if isinstance(chunk, Mapping):
-        return _dict_kind(chunk)
-    return CONTENT, 1, None
-
-
-def _dict_kind(chunk: Mapping[str, Any]) -> tuple[str, int, Mapping[str, Any] | None]:
-    usage = chunk.get("usage")
-    choices = chunk.get("choices") or []
-    first = choices[0] if choices and isinstance(choices[0], Mapping) else {}
-    delta = first.get("delta") or {}
-    content = delta.get("content") if isinstance(delta, Mapping) else None
-    if content:
-        return CONTENT, 1, usage
-    if first.get("finish_reason"):
-        return FINAL_KIND, 0, usage
-    return (USAGE if usage else ROLE), 0, usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +141,7 @@ class TruncatedStream(AttemptError):  # noqa: N818 - reads as what happened
 
     def __init__(self, step: str, chunks: int) -> None:
         msg = f"step {step!r}: the stream ended after {chunks} chunk(s) without its terminal "
-        msg += "marker (Chunk(kind='final'), '[DONE]' or a finish_reason)"
+        msg += "marker (FINAL, '[DONE]', a finish_reason, response.completed or message_stop)"
         super().__init__(msg)
 
 
@@ -177,26 +149,77 @@ def classify(error: BaseException) -> tuple[str, int | None, float | None]:
     """
     An attempt's error as (status, HTTP status, Retry-After seconds).
 
-    `AttemptError` says it directly; other exceptions are read by their ``status_code`` /
-    ``http_status`` attribute (429 is ``rate_limited``) and a ``retry_after`` attribute;
-    a `TimeoutError` raised by the attempt itself is ``timeout``.
+    `AttemptError` says it directly. Other exceptions (an SDK's, raised through a wrapper of
+    your own) are read by their fields: the HTTP status from ``status_code`` / ``http_status``
+    (429 is ``rate_limited``), the Retry-After from a ``retry_after`` attribute or else the
+    ``retry-after-ms`` / ``Retry-After`` header of the error's ``response`` (how the OpenAI and
+    Anthropic SDKs keep it); an error without an HTTP status is ``timeout`` when it is a
+    `TimeoutError` or its class is named for one (``APITimeoutError``, ``ReadTimeout``).
     """
     if isinstance(error, AttemptError):
         return error.status, error.http_status, error.retry_after_s
     code = getattr(error, "http_status", None) or getattr(error, "status_code", None)
-    http = code if isinstance(code, int) else None
+    http = code if isinstance(code, int) and not isinstance(code, bool) else None
     after = getattr(error, "retry_after", None)
     retry_after = float(after) if isinstance(after, int | float) else None
+    if retry_after is None:
+        retry_after = retry_after_from(getattr(getattr(error, "response", None), "headers", None))
     if http == 429:
         return "rate_limited", http, retry_after
-    if isinstance(error, TimeoutError):
+    if http is None and _timed_out(error):
         return "timeout", http, retry_after
     return "error", http, retry_after
 
 
+def _timed_out(error: BaseException) -> bool:
+    return isinstance(error, TimeoutError) or any(
+        "Timeout" in klass.__name__ and klass.__name__ != "RequestTimeoutError"
+        for klass in type(error).__mro__
+    )
+
+
+def retry_after_from(headers: Any, *, now_wall: float | None = None) -> float | None:
+    """
+    Seconds a response's headers ask to wait, or ``None`` when they do not say (or say nonsense).
+
+    ``retry-after-ms`` (OpenAI, Azure) wins over ``Retry-After``, which is seconds or an HTTP
+    date; a date in the past gives 0.
+
+    Args:
+        headers: Response headers: a case-insensitive mapping (httpx's) or anything with
+            ``get`` (``None``: no headers).
+        now_wall: Wall-clock epoch seconds now, for a date (``None``: ``time.time()``).
+    """
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    millis = get("retry-after-ms")
+    if millis:
+        with contextlib.suppress(TypeError, ValueError):
+            seconds = float(millis) / 1000.0
+            if math.isfinite(seconds):
+                return max(seconds, 0.0)
+    value = get("retry-after")
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime  # only for a date: cheap imports
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # an HTTP date is GMT; a zoneless one is not an HTTP date
+            return None
+        seconds = when.timestamp() - (time.time() if now_wall is None else now_wall)
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
 _PROVIDER_MODULES = (
     "aiohttp", "anthropic", "botocore", "google", "grpc", "h11", "h2", "httpcore", "httpx",
-    "litellm", "mistralai", "openai", "requests", "ssl", "urllib3", "websockets",
+    "httpx2", "litellm", "mistralai", "openai", "requests", "ssl", "urllib3", "websockets",
 )  # fmt: skip
 
 
@@ -206,9 +229,11 @@ def provider_failure(error: BaseException, extra: tuple[type[BaseException], ...
 
     It is: an `AttemptError`, a timeout, a connection or other OS error, an error carrying an
     HTTP status (``status_code`` / ``http_status``), an exception of an HTTP or provider
-    client library (httpx, aiohttp, openai, anthropic, …), a cancelled attempt, or one of
-    ``extra``. Anything else (``KeyError``, ``TypeError``, …) is a bug in the caller's own
-    attempt code, which no retry can fix.
+    client library (httpx, aiohttp, openai, anthropic, …), what the provider sent failing to
+    decode inside such a library (a malformed stream chunk surfaces from the SDK as
+    ``json.JSONDecodeError``), a cancelled attempt, or one of ``extra``. Anything else
+    (``KeyError``, ``TypeError``, …) is a bug in the caller's own attempt code, which no retry
+    can fix.
     """
     if isinstance(error, AttemptError | TimeoutError | OSError | asyncio.CancelledError):
         return True
@@ -217,9 +242,30 @@ def provider_failure(error: BaseException, extra: tuple[type[BaseException], ...
     code = getattr(error, "http_status", None) or getattr(error, "status_code", None)
     if isinstance(code, int):
         return True
-    return any(
-        (klass.__module__ or "").split(".")[0] in _PROVIDER_MODULES for klass in type(error).__mro__
-    )
+    if any(_provider_module(klass.__module__) for klass in type(error).__mro__):
+        return True
+    return isinstance(error, ValueError) and _raised_in_provider(error)
+
+
+def _provider_module(name: str | None) -> bool:
+    return (name or "").split(".")[0] in _PROVIDER_MODULES
+
+
+def _raised_in_provider(error: BaseException) -> bool:
+    """
+    Whether a decoding error (JSON, UTF-8) was raised inside a provider library's code.
+
+    Only decoding errors: a ``TypeError`` or ``ValueError`` an SDK raises about the caller's
+    own arguments stays the caller's bug.
+    """
+    if not isinstance(error, json.JSONDecodeError | UnicodeDecodeError):
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if _provider_module(tb.tb_frame.f_globals.get("__name__")):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,14 +273,21 @@ class StreamResult:
     """
     A finished stream: its text and what it cost.
 
+    Not its chunks: a result stays about as small as its answer.
+
     Args:
         text: The content chunks' text joined.
-        chunks: Every chunk as received.
-        output_tokens: Output tokens (usage when reported, else counted chunks).
+        output_tokens: Output tokens (usage when reported, else counted content chunks).
         input_tokens: Input tokens from usage, if reported.
+        finish_reason: Why the answer ended, when the stream said (``stop``, ``length``,
+            ``tool_calls``, ``end_turn``, ``completed``, …).
+        final: The terminal chunk as received: for the OpenAI Responses API the
+            ``response.completed`` event, which holds the whole response (tool calls
+            included); `FINAL` or ``"[DONE]"`` for streams that end with those.
     """
 
     text: str
-    chunks: tuple[Any, ...]
     output_tokens: int
     input_tokens: int | None = None
+    finish_reason: str | None = None
+    final: Any = None
