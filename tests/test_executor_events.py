@@ -73,14 +73,14 @@ def _by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
     return {span.name: span for span in exporter.get_finished_spans()}
 
 
-def test_event_kinds_are_the_documented_ten() -> None:
+def test_event_kinds_are_the_documented_twelve() -> None:
     """
-    EVENT_KINDS lists each decision the brief names, once.
+    EVENT_KINDS lists each decision the brief names, once (the breaker's two included).
     """
     assert (
         "step_started", "step_ended", "attempt_started", "attempt_ended", "cutoff_fired",
         "extra_granted", "extra_denied", "retry_scheduled", "throttle_engaged",
-        "throttle_released",
+        "throttle_released", "breaker_opened", "breaker_closed",
     ) == EVENT_KINDS  # fmt: skip
 
 

@@ -23,6 +23,7 @@ its span calls then return one shared handle whose methods do nothing.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import math
@@ -39,7 +40,9 @@ from tailkit.errors import ConfigError, MissingExtraError
 from tailkit.executor._deadline import now
 
 
-__all__ = ["EVENT_KINDS", "NO_SPAN", "Event", "Observer", "SpanHandle", "deadline_wall"]
+__all__ = [
+    "EVENT_KINDS", "NO_SPAN", "Event", "Observer", "SpanHandle", "deadline_wall", "trace_headers",
+]  # fmt: skip
 
 EVENT_KINDS: tuple[str, ...] = (
     "step_started",  # a logical step call began; detail: workflow, deadline_remaining_s
@@ -52,6 +55,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "retry_scheduled",  # a failed attempt is retried; detail: reason (its status), delay_s
     "throttle_engaged",  # a provider's tokens fell to half: no more hedges to it; detail: tokens
     "throttle_released",  # successes refilled them above half; detail: tokens
+    "breaker_opened",  # a provider failing repeatedly is out of first attempts; detail: reason
+    "breaker_closed",  # a success after its cool-down closed its breaker; detail: reason
 )
 """Every `Event.kind`, in the order a step meets them; the comments list the usual details."""
 
@@ -162,6 +167,13 @@ class SpanHandle:
         """
         return _nothing()
 
+    def activate(self) -> None:
+        """
+        Make the span current in the running context for good (an attempt's own context copy).
+
+        Its W3C ``traceparent`` is then what `trace_headers` returns there.
+        """
+
 
 @contextmanager
 def _nothing() -> Iterator[None]:
@@ -236,6 +248,20 @@ class _Span(SpanHandle):
             self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
         )
 
+    def activate(self) -> None:
+        """
+        Make the span current in the running context (see `SpanHandle.activate`).
+
+        Never detached: the context is the attempt's own copy, dropped with its task.
+        """
+        context_api = load_module("opentelemetry.context")
+        if context_api is not None:
+            context_api.attach(self._trace.set_span_in_context(self._span))
+        found = self._span.get_span_context()
+        if found.is_valid:
+            flags = int(found.trace_flags)
+            _TRACEPARENT.set(f"00-{found.trace_id:032x}-{found.span_id:016x}-{flags:02x}")
+
 
 class Observer:
     """
@@ -247,13 +273,15 @@ class Observer:
             ``tailkit.executor`` logger and otherwise ignored.
         tracing: ``True``: make spans (OpenTelemetry's API must be installed); ``False``:
             never; ``None``: make spans when ``opentelemetry.trace`` can be imported and a
-            tracer provider is configured (an SDK's, set before the observer is made): the API
-            alone records nothing, and its no-op spans would still cost each call.
+            tracer provider is configured (an SDK's), decided each time a step starts, so an
+            observer made before OpenTelemetry is configured traces once it is: the API alone
+            records nothing, and its no-op spans would still cost each call.
         tracer_provider: The OpenTelemetry tracer provider to use (``None``: the global one).
 
     Attributes:
-        active: There is a hook or tracing; when false, the executor may skip building events.
-        tracing: Spans are made.
+        active: There is a hook or tracing (now); when false, the executor skips building
+            events.
+        tracing: Spans are made (now).
         hook_failures: How many times the hook raised.
 
     Raises:
@@ -265,7 +293,7 @@ class Observer:
         executor = Executor(plan, observer=Observer(seen.append))
     """
 
-    __slots__ = ("_trace", "_tracer", "active", "hook_failures", "on_event", "tracing")
+    __slots__ = ("_auto", "_trace", "_tracer", "_tracer_of", "hook_failures", "on_event")
 
     def __init__(
         self,
@@ -278,18 +306,52 @@ class Observer:
         self.hook_failures = 0
         self._trace: Any = None
         self._tracer: Any = None
+        self._tracer_of: Any = None  # the global provider ``_tracer`` came from (auto mode)
+        # auto: whether to trace is decided when a step starts (OpenTelemetry may be
+        # configured after this observer is made)
+        self._auto = tracing is None and tracer_provider is None
         if tracing is not False:
             self._trace = load_trace()
             if self._trace is None and tracing:
                 msg = "tracing=True needs OpenTelemetry: pip install opentelemetry-api"
                 msg += " (and opentelemetry-sdk, or another SDK, to export spans)"
                 raise MissingExtraError(msg)
-            if tracing is None and tracer_provider is None and not _configured(self._trace):
-                self._trace = None  # nothing would record the spans: do not pay for them
-        if self._trace is not None:
+        if self._trace is not None and not self._auto:
             self._tracer = self._trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
-        self.tracing = self._tracer is not None
-        self.active = self.tracing or on_event is not None
+
+    @property
+    def tracing(self) -> bool:
+        """
+        Whether spans are made now (see the ``tracing`` argument).
+        """
+        return self._tracer_now() is not None
+
+    @property
+    def active(self) -> bool:
+        """
+        Whether there is a hook or tracing now: when false, the executor builds no events.
+        """
+        return self.on_event is not None or self._tracer_now() is not None
+
+    def _tracer_now(self) -> Any:
+        """
+        The tracer to make spans with now, or ``None``.
+
+        In auto mode, the global tracer provider's once one is configured (a provider set
+        later, or replaced, is picked up at the next step).
+        """
+        if not self._auto:
+            return self._tracer
+        trace = self._trace
+        if trace is None:
+            return None
+        provider = trace.get_tracer_provider()
+        if provider is self._tracer_of:
+            return self._tracer
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return None  # nothing would record the spans: do not pay for them
+        self._tracer_of, self._tracer = provider, provider.get_tracer(TRACER_NAME)
+        return self._tracer
 
     def emit(self, event: Event, *, span: SpanHandle = NO_SPAN) -> None:
         """
@@ -328,11 +390,12 @@ class Observer:
         Returns:
             Its handle; `NO_SPAN` without tracing.
         """
-        if self._tracer is None:
+        tracer = self._tracer_now()
+        if tracer is None:
             return NO_SPAN
         attrs = {"tailkit.workflow": workflow, "tailkit.step": step, "tailkit.run_id": run_id}
         attrs.update(_deadline_attributes(deadline_wall))
-        span = self._tracer.start_span(f"tailkit.step {step}", attributes=_attributes(attrs))
+        span = tracer.start_span(f"tailkit.step {step}", attributes=_attributes(attrs))
         return _Span(self._trace, span)
 
     def attempt_span(
@@ -371,7 +434,8 @@ class Observer:
         Returns:
             Its handle; `NO_SPAN` without tracing.
         """
-        if self._tracer is None:
+        tracer = self._tracer_now()
+        if tracer is None:
             return NO_SPAN
         trace = self._trace
         context = None if parent.span is None else trace.set_span_in_context(parent.span)
@@ -388,7 +452,7 @@ class Observer:
             "tailkit.idempotency_key": idempotency_key,
         }
         attrs.update(_deadline_attributes(deadline_wall))
-        span = self._tracer.start_span(
+        span = tracer.start_span(
             f"chat {model}",
             context=context,
             kind=trace.SpanKind.CLIENT,
@@ -448,6 +512,23 @@ def _attributes(items: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> dict[st
 _import_module: Callable[[str], Any] = importlib.import_module
 _loaded: dict[str, Any] = {}
 
+# The W3C traceparent of the attempt span current in this context (an attempt's own copy).
+_TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tailkit_traceparent", default=None
+)
+
+
+def trace_headers() -> dict[str, str]:
+    """
+    The W3C trace context headers of the attempt running here: ``{"traceparent": ...}``.
+
+    Inside an attempt function whose executor traces, the attempt's span is current and this
+    is its ``traceparent``, for a provider or gateway that continues the trace (an HTTP client
+    instrumented by OpenTelemetry sends it by itself). Elsewhere, or without tracing: ``{}``.
+    """
+    value = _TRACEPARENT.get()
+    return {} if value is None else {"traceparent": value}
+
 
 def _configured(trace: Any) -> bool:
     """
@@ -469,3 +550,15 @@ def load_trace() -> Any:
         except ImportError:
             _loaded["trace"] = None
     return _loaded["trace"]
+
+
+def load_module(name: str) -> Any:
+    """
+    An OpenTelemetry module by name, or ``None`` when it cannot be imported (tried once).
+    """
+    if name not in _loaded:
+        try:
+            _loaded[name] = _import_module(name)
+        except ImportError:
+            _loaded[name] = None
+    return _loaded[name]

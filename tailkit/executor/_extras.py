@@ -7,14 +7,19 @@ retry, an upgrade -- needs its provider not to be throttled and the hedge budget
 retry waits a jittered moment, and a Retry-After only if the step's expected duration still
 fits after it; a validator that raises refuses the result.
 
-A 429 is about the provider's pool, not the call: a step with a hedge route on another
-provider fails over there (`failover`) after a jittered moment, instead of waiting out the
-Retry-After on the full pool, and without a grant from the hedge budget (the refused request
+Failover. A failed first attempt is about its provider (a 429: the pool is full; a 5xx, a
+reset, a broken body, the attempt's own timeout: the provider is failing), so a step with a
+hedge route on another provider retries there (`failover`) instead of on the same provider,
+provided that provider is neither throttled, resting after a 429, nor out of first attempts
+by its circuit breaker (`tailkit.executor._breaker`); otherwise the retry stays on the step's
+route. The failover after an error is a recovery attempt like any error retry: it needs the
+budget's grant and waits the jittered moment. The failover after a 429 does not wait out the
+Retry-After on the full pool, and needs no grant from the hedge budget (the refused request
 did no work: the failover is the call's one real attempt). While a provider rests after a
-429's Retry-After, the step's first attempt starts on that hedge route and no immediate extra
-attempt goes to the resting provider: its hedges go to the first attempt's own route instead.
-The simulator retries on the step's own route, so its prediction for a 429 storm is the slower
-of the two.
+429's Retry-After, or its breaker is open, the step's first attempt starts on that hedge route
+and no immediate extra attempt goes to it: its hedges go to the first attempt's own route
+instead. The simulator plays the same rule (`tailkit.simulate._couple.repeat_route`); it has
+no throttle, no 429 rest and no breaker (see the executor's docs).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tailkit.config import Step
 from tailkit.executor._attempt import Live
+from tailkit.executor._breaker import OPEN, Breaker
 from tailkit.executor._budget import retry_after_fits
 from tailkit.executor._deadline import now
 from tailkit.executor._shared import InvalidOutput, RunBook, Shared, StepPolicy
@@ -37,7 +43,7 @@ class ExtraAttempts:
     Strictly private: the step runner's rules for extra attempts (see the module docstring).
     """
 
-    __slots__ = ("chain", "failed_over", "retries_left")
+    __slots__ = ("breaker", "chain", "failed_over", "retries_left")
 
     s: Shared
     step: Step
@@ -47,7 +53,8 @@ class ExtraAttempts:
     deadline: float
     retries_left: int  # error retries the step may still start
     chain: Live | None  # the attempt whose failure is retried at once
-    failed_over: bool  # the chain's last attempt is a failover after a 429 (watched for cutoffs)
+    failed_over: bool  # the chain's last attempt is a failover to another provider
+    breaker: Breaker
 
     if TYPE_CHECKING:
 
@@ -90,9 +97,10 @@ class ExtraAttempts:
 
     def failover(self, route: str) -> str | None:
         """
-        Where a 429 on ``route`` fails over to: the step's hedge route, or ``None``.
+        Where a failure on ``route`` fails over to: the step's hedge route, or ``None``.
 
-        Only a hedge route on another provider than ``route``'s, neither throttled nor resting.
+        Only a hedge route on another provider than ``route``'s, neither throttled, resting,
+        nor with its breaker open.
         """
         other = self.step.hedge_route
         if other is None or other == route:
@@ -101,7 +109,10 @@ class ExtraAttempts:
         provider = routes[other].provider
         if provider == routes[route].provider:
             return None
-        if throttle.throttled(provider) or throttle.resting(provider, now()):
+        at = now()
+        if throttle.throttled(provider) or throttle.resting(provider, at):
+            return None
+        if self.breaker.state(provider, at) == OPEN:
             return None
         return other
 
@@ -122,8 +133,11 @@ class ExtraAttempts:
         other = step.route if rerouted else step.hedge_route
         routes, throttle = self.s.plan.routes, self.s.throttle
         provider = routes[other].provider
+        at = now()
         if routes[first].provider != provider and (
-            throttle.resting(provider, now()) or (rerouted and throttle.throttled(provider))
+            throttle.resting(provider, at)
+            or (rerouted and throttle.throttled(provider))
+            or self.breaker.state(provider, at) == OPEN
         ):
             return first
         return other
@@ -168,7 +182,8 @@ class ExtraAttempts:
         if self.retries_left <= 0 or not (self.step.idempotent or status == "rate_limited"):
             return
         route = live.attempt.route
-        other = self.failover(route) if status == "rate_limited" else None
+        other = self.failover(route)
+        limited = status == "rate_limited"
         if other is not None:  # another pool: no need to wait out this one's Retry-After
             route, retry_after = other, None
             live.extra["failover"] = other
@@ -187,7 +202,7 @@ class ExtraAttempts:
             "retry_denied",
             "retry",
             at_once=retry_after is None,
-            charge=other is None,
+            charge=other is None or not limited,
         ):
             return
         self.retries_left -= 1

@@ -12,13 +12,17 @@ and then decides:
 - a result that fails validation does not win: the others race on, and the first such result
   escalates once to the upgrade route (or the step's own route);
 - the first attempt, if the provider fails it before the step acted on a cutoff, is retried
-  once on the same route, if the step is idempotent (a non-idempotent step is retried only
-  after a 429, which means the call never ran). The retry waits a jittered moment (and the
-  provider's Retry-After, honoured only if the step's expected duration still fits after it);
-  a hedge, a retry or downgrade at the cutoff, an upgrade or an error retry that fails is not
-  retried;
-- the first cutoff that passes (watched on the first attempt only, or on its failover after a
-  429) triggers the step's action:
+  once, if the step is idempotent (a non-idempotent step is retried only after a 429, which
+  means the call never ran): on the step's hedge route when that is on another provider (a
+  failover, see `tailkit.executor._extras`), else on the same route. The retry waits a
+  jittered moment (and the provider's Retry-After, honoured only if the step's expected
+  duration still fits after it); a hedge, a retry or downgrade at the cutoff, an upgrade or an
+  error retry that fails is not retried;
+- until the step acts, the attempt it waits on is watched by its TTFT, stall and total
+  cutoffs, each counted from that attempt's own start (after any retry wait): the first
+  attempt, then the attempt that replaced it -- the retry or failover after an error, the
+  upgrade after invalid output. The first cutoff that passes triggers the step's action,
+  once per call (the attempts it starts race on unwatched, to a result or the deadline):
   ``hedge`` starts an attempt on the hedge route; ``retry`` and ``downgrade`` cancel and start
   again (same route, or the downgrade route); ``fail`` gives up; ``wait`` does nothing. A step
   that is not idempotent never re-sends (unless its `StepPolicy` opts in);
@@ -41,11 +45,17 @@ The step never returns or raises before the attempts it cancelled are torn down 
 connections closed, their ledger lines written); cancelling the task running it cancels every
 attempt.
 
+A provider failing repeatedly is taken out of first attempts by its circuit breaker
+(`tailkit.executor._breaker`): while it is open, the step's first attempt starts on its hedge
+route (when that is on another provider whose breaker is closed), and the ledger line says so
+(``attrs.breaker``: ``open``, ``probe``, ``opened``, ``closed``; ``attrs.rerouted``).
+
 This is the simulator's model, attempt for attempt (``tests/test_twin.py`` replays the
 simulator's own draws through it): slot 0 is the first attempt, slot 1 the attempt a cutoff or
-an error starts (never both), slot 2 the upgrade. Two guards go beyond what the simulator can
-see, because its samples have no chunk timings: the stall cutoff (``stall_cutoff_s``, which
-calibrate never sets) and, only with ``StepPolicy(project_overrun=True)``, a downgrade as soon
+an error starts, slot 3 the cutoff's attempt when slot 1 went to an error's retry, slot 2 the
+upgrade. The breaker is not simulated (see `tailkit.executor._breaker`). Two guards go beyond
+what the simulator's draws can see, because they have no chunk timings: the stall cutoff
+(``stall_cutoff_s``) and, only with ``StepPolicy(project_overrun=True)``, a downgrade as soon
 as a stream's projected finish overruns the cutoff.
 
 Every attempt gets the same run deadline and idempotency key; nothing starts a fresh clock.
@@ -63,6 +73,7 @@ from typing import Any
 from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
+from tailkit.executor._breaker import BREAKER_FAILURES, CLOSED, breaker_of
 from tailkit.executor._deadline import executor_cuts, executor_cutting, now
 from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
 from tailkit.executor._scale import profile_record
@@ -84,8 +95,8 @@ class StepRun(ExtraAttempts):
 
     __slots__ = (
         "_projects", "acted", "book", "cut_tasks", "deadline", "enforce", "errors", "fired",
-        "fn", "inputs", "key", "lives", "loop", "policy", "run_id", "running", "s", "stall_s",
-        "start", "step", "tel", "total_at", "ttft_at", "upgraded",
+        "fn", "head", "inputs", "key", "lives", "loop", "policy", "reserve_s", "run_id",
+        "running", "s", "stall_s", "start", "step", "tel", "upgraded", "won",
     )  # fmt: skip
 
     def __init__(
@@ -115,13 +126,13 @@ class StepRun(ExtraAttempts):
         self.errors: list[BaseException] = []
         self.cut_tasks: list[asyncio.Task[Any]] = []  # cancelled here, torn down before we end
         self.tel: StepTelemetry | None = None  # when the executor is watched
-        self.fired = self.upgraded = self.acted = False
+        self.fired = self.upgraded = self.acted = self.won = False
         self.chain: Live | None = None  # the attempt whose failure is retried at once
+        self.head: Live | None = None  # the attempt watched for cutoffs until the step acts
         self.retries_left = self.policy.error_retries
         self.failed_over = False
-        room = deadline - reserve_s - self.start if step.on_cutoff != "wait" else math.inf
-        self.ttft_at = self._instant(step.ttft_cutoff_s, room if step.signal == "ttft" else None)
-        self.total_at = self._instant(step.cutoff_s, room if step.signal == "total" else None)
+        self.breaker = breaker_of(shared)
+        self.reserve_s = reserve_s
         self.stall_s = step.stall_cutoff_s if step.stall_cutoff_s is not None else math.inf
         self._projects = (
             self.policy.project_overrun
@@ -129,11 +140,39 @@ class StepRun(ExtraAttempts):
             and step.expected_tokens.output is not None
         )
 
-    def _instant(self, cutoff: float | None, room: float | None) -> float:
-        seconds = math.inf if cutoff is None else cutoff
-        if room is not None and cutoff is not None:
-            seconds = min(seconds, max(room, 0.0))
-        return self.start + seconds
+    def _instants(self, head: Live) -> tuple[float, float]:
+        """
+        The instants of ``head``'s TTFT and total cutoffs, counted from its own start.
+
+        The cutoff on the step's signal clock is tightened to ``deadline - reserve``, so the
+        steps still waiting on this one fit (the simulator's `cut_at`); the other clock's acts
+        as set. A retry that has not started yet (its wait) has none.
+        """
+        if head.pending:
+            return math.inf, math.inf
+        step, started = self.step, head.started
+        room = math.inf
+        if step.on_cutoff != "wait":
+            room = max(self.deadline - self.reserve_s - started, 0.0)
+        ttft = math.inf if step.ttft_cutoff_s is None else step.ttft_cutoff_s
+        total = math.inf if step.cutoff_s is None else step.cutoff_s
+        if step.signal == "ttft" and step.ttft_cutoff_s is not None:
+            ttft = min(ttft, room)
+        if step.signal == "total" and step.cutoff_s is not None:
+            total = min(total, room)
+        return started + ttft, started + total
+
+    def _watch_head(self, live: Live) -> None:
+        """
+        Watch ``live`` for the step's cutoffs from now on (it replaced the attempt watched).
+        """
+        self.head = live
+        if (
+            math.isfinite(self.stall_s)
+            or self._projects
+            or (self.step.ttft_cutoff_s is not None and (live.pending or not live.streamed))
+        ):
+            live.watch_chunks = True
 
     def _launch(
         self, route_name: str, role: str, *, cause: str | None = None, delay_s: float = 0.0
@@ -143,17 +182,22 @@ class StepRun(ExtraAttempts):
             self.step.name, route_name, route.provider, route.model, len(self.lives), role,
             self.key, self.deadline, self.run_id, self.inputs,
         )  # fmt: skip
-        live = start(attempt, self.fn, delay_s=delay_s)
-        if cause is not None:
-            live.extra["started_by"] = cause
+        tel = self.tel
+
+        def begin(live: Live) -> None:  # before the attempt function runs: its span is current
+            if cause is not None:
+                live.extra["started_by"] = cause
+            if tel is not None:
+                tel.attempt_started(live)
+
+        live = start(attempt, self.fn, delay_s=delay_s, begin=begin)
         self.lives.append(live)
         self.running.append(live)
-        if self.tel is not None:
-            self.tel.attempt_started(live)
         return live
 
     def _write(self, live: Live, status: str, at: float, **kw: Any) -> None:
         live.recorded = True
+        self._tell_breaker(live, status, at, cut=kw.get("censored", False))
         ledger = self.s.ledger
         if not ledger.sinks and self.tel is None:  # nobody reads the line: count it only
             ledger.count(status, abandoned=kw.get("abandoned", False),
@@ -166,6 +210,58 @@ class StepRun(ExtraAttempts):
             self.s.ledger.write(profile_record(record, self.s.time_scale, self.s.origin))
         if self.tel is not None:
             self.tel.attempt_ended(live, record, kw.get("error"))
+
+    def _tell_breaker(self, live: Live, status: str, at: float, *, cut: bool) -> None:
+        """
+        Tell the provider's breaker how an attempt ended; a flip goes on its ledger line.
+        """
+        provider = live.attempt.provider
+        holder = self if live is self.lives[0] else live  # the first attempt's probe: this run
+        if (
+            cut
+            or live.extra.get("caller_error")
+            or status not in ("ok", "invalid", *BREAKER_FAILURES)
+        ):
+            self.breaker.release(provider, holder)  # no verdict on the provider
+            return
+        failed = status in BREAKER_FAILURES  # an invalid answer is still an answer
+        flip = self.breaker.record(provider, at, failed=failed, attempt=holder)
+        if flip is None:
+            return
+        live.extra["breaker"] = (
+            flip if flip == "closed" else f"opened: {self.breaker.why(provider)}"
+        )
+        if self.tel is not None:
+            self.tel.emit(f"breaker_{flip}", live, reason=self.breaker.why(provider))
+
+    def _first_route(self) -> tuple[str, str | None, str | None]:
+        """
+        Where the first attempt goes: (route, why it was rerouted, its breaker note).
+
+        The step's route, unless its provider rests after a 429 (see `ProviderThrottle.admits`)
+        or its breaker is open (or half-open with its probe out): then the hedge route, when it
+        is on another provider that may take it (`failover`).
+        """
+        route = self.step.route
+        provider, throttle = self.s.plan.routes[route].provider, self.s.throttle
+        at = self.start
+        # a probe's answer is due within twice the expected duration
+        if not (throttle.calm(provider) or throttle.admits(
+            provider, at, hold_s=2.0 * self._expected_s(route)
+        )):  # fmt: skip
+            other = self.failover(route)
+            if other is not None:
+                return other, f"{route} resting after a 429", None
+        verdict = self.breaker.admits(provider, at, self)
+        if verdict == CLOSED:
+            return route, None, None
+        if verdict == "probe":
+            return route, None, "probe"
+        other = self.failover(route)
+        if other is None:  # nowhere else to go: the call still goes, and its outcome counts
+            return route, None, "open: no other route"
+        why = f"{route}: provider {provider}'s breaker is open ({self.breaker.why(provider)})"
+        return other, why, "open"
 
     async def run(self) -> Any:
         """
@@ -194,40 +290,31 @@ class StepRun(ExtraAttempts):
         return value
 
     async def _run(self) -> Any:
-        route = self.step.route
-        provider, throttle = self.s.plan.routes[route].provider, self.s.throttle
-        # a probe's answer is due within twice the expected duration
-        admitted = throttle.calm(provider) or throttle.admits(
-            provider, self.start, hold_s=2.0 * self._expected_s(route)
-        )
-        other = None if admitted else self.failover(route)
-        first = self.chain = self._launch(other or route, "primary")
-        if other is not None:
-            first.extra["rerouted"] = f"{route} resting after a 429"
-        if (
-            math.isfinite(self.stall_s)
-            or self._projects
-            or (not first.streamed and math.isfinite(self.ttft_at))
-        ):
-            first.watch_chunks = True
+        route, rerouted, note = self._first_route()
+        first = self.chain = self._launch(route, "primary")
+        if note is not None:
+            first.extra["breaker"] = note
+        if rerouted is not None:
+            first.extra["rerouted"] = rerouted
+        self._watch_head(first)
         try:
             while self.running:
-                done = await self._wait(first)
+                done = await self._wait()
                 winner = self._settle(done)
                 if winner is not None:
+                    self.won = True
                     return unwrap(winner)
                 if not self.running:
                     break
-                if self.failed_over and self.chain is not first and not self.fired:
-                    # the 429'd first attempt did no work: its failover is watched in its place
-                    first = self.chain
-                    first.watch_chunks = True
-                await self._watch(first)
+                await self._watch()
         finally:
             if self.enforce and now() >= self.deadline:
                 executor_cutting()  # a scope due now waits for our StepTimeout and teardown
             if self.running:
-                self._cut_all("timeout" if now() >= self.deadline else "cancelled")
+                # losers may finish only beside a winner: a caller that gave up, a step that
+                # failed or timed out, cuts everything it started
+                self._cut_all("timeout" if now() >= self.deadline else "cancelled",
+                              losers=self.won)  # fmt: skip
             if self.cut_tasks:
                 await self._teardown()
         raise self._all_failed()
@@ -252,21 +339,24 @@ class StepRun(ExtraAttempts):
         if interrupted:
             raise asyncio.CancelledError
 
-    async def _wait(self, first: Live) -> list[Live]:
+    async def _wait(self) -> list[Live]:
         """
         Sleep until an attempt ends, the next instant that matters, or (when watched) a chunk.
 
-        One future, woken by the attempts' done callbacks, one timer and the first attempt's
-        chunks: cheaper than ``asyncio.wait``, which builds a set, a counter and a timeout per
-        call.
+        One future, woken by the attempts' done callbacks, one timer and the watched attempt's
+        chunks (and the end of its retry wait): cheaper than ``asyncio.wait``, which builds a
+        set, a counter and a timeout per call.
         """
         loop = self.loop
         until = self.deadline if self.enforce else math.inf
-        watching = not self.fired and first in self.running
+        first = self.head
+        watching = first is not None and not self.fired and first in self.running
         if watching:
-            until = min(until, self.total_at)
+            assert first is not None  # noqa: S101 - watching implies a head
+            ttft_at, total_at = self._instants(first)
+            until = min(until, total_at)
             if first.first_token is None and first.streamed:
-                until = min(until, self.ttft_at)
+                until = min(until, ttft_at)
             elif first.last_chunk is not None:
                 until = min(until, first.last_chunk + self.stall_s)
         running = list(self.running)
@@ -279,15 +369,18 @@ class StepRun(ExtraAttempts):
         tasks = [live.task for live in running if live.task is not None]
         for task in tasks:
             task.add_done_callback(wake)
-        if watching and first.watch_chunks and (first.first_token is None or self._projects):
+        if watching and first is not None and (first.pending or (
+            first.watch_chunks and (first.first_token is None or self._projects)
+        )):  # fmt: skip
             # wake on chunks: the first content token starts the stall timer, and every chunk
-            # updates a downgrade projection
+            # updates a downgrade projection; a retry that starts starts its cutoffs' clocks
             first.wake = wake
         timer = None if until == math.inf else loop.call_at(until, wake)
         try:
             await waker
         finally:
-            first.wake = None
+            if first is not None:
+                first.wake = None
             if timer is not None:
                 timer.cancel()
             for task in tasks:
@@ -319,7 +412,9 @@ class StepRun(ExtraAttempts):
                     self.upgraded = True
                     route = self.step.upgrade_route or self.step.route
                     if self._grant(live, route, "upgrade_denied", "upgrade"):
-                        self._launch(route, "upgrade", cause="invalid")
+                        upgrade = self._launch(route, "upgrade", cause="invalid")
+                        if not self.fired and live is self.head:
+                            self._watch_head(upgrade)  # it re-does the call: watched in its place
                 self._write(live, "invalid", at, error=refused)
                 continue
             if not provider_failure(error, self.policy.provider_errors):
@@ -336,10 +431,13 @@ class StepRun(ExtraAttempts):
                 self.s.throttle.rest(live.attempt.provider, at, retry_after)
             if live is self.chain and not self.acted:
                 self._retry_after_error(live, status, retry_after)
+                if self.chain is not live and not self.fired:
+                    self._watch_head(self.chain)  # the retry (or failover) is watched in its place
             self._write(live, status, at, error=error, http_status=http)
         return None
 
-    async def _watch(self, first: Live) -> None:
+    async def _watch(self) -> None:
+        first = self.head
         at = now()
         if at >= self.deadline:
             spent = at - self.start
@@ -347,7 +445,7 @@ class StepRun(ExtraAttempts):
             msg = (f"step {self.step.name!r} ran out of run deadline after {spent:.3f} s "
                    f"({len(self.lives)} attempt(s))")  # fmt: skip
             raise StepTimeout(msg, step=self.step.name, spent_s=spent, cutoff_s=None)
-        if self.fired or first not in self.running:
+        if self.fired or first is None or first not in self.running or first.pending:
             return
         why = self._why(first, at)
         if why is not None:
@@ -361,9 +459,10 @@ class StepRun(ExtraAttempts):
             self._act(first, why, at)
 
     def _why(self, first: Live, at: float) -> str | None:
-        if at >= self.total_at:
+        ttft_at, total_at = self._instants(first)
+        if at >= total_at:
             return "total"
-        if first.first_token is None and first.streamed and at >= self.ttft_at:
+        if first.first_token is None and first.streamed and at >= ttft_at:
             return "ttft"
         if first.last_chunk is not None and at - first.last_chunk >= self.stall_s:
             return "stall"
@@ -382,7 +481,7 @@ class StepRun(ExtraAttempts):
             return False
         rate = (first.tokens - 1) / elapsed
         finish = first.last_chunk + (expected - first.tokens) / rate
-        return finish > min(self.total_at, self.deadline)
+        return finish > min(self._instants(first)[1], self.deadline)
 
     def _act(self, first: Live, why: str, at: float) -> None:
         action, step = self.step.on_cutoff, self.step
@@ -423,10 +522,14 @@ class StepRun(ExtraAttempts):
         if not live.recorded:
             self._write(live, status, at, censored=True)
 
-    def _cut_all(self, status: str) -> None:
+    def _cut_all(self, status: str, *, losers: bool = False) -> None:
+        """
+        Cut every attempt still running; beside a winner (``losers``) they may finish instead.
+        """
         at = now()
         for live in list(self.running):
-            if self.policy.losers == "finish" and status == "cancelled" and live.task is not None:
+            finish = losers and self.policy.losers == "finish" and status == "cancelled"
+            if finish and live.task is not None:
                 self._abandon(live)
             else:
                 self._cut(live, status, at)
