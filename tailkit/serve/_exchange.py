@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tailkit.executor._ledger import AttemptRecord
+from tailkit.serve._api import Api
 
 
 __all__ = ["PROVIDER", "Exchange"]
@@ -22,7 +23,7 @@ PROVIDER = "tailkit-serve"  # the access log's provider column
 @dataclass(slots=True)
 class Exchange:
     """
-    One chat request on its way to its access-log record (instants on the loop clock).
+    One chat (or Messages) request on its way to its access-log record (instants on the loop clock).
 
     Args:
         call_id: The server's request id.
@@ -32,6 +33,7 @@ class Exchange:
         deadline: The request's deadline (``math.inf``: none).
         key: Its ``Idempotency-Key`` (``""``: none).
         attempt: How many times the key arrived before.
+        api: The API it came in by, which renders its answer and its errors.
         model: The requested model (``""`` until the body is read).
         stream: Whether it asked for a stream.
         prompt_tokens: Words in its messages, ``None`` until the body is read.
@@ -53,6 +55,7 @@ class Exchange:
     deadline: float
     key: str
     attempt: int
+    api: Api
     model: str = ""
     stream: bool = False
     prompt_tokens: int | None = None

@@ -4,18 +4,25 @@ The OpenAI chat-completions wire format: the request we accept and the bodies we
 
 from __future__ import annotations
 
-import json
-
-from dataclasses import dataclass
 from typing import Any
+
+from tailkit.serve._api import (
+    ChatRequest,
+    Reply,
+    RequestError,
+    compact,
+    load_request,
+    max_tokens,
+    text_words,
+)
 
 
 __all__ = [
     "DONE",
     "ChatRequest",
+    "OpenAI",
     "RequestError",
     "chunk",
-    "completion",
     "error",
     "models_list",
     "parse_chat",
@@ -31,85 +38,18 @@ _WORDS = (
 )  # fmt: skip
 
 
-class RequestError(ValueError):
-    """
-    The body is not a chat-completions request; ``param`` names the field at fault.
-    """
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    """
-    What the server reads from a chat-completions body.
-
-    Args:
-        model: The model id.
-        stream: Whether to answer with server-sent events.
-        max_tokens: Cap on completion tokens, ``None`` for none.
-        prompt_tokens: The prompt's size: words in the messages' text.
-    """
-
-    model: str
-    stream: bool
-    max_tokens: int | None
-    prompt_tokens: int
-
-
-def _text_words(content: object) -> int:
-    if isinstance(content, str):
-        return len(content.split())
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}, ...]
-        texts = (p.get("text") for p in content if isinstance(p, dict))
-        return sum(len(text.split()) for text in texts if isinstance(text, str))
-    return 0
-
-
 def parse_chat(body: bytes) -> ChatRequest:
     """
     Read a chat-completions request body.
 
     Raises:
-        RequestError: The body is not JSON, or not a JSON object that Python reads (nested too
-            deep, a number of more than 4300 digits), or ``model``, ``messages``, ``stream`` or
-            ``max_tokens`` is missing or of the wrong type.
+        RequestError: The body is not a JSON object (see `load_request`), or ``model``,
+            ``messages``, ``stream`` or ``max_tokens`` is missing or of the wrong type.
     """
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = f"the body is not valid JSON: {exc}"
-        raise RequestError(msg) from None
-    except RecursionError:
-        msg = "the body nests arrays or objects too deep to read"
-        raise RequestError(msg) from None
-    except Exception as exc:  # e.g. ValueError: an integer of more than 4300 digits
-        reason = str(exc).split(";", 1)[0] or type(exc).__name__
-        msg = f"the body cannot be read as JSON: {reason}"
-        raise RequestError(msg) from None
-    if not isinstance(doc, dict):
-        msg = f"the body must be a JSON object, got {type(doc).__name__}"
-        raise RequestError(msg)
-    model, messages, stream = doc.get("model"), doc.get("messages"), doc.get("stream", False)
-    if not isinstance(model, str) or not model:
-        msg = "'model' must be a non-empty string"
-        raise RequestError(msg, "model")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        msg = "'messages' must be a list of message objects"
-        raise RequestError(msg, "messages")
-    if not isinstance(stream, bool):
-        msg = "'stream' must be true or false"
-        raise RequestError(msg, "stream")
-    max_tokens = doc.get("max_completion_tokens", doc.get("max_tokens"))
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
-        msg = "'max_tokens' must be a whole number >= 1"
-        raise RequestError(msg, "max_tokens")
-    prompt = sum(_text_words(m.get("content")) for m in messages)
-    return ChatRequest(model, stream, max_tokens, prompt)
+    doc, model, messages, stream = load_request(body)
+    cap = max_tokens(doc.get("max_completion_tokens", doc.get("max_tokens")), required=False)
+    prompt = sum(text_words(m.get("content")) for m in messages)
+    return ChatRequest(model, stream, cap, prompt)
 
 
 def word(index: int) -> str:
@@ -131,35 +71,8 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def completion(
-    call_id: str, model: str, created: int, *, tokens: int, finish: str, prompt_tokens: int
-) -> dict[str, Any]:
-    """
-    A whole ``chat.completion`` answer of ``tokens`` words.
-    """
-    return {
-        "id": f"chatcmpl-{call_id}",
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": "".join(word(i) for i in range(tokens)),
-                },
-                "finish_reason": finish,
-            }
-        ],
-        "usage": usage(prompt_tokens, tokens),
-    }
-
-
 def chunk(
-    call_id: str,
-    model: str,
-    created: int,
+    reply: Reply,
     delta: dict[str, str],
     *,
     finish: str | None = None,
@@ -169,10 +82,10 @@ def chunk(
     One ``chat.completion.chunk`` of a stream.
     """
     out: dict[str, Any] = {
-        "id": f"chatcmpl-{call_id}",
+        "id": f"chatcmpl-{reply.call_id}",
         "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
+        "created": reply.created,
+        "model": reply.model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     if usage_ is not None:
@@ -184,7 +97,7 @@ def sse(payload: dict[str, Any]) -> bytes:
     """
     One server-sent event carrying ``payload`` as JSON.
     """
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + compact(payload) + b"\n\n"
 
 
 def error(
@@ -194,6 +107,79 @@ def error(
     An OpenAI-style error body.
     """
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class OpenAI:
+    """
+    The chat-completions API as an `Api`: ``POST /v1/chat/completions``.
+    """
+
+    path = "/v1/chat/completions"
+    end = DONE
+
+    def parse(self, body: bytes) -> ChatRequest:
+        """
+        Read a chat-completions request body (`parse_chat`).
+        """
+        return parse_chat(body)
+
+    def error(
+        self, status: int, message: str, *, type_: str, code: str | None = None,
+        param: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """
+        An OpenAI error body (the status is in the status line only).
+        """
+        return error(message, type_, code, param)
+
+    def whole(self, reply: Reply, *, text: str, tokens: int, finish: str) -> dict[str, Any]:
+        """
+        A whole ``chat.completion``.
+        """
+        return {
+            "id": f"chatcmpl-{reply.call_id}",
+            "object": "chat.completion",
+            "created": reply.created,
+            "model": reply.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage(reply.prompt_tokens, tokens),
+        }
+
+    def opening(self, reply: Reply) -> list[dict[str, Any]]:
+        """
+        The role chunk.
+        """
+        return [chunk(reply, {"role": "assistant", "content": ""})]
+
+    def delta(self, reply: Reply, text: str) -> dict[str, Any]:
+        """
+        A chunk of content.
+        """
+        return chunk(reply, {"content": text})
+
+    def closing(self, reply: Reply, *, tokens: int, finish: str) -> list[dict[str, Any]]:
+        """
+        The chunk with the finish reason and the usage.
+        """
+        return [chunk(reply, {}, finish=finish, usage_=usage(reply.prompt_tokens, tokens))]
+
+    def strip(self, payload: dict[str, Any]) -> None:
+        """
+        Remove ``choices``.
+        """
+        payload.pop("choices", None)
+
+    def frame(self, payload: dict[str, Any], data: bytes) -> bytes:
+        """
+        ``data: …``: chat completions name no events.
+        """
+        return b"data: " + data + b"\n\n"
 
 
 def models_list(ids: list[str]) -> dict[str, Any]:

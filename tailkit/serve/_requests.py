@@ -43,7 +43,7 @@ from typing import Any
 
 from tailkit.executor._deadline import deadline_from_headers
 from tailkit.executor._ledger import AttemptRecord, Ledger
-from tailkit.serve import _openai as wire
+from tailkit.serve._api import Api, ChatRequest, RequestError
 from tailkit.serve._draw import Draw, TokenBucket, draw
 from tailkit.serve._exchange import Exchange
 from tailkit.serve._http import ClientGone, Connection, Request, json_response
@@ -126,7 +126,7 @@ class Requests:
             return route
         return routes[0] if len(routes) == 1 else routes
 
-    def _receive(self, request: Request) -> Exchange:
+    def _receive(self, request: Request, api: Api) -> Exchange:
         loop_now, wall = asyncio.get_running_loop().time(), time.time()
         deadline = deadline_from_headers(request.headers, now_mono=loop_now, now_wall=wall)
         deadline -= self.config.deadline_margin_s * self.config.time_scale  # time to answer back
@@ -146,6 +146,7 @@ class Requests:
             deadline=deadline,
             key=key,
             attempt=attempt,
+            api=api,
             keep_alive=request.keep_alive,
         )
         if deadline - loop_now < asked_s:
@@ -176,19 +177,19 @@ class Requests:
         self._record(ex, status=status, error_type=error_type, ended=now)
         return ex.keep_alive
 
-    async def _chat(self, conn: Connection, request: Request) -> bool:
+    async def _chat(self, conn: Connection, request: Request, api: Api) -> bool:
         """
-        Answer one chat-completions request and record it; whether the connection stays open.
+        Answer one request of ``api`` and record it; whether the connection stays open.
 
         With ``workers``, the request first waits for a worker (its clock starts then).
         """
         if self._workers is None:
-            return await self._chat_now(conn, request)
+            return await self._chat_now(conn, request, api)
         async with self._workers:
-            return await self._chat_now(conn, request)
+            return await self._chat_now(conn, request, api)
 
-    async def _chat_now(self, conn: Connection, request: Request) -> bool:
-        ex = self._receive(request)
+    async def _chat_now(self, conn: Connection, request: Request, api: Api) -> bool:
+        ex = self._receive(request, api)
         try:
             return await self._exchange(conn, ex, request)
         except Exception as exc:  # a bug of ours: the client is answered, the log has its line
@@ -202,7 +203,7 @@ class Requests:
         ex.attrs["error"] = f"{type(exc).__name__}: {exc}"[:200]
         ex.keep_alive = False
         if ex.http_status is None:
-            body = wire.error("the server failed on this request", "server_error")
+            body = ex.api.error(500, "the server failed on this request", type_="server_error")
             return await self._refuse(
                 conn, ex, 500, body, status="error", error_type="internal_error"
             )
@@ -212,9 +213,12 @@ class Requests:
 
     async def _exchange(self, conn: Connection, ex: Exchange, request: Request) -> bool:
         try:
-            chat = wire.parse_chat(request.body)
-        except wire.RequestError as exc:
-            body = wire.error(str(exc), "invalid_request_error", "invalid_request", exc.param)
+            chat = ex.api.parse(request.body)
+        except RequestError as exc:
+            body = ex.api.error(
+                400, str(exc), type_="invalid_request_error", code="invalid_request",
+                param=exc.param,
+            )  # fmt: skip
             return await self._refuse(
                 conn, ex, 400, body, status="error", error_type="invalid_request"
             )
@@ -257,14 +261,19 @@ class Requests:
                 f"The model {ex.model!r} is served by {len(routes)} routes: "
                 f"{', '.join(routes)}; send one of them as the model"
             )
-            body = wire.error(message, "invalid_request_error", "model_ambiguous", "model")
+            body = ex.api.error(
+                400, message, type_="invalid_request_error", code="model_ambiguous",
+                param="model",
+            )  # fmt: skip
             return await self._refuse(
                 conn, ex, 400, body, status="error", error_type="model_ambiguous"
             )
         message = f"The model {ex.model!r} does not exist; this server has: " + ", ".join(
             self.config.models
         )
-        body = wire.error(message, "invalid_request_error", "model_not_found", "model")
+        body = ex.api.error(
+            404, message, type_="invalid_request_error", code="model_not_found", param="model"
+        )
         return await self._refuse(conn, ex, 404, body, status="error", error_type="model_not_found")
 
     async def _rate_limited(
@@ -275,7 +284,7 @@ class Requests:
             f"Rate limit reached for {ex.model}: {tokens_per_minute} tokens per minute. "
             f"Please try again in {retry_ms / 1000:g}s."
         )
-        body = wire.error(message, "requests", "rate_limit_exceeded")
+        body = ex.api.error(429, message, type_="requests", code="rate_limit_exceeded")
         # Retry-After in whole seconds (HTTP's delay-seconds, what providers send: a client that
         # reads it as an integer is not left without one), the exact wait in retry-after-ms
         whole = str(math.ceil(retry_ms / 1000))
@@ -286,9 +295,7 @@ class Requests:
             headers=headers,
         )  # fmt: skip
 
-    async def _answer(
-        self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
-    ) -> None:
+    async def _answer(self, conn: Connection, ex: Exchange, chat: ChatRequest, d: Draw) -> None:
         chunk_tokens = self.config.models[chat.model].chunk_tokens
         status, error_type = await answer(conn, ex, chat, d, chunk_tokens=chunk_tokens)
         # Recorded before this task yields again: a client in this process that has read the
@@ -297,7 +304,7 @@ class Requests:
         now = asyncio.get_running_loop().time()
         self._record(ex, status=status, error_type=error_type, ended=now, tokens=tokens)
 
-    async def _work(self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw) -> bool:
+    async def _work(self, conn: Connection, ex: Exchange, chat: ChatRequest, d: Draw) -> bool:
         """
         Send the drawn answer, racing the deadline and the client's EOF.
         """
@@ -344,7 +351,7 @@ class Requests:
                 f"The request's deadline ({ex.deadline - ex.received:.3f} s after receipt) "
                 "passed before the answer was ready."
             )
-            body = wire.error(message, "timeout", "deadline_exceeded")
+            body = ex.api.error(504, message, type_="timeout", code="deadline_exceeded")
             ex.http_status = 504
             try:
                 await conn.send(json_response(504, body, keep_alive=ex.keep_alive))

@@ -27,6 +27,8 @@ from typing import Any
 from tailkit.errors import ConfigError
 from tailkit.executor._ledger import AttemptRecord, CallbackSink, JsonlSink, Ledger, Sink
 from tailkit.serve import _openai as wire
+from tailkit.serve._anthropic import Anthropic
+from tailkit.serve._api import Api
 from tailkit.serve._http import (
     ClientGone,
     Connection,
@@ -43,6 +45,9 @@ from tailkit.serve._requests import Requests
 __all__ = ["Server"]
 
 logger = logging.getLogger("tailkit.serve")
+
+APIS: dict[str, Api] = {api.path: api for api in (wire.OpenAI(), Anthropic())}
+"""The routes that answer a model, and the API each speaks."""
 
 
 class Server(Requests):
@@ -258,27 +263,32 @@ class Server(Requests):
         A request cut short by the client closing its connection is not recorded: it never
         arrived (a caller that gives up while sending is not a call the server received).
         """
-        body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
         method, path = conn.target or ("", "")
-        if conn.eof or method != "POST" or path.rstrip("/") != "/v1/chat/completions":
+        api = APIS.get(path.rstrip("/"))
+        if conn.eof or method != "POST" or api is None:
+            body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
             with contextlib.suppress(ClientGone):
                 await conn.send(json_response(exc.status, body, keep_alive=False))
             return
-        ex = self._receive(Request(method, path, "HTTP/1.1", conn.headers, b""))
+        ex = self._receive(Request(method, path, "HTTP/1.1", conn.headers, b""), api)
         ex.keep_alive = False
+        body = api.error(
+            exc.status, exc.message, type_="invalid_request_error", code="bad_http_request"
+        )
         await self._refuse(
             conn, ex, exc.status, body, status="error", error_type="bad_http_request"
         )
 
     async def _dispatch(self, conn: Connection, request: Request) -> bool:
         path = request.path.rstrip("/")
-        if path == "/v1/chat/completions" and request.method == "POST":
-            return await self._chat(conn, request)
+        api = APIS.get(path)
+        if api is not None and request.method == "POST":
+            return await self._chat(conn, request, api)
         if path == "/v1/models" and request.method == "GET":
             status, body = 200, wire.models_list(list(self.config.models))
-        elif path in ("/v1/chat/completions", "/v1/models"):
-            status = 405
-            body = wire.error(f"{request.method} is not allowed on {path}", "invalid_request_error")
+        elif api is not None or path == "/v1/models":
+            status, message = 405, f"{request.method} is not allowed on {path}"
+            body = (api or wire.OpenAI()).error(status, message, type_="invalid_request_error")
         else:
             status = 404
             body = wire.error(f"no route {request.path[:100]!r}", "invalid_request_error")

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from tailkit.serve import _openai as wire
+from tailkit.serve._api import ChatRequest, Reply, compact
 from tailkit.serve._draw import Draw
 from tailkit.serve._exchange import Exchange
 from tailkit.serve._http import Connection, json_response, response_head
@@ -35,7 +36,7 @@ async def _forever() -> None:
 
 
 async def answer(
-    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw, *, chunk_tokens: int = 1
+    conn: Connection, ex: Exchange, chat: ChatRequest, d: Draw, *, chunk_tokens: int = 1
 ) -> tuple[str, str | None]:
     """
     Send the answer ``d`` describes (a stream in chunks of ``chunk_tokens`` tokens).
@@ -56,7 +57,7 @@ async def answer(
     if d.fault == "error_5xx":
         await _sleep_until(ex.received + d.ttft_s)
         message = f"The server had an error while processing your request ({d.error_status})."
-        body = wire.error(message, "server_error", "server_error")
+        body = ex.api.error(d.error_status, message, type_="server_error", code="server_error")
         ex.http_status = d.error_status
         await conn.send(json_response(d.error_status, body, keep_alive=ex.keep_alive))
         return "error", "server_error"
@@ -66,32 +67,30 @@ async def answer(
 
 
 async def _whole(
-    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw
+    conn: Connection, ex: Exchange, chat: ChatRequest, d: Draw
 ) -> tuple[str, str | None]:
     await _sleep_until(ex.received + d.ttft_s + d.gen_s)
-    body = wire.completion(
-        ex.call_id, chat.model, int(time.time()), tokens=d.tokens, finish=d.finish_reason,
-        prompt_tokens=chat.prompt_tokens,
-    )  # fmt: skip
+    text = "".join(wire.word(i) for i in range(d.tokens))
+    if d.invalid:  # a replayed call whose output failed validation: well-formed, wrong text
+        text = INVALID_MARK + text
+    reply = Reply(ex.call_id, chat.model, int(time.time()), chat.prompt_tokens)
+    body = ex.api.whole(reply, text=text, tokens=d.tokens, finish=d.finish_reason)
     ex.http_status = 200
     if d.fault == "garbage":  # the first half of the JSON: a proxy that lost the rest
-        text = json.dumps(body).encode()
-        raw = text[: len(text) // 2]
+        data = json.dumps(body).encode()
+        raw = data[: len(data) // 2]
         await conn.send(json_response(200, None, keep_alive=ex.keep_alive, raw=raw))
         return "invalid", "garbage"
     if d.fault == "schema_invalid":
-        del body["choices"]
+        ex.api.strip(body)
         await conn.send(json_response(200, body, keep_alive=ex.keep_alive))
         return "invalid", "schema_invalid"
     if d.fault == "cut_stream":  # promises the whole body, sends half, closes
-        raw = json.dumps(body, separators=(",", ":")).encode()
+        raw = compact(body)
         data = json_response(200, None, keep_alive=False, raw=raw)
         ex.keep_alive = False
         await conn.send(data[: len(data) - len(raw) // 2])
         return "error", "cut_stream"
-    if d.invalid:  # a replayed call whose output failed validation: well-formed, wrong text
-        message = body["choices"][0]["message"]
-        message["content"] = INVALID_MARK + message["content"]
     await conn.send(json_response(200, body, keep_alive=ex.keep_alive))
     return ("invalid", "invalid_output") if d.invalid else ("ok", None)
 
@@ -101,21 +100,23 @@ class _Events:
     The events of one stream, shaped by its fault, and written in batches.
     """
 
-    def __init__(self, conn: Connection, ex: Exchange, chat: wire.ChatRequest, fault: str | None):
+    def __init__(self, conn: Connection, ex: Exchange, chat: ChatRequest, fault: str | None):
         self.conn, self.ex, self.fault = conn, ex, fault
-        self.created = int(time.time())
-        self.model = chat.model
+        self.api = ex.api
+        self.reply = Reply(ex.call_id, chat.model, int(time.time()), chat.prompt_tokens)
         self._pending: list[bytes] = []
         self._tokens = 0
 
-    def event(self, delta: dict[str, str], **extra: Any) -> bytes:
-        payload = wire.chunk(self.ex.call_id, self.model, self.created, delta, **extra)
-        if self.fault == "schema_invalid":
-            del payload["choices"]
-        elif self.fault == "garbage":  # cut inside the JSON: not parseable
-            text = json.dumps(payload, separators=(",", ":")).encode()
-            return b"data: " + text[: len(text) // 2] + b"\n\n"
-        return wire.sse(payload)
+    def event(self, payload: dict[str, Any], *, whole: bool = False) -> bytes:
+        """
+        The event of ``payload``, broken as the fault says unless ``whole``.
+        """
+        if self.fault == "schema_invalid" and not whole:
+            self.api.strip(payload)
+        data = compact(payload)
+        if self.fault == "garbage" and not whole:  # cut inside the JSON: not parseable
+            data = data[: len(data) // 2]
+        return self.api.frame(payload, data)
 
     def add(self, data: bytes, *, token: int = 0) -> None:
         self._pending.append(data)
@@ -134,7 +135,7 @@ class _Events:
 
 
 async def _streamed(
-    conn: Connection, ex: Exchange, chat: wire.ChatRequest, d: Draw, chunk_tokens: int
+    conn: Connection, ex: Exchange, chat: ChatRequest, d: Draw, chunk_tokens: int
 ) -> tuple[str, str | None]:
     loop = asyncio.get_running_loop()
     events = _Events(conn, ex, chat, d.fault if d.fault in ("garbage", "schema_invalid") else None)
@@ -146,11 +147,12 @@ async def _streamed(
     ex.http_status, ex.keep_alive = 200, False  # the stream ends when the connection does
     events.add(head)
     await events.flush()
-    # The role chunk goes out with the first token, as providers send it (a client that reads
-    # the first chunk to know the model started is not told so before it has), and it is
-    # always well-formed: a broken stream breaks where the content starts.
-    role = wire.chunk(ex.call_id, chat.model, events.created, {"role": "assistant", "content": ""})
-    events.add(wire.sse(role))
+    # The opening (OpenAI's role chunk, Anthropic's message_start) goes out with the first
+    # token, as providers send it (a client that reads the first event to know the model
+    # started is not told so before it has), and it is always well-formed: a broken stream
+    # breaks where the content starts.
+    for payload in ex.api.opening(events.reply):
+        events.add(events.event(payload, whole=True))
     first = ex.received + d.ttft_s
     stop = d.cut_after if d.fault in ("stall_mid", "cut_stream") else d.tokens
     size = max(chunk_tokens, 1)
@@ -164,16 +166,16 @@ async def _streamed(
         text = "".join(wire.word(k + i) for i in range(n))
         if k == 0 and d.invalid:
             text = INVALID_MARK + text
-        events.add(events.event({"content": text}), token=n)
+        events.add(events.event(ex.api.delta(events.reply, text)), token=n)
     await events.flush()
     if d.fault == "stall_mid":
         await _forever()
     if d.fault == "cut_stream":
         return "error", "cut_stream"
     await _sleep_until(first + d.gen_s)
-    usage = wire.usage(chat.prompt_tokens, d.tokens)
-    events.add(events.event({}, finish=d.finish_reason, usage_=usage))
-    events.add(wire.DONE)
+    for payload in ex.api.closing(events.reply, tokens=d.tokens, finish=d.finish_reason):
+        events.add(events.event(payload))
+    events.add(ex.api.end)
     await events.flush()
     if d.fault is not None:
         return "invalid", d.fault
