@@ -186,6 +186,93 @@ def test_grants_follow_the_rule_exactly(
         assert sum(a.extras for a in counted) == budget.extras
 
 
+# ------------------------------------------------------------------------ recovery reserve
+
+
+def test_hedges_leave_the_reserve_to_recovery() -> None:
+    """At 5 % of 400: hedges stop at 28 (0.8 of 35.4); error retries still get the last 7."""
+    budget = HedgeBudget(0.05, processes=1)  # the default reserve, 0.2
+    account = budget.open(400)
+    hedges = sum(budget.try_extra(account, speculative=True) for _ in range(100))
+    recovery = sum(budget.try_extra(account) for _ in range(100))
+
+    assert 0.2 == budget.reserve
+    assert (28, 7) == (hedges, recovery)
+    assert not budget.try_extra(account, speculative=True)  # the reserve is spent: still no
+
+
+def test_recovery_may_spend_the_whole_bound_hedges_or_not() -> None:
+    """Recovery first: it takes the whole bound, and hedges then get nothing."""
+    budget = HedgeBudget(0.05, processes=1)
+    account = budget.open(400)
+
+    assert 35 == sum(budget.try_extra(account) for _ in range(100))
+    assert not budget.try_extra(account, speculative=True)
+
+
+@pytest.mark.parametrize(("reserve", "hedges"), [(0.0, 35), (0.5, 17), (1.0, 0)])
+def test_reserve_share_of_the_bound(reserve: float, hedges: int) -> None:
+    """A reserve of 0 is the undivided bound; 1 leaves hedges nothing, recovery everything."""
+    budget = HedgeBudget(0.05, processes=1, reserve=reserve)
+    account = budget.open(400)
+
+    assert hedges == sum(budget.try_extra(account, speculative=True) for _ in range(100))
+    assert 35 - hedges == sum(budget.try_extra(account) for _ in range(100))
+
+
+def test_reserve_out_of_range_is_refused() -> None:
+    """A reserve outside [0, 1] names the parameter and its value."""
+    with pytest.raises(ConfigError, match=r"reserve must be in \[0, 1\].*1\.5"):
+        HedgeBudget(0.05, reserve=1.5)
+
+
+def test_set_ratio_keeps_the_count() -> None:
+    """A recalibrated ratio applies to the runs already counted; nothing is forgotten."""
+    budget = HedgeBudget(0.05, allowance=0, sigmas=0.0, processes=1)
+    account = budget.open(100)
+    assert 5 == sum(budget.try_extra(account) for _ in range(10))
+    budget.set_ratio(0.08)
+
+    assert (100, 5, 0.08) == (budget.firsts, budget.extras, budget.ratio)
+    assert 3 == sum(budget.try_extra(account) for _ in range(10))
+    with pytest.raises(ConfigError, match="ratio must be in"):
+        budget.set_ratio(1.5)
+
+
+@given(
+    ratio=st.sampled_from([0.0, 0.05, 0.1, 0.29, 1.0]),
+    allowance=st.integers(0, 3),
+    sigmas=st.sampled_from([0.0, 1.0, 3.0]),
+    processes=st.integers(1, 20),
+    reserve=st.sampled_from([0.0, 0.2, 0.25, 0.5, 1.0]),
+    asks=st.lists(st.tuples(st.integers(0, 60), st.booleans()), max_size=80),
+)
+def test_fleet_and_reserve_follow_the_rule_exactly(
+    *,
+    ratio: float,
+    allowance: int,
+    sigmas: float,
+    processes: int,
+    reserve: float,
+    asks: list[tuple[int, bool]],
+) -> None:
+    """P * (extras + 1) <= keep * (r*P*f + a + s*sqrt(r*P*f)), exactly, for either kind."""
+    budget = HedgeBudget(
+        ratio, allowance=allowance, sigmas=sigmas, processes=processes, reserve=reserve
+    )
+    r, s2 = Fraction(repr(ratio)), Fraction(repr(sigmas)) ** 2
+    for firsts, speculative in asks:
+        account = budget.open(firsts)
+        keep = 1 - Fraction(repr(reserve)) if speculative else Fraction(1)
+        fleet = processes * budget.firsts
+        if keep == 0:
+            allowed = False
+        else:
+            room = processes * (budget.extras + 1) / keep - allowance - r * fleet
+            allowed = room <= 0 or room * room <= s2 * r * fleet
+        assert allowed == budget.try_extra(account, speculative=speculative)
+
+
 PLAN = """\
 tailkit_plan: 1
 workflow: burst

@@ -5,6 +5,7 @@ Workflow runs and deadlines on a virtual clock: the DAG, optional steps, one dea
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 
 from typing import Any
@@ -19,6 +20,7 @@ from tailkit.executor import (
     Executor,
     Ledger,
     MemorySink,
+    StepPolicy,
     current_deadline,
     deadline_after,
     deadline_at,
@@ -27,7 +29,9 @@ from tailkit.executor import (
     idempotency_key,
     now,
     remaining,
+    run_step,
 )
+from tailkit.executor import _executor as executor_module
 from tests._fakeloop import run
 
 
@@ -192,3 +196,55 @@ def test_sender_headers_carry_both_forms() -> None:
     assert headers == {"x-tailkit-deadline": "5010.000000", "x-tailkit-remaining-s": "10.000000"}
     assert deadline_headers(deadline=math.inf) == {}
     assert deadline_from_headers(headers, now_mono=0.0, now_wall=5000.0) == 10.0
+
+
+# ------------------------------------------------------------------ operations: policy, run_step
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "good", "message"),
+    [
+        ("losers", "finsh", "finish", "losers must be 'cancel' or 'finish', got 'finsh'"),
+        ("error_retries", -1, 0, "error_retries must be an integer, 0 or more (retries), got -1"),
+        ("error_retries", 1.5, 2, "error_retries must be an integer, 0 or more (retries), got 1.5"),
+        ("retry_jitter_s", -0.1, 0, "retry_jitter_s must be a finite number of seconds"),
+        ("retry_jitter_s", math.inf, 0.5, "retry_jitter_s must be a finite number of seconds"),
+        ("validator", "len", bool, "validator must be callable or None, got 'len'"),
+        ("project_overrun", "yes", True, "project_overrun must be True or False, got 'yes'"),
+        ("provider_errors", (KeyError, "x"), (KeyError,), "provider_errors must be a tuple of"),
+        ("provider_errors", KeyError, (), "provider_errors must be a tuple of exception"),
+    ],
+)
+def test_step_policy_refuses_what_it_would_misread(
+    field: str, bad: Any, good: Any, message: str
+) -> None:
+    """A typo in a policy is an error naming the field, its value and what it accepts."""
+    assert good == getattr(StepPolicy(**{field: good}), field)
+    with pytest.raises(ConfigError) as caught:
+        StepPolicy(**{field: bad})
+
+    assert str(caught.value).startswith(message)
+
+
+def _executors_of(plan: Any) -> list[Executor]:
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, Executor) and o.profile_plan is plan]
+
+
+def test_run_step_with_a_plan_keeps_no_executor_forever() -> None:
+    """run_step(plan=...) keeps executors for the latest plans only: older ones are let go."""
+    first = parse_plan(WORKFLOW)
+    fn = runner(SECONDS)
+
+    async def main() -> None:
+        await run_step("extract", fn, plan=first)
+        await run_step("extract", fn, plan=first)
+        (kept,) = _executors_of(first)  # one executor per plan while it is kept: one budget
+        assert 2 == kept.shared.budget.firsts
+        del kept
+        for _ in range(executor_module.KEPT_PLANS):  # a new plan object per reload
+            await run_step("extract", fn, plan=parse_plan(WORKFLOW))
+
+    run(main())
+
+    assert [] == _executors_of(first)
