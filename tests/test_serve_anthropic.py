@@ -158,3 +158,80 @@ def test_the_sdk_raises_its_errors_on_status() -> None:
 
     assert 404 == err.status_code
     assert "not_found_error" == err.body["error"]["type"]  # type: ignore[index]
+
+
+# --- streams -------------------------------------------------------------------------------
+
+STREAM_EVENTS = [
+    "message_start",
+    "content_block_start",
+    *["content_block_delta"] * 5,
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+]
+
+
+def test_a_stream_arrives_as_anthropic_events() -> None:
+    """
+    create(stream=True) yields Anthropic's events in order; messages.stream() adds them up.
+    """
+
+    async def main() -> tuple[list[Any], Any, str, list[AttemptRecord]]:
+        async with serving(config()) as server, client(server) as sdk:
+            raw = await sdk.messages.create(model="m", max_tokens=5, messages=PROMPT, stream=True)
+            events = [event async for event in raw]
+            async with sdk.messages.stream(model="m", max_tokens=5, messages=PROMPT) as stream:
+                text = "".join([piece async for piece in stream.text_stream])
+                final = await stream.get_final_message()
+            return events, final, text, list(server.records)
+
+    events, final, text, records = asyncio.run(main())
+
+    assert STREAM_EVENTS == [e.type for e in events]
+    assert WORDS == "".join(e.delta.text for e in events if e.type == "content_block_delta")
+    assert (5, 0) == (events[0].message.usage.input_tokens, events[0].message.usage.output_tokens)
+    assert ("max_tokens", 5) == (events[-2].delta.stop_reason, events[-2].usage.output_tokens)
+    assert (WORDS, WORDS) == (text, final.content[0].text)
+    assert ("max_tokens", 5, 5) == (
+        final.stop_reason, final.usage.input_tokens, final.usage.output_tokens,
+    )  # fmt: skip
+    assert [("ok", True, 5)] * 2 == [
+        (r.status, r.attrs["stream"], r.output_tokens) for r in records
+    ]
+    assert all(r.ttft_s is not None for r in records)
+
+
+def _frames(reply: Reply) -> list[tuple[str, str]]:
+    """
+    The (event name, data) pairs of a server-sent event stream, each event's two lines whole.
+    """
+    frames = []
+    for block in reply.body.decode().split("\n\n"):
+        if block:
+            name, data = block.split("\n")
+            assert name.startswith("event: ")
+            assert data.startswith("data: ")
+            frames.append((name[len("event: ") :], data[len("data: ") :]))
+    return frames
+
+
+def test_the_event_framing_on_the_wire() -> None:
+    """
+    Raw HTTP: every event is ``event: <type>`` then ``data: <JSON of that type>``, ping included.
+    """
+
+    async def main() -> Reply:
+        async with serving(config()) as server:
+            return await message(server.port, stream=True)
+
+    reply = asyncio.run(main())
+    frames = _frames(reply)
+
+    assert (200, "text/event-stream") == (reply.status, reply.headers["content-type"])
+    assert [*STREAM_EVENTS[:2], "ping", *STREAM_EVENTS[2:]] == [name for name, _ in frames]
+    assert all(json.loads(data)["type"] == name for name, data in frames)
+    start = json.loads(frames[0][1])["message"]
+    assert ([], None, "assistant") == (start["content"], start["stop_reason"], start["role"])
+    assert {"type": "text_delta", "text": "the"} == json.loads(frames[3][1])["delta"]
+    assert reply.body.endswith(b'\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
