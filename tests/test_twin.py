@@ -8,13 +8,16 @@ virtual-time loop, with an attempt function that plays, for each (run, step, slo
 outcome: it streams its first token at the drawn TTFT and ends at the drawn total, or fails at
 the drawn error time, or answers with output the step's validator refuses. Attempts map to
 slots as the simulator defines them: slot 0 the first attempt, slot 1 the attempt a cutoff or
-an error starts, slot 2 the upgrade. Every run must end at the same instant (to 1e-6 s of
-virtual time), with the same verdict, the same extra attempts and the same budget denials.
+an error starts, slot 3 the cutoff's attempt when slot 1 went to an error's retry (a retry is
+watched by the step's cutoffs like the first attempt), slot 2 the upgrade. Every run must end
+at the same instant (to 1e-6 s of virtual time), with the same verdict, the same extra
+attempts and the same budget denials.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 from collections.abc import AsyncIterator
@@ -36,14 +39,21 @@ from tailkit.executor import (
     RunResult,
     StepPolicy,
 )
-from tailkit.simulate import Draws, RouteSample, run_workflow, simulate_model, workflow_model
+from tailkit.simulate import (
+    Draws,
+    RouteSample,
+    WorkflowModel,
+    run_workflow,
+    simulate_model,
+    workflow_model,
+)
 from tailkit.simulate._reference import RunTrace, reference_trace
 from tests._fakeloop import run
 
 
 RUNS = 500
 DEADLINE_S = 16.0
-SLOT = {"primary": 0, "hedge": 1, "retry": 1, "downgrade": 1, "upgrade": 2}
+SLOT = {"primary": 0, "upgrade": 2}  # any other attempt: slot 1, or 3 once slot 1 is used
 PLAN = """\
 tailkit_plan: 1
 workflow: twin
@@ -69,6 +79,7 @@ steps:
     depends_on: [plan]
     cutoff_s: 7.0
     on_cutoff: retry
+    hedge_route: b/m
     upgrade_route: u/big
     predicted: {{p50_s: 4.2, p99_s: 12.0, hedge_rate: 0.05}}
   search:
@@ -91,6 +102,14 @@ steps:
     required: false
     idempotent: false
     predicted: {{p50_s: 4.0, p99_s: 12.0, hedge_rate: 0.0}}
+  probe:
+    route: c/m
+    depends_on: [plan]
+    required: false
+    cutoff_s: 3.0
+    on_cutoff: hedge
+    hedge_route: a/m
+    predicted: {{p50_s: 3.5, p99_s: 12.0, hedge_rate: 0.2}}
   write:
     route: a/m
     depends_on: [fetch, search, tag]
@@ -125,7 +144,7 @@ def _samples() -> dict[tuple[str, str], RouteSample]:
         "u/big": _route(rng, 4.5, 0.3, error_rate=0.1),
         "d/small": _route(rng, 1.2, 0.3),
     }
-    steps = ("plan", "fetch", "search", "tag", "note", "write")
+    steps = ("plan", "fetch", "search", "tag", "note", "probe", "write")
     return {(step, name): sample for step in steps for name, sample in routes.items()}
 
 
@@ -141,25 +160,36 @@ class Twin:
 
     def __init__(self, plan: Plan, runs: int, seed: int = 3) -> None:
         self.plan, self.runs = plan, runs
-        self.model = workflow_model(plan, SAMPLES)
+        self.model = with_failover(workflow_model(plan, SAMPLES), plan)
         self.draws = Draws(runs, seed=seed, keep=True)
         self.names = [step.name for step in self.model.steps]
         self.index = {name: self.draws.stack(name) for name in self.names}
+        self.used: set[tuple[str | None, str]] = set()  # (run, step) whose slot 1 is taken
 
     def per_run(self, r: int) -> list[list[int]]:
-        """Every step's three table indexes in run ``r``."""
+        """Every step's raw table indexes (one per slot) in run ``r``."""
         return [[int(x) for x in self.index[name][:, r]] for name in self.names]
 
     def attempt(self, a: Attempt) -> Any:
         """Play the drawn outcome of this (run, step, slot)."""
         r = int(a.run_id[1:]) if a.run_id else 0
         route = SAMPLES[(a.step, a.route)]
-        k = int(self.index[a.step][SLOT[a.role], r])
+        k = int(self.index[a.step][self.slot(a), r])
         end_s, ttft_s = float(route.end_table[k]), float(route.ttft_table[k])
         if k >= route.ok_entries:
             return _fail_after(end_s)
         text = "refused" if route.invalid_table[k] else "fine"
         return _stream(ttft_s, end_s, text)
+
+    def slot(self, a: Attempt) -> int:
+        """The simulator's slot of this attempt: the first, the upgrade, or the next repeat's."""
+        if a.role in SLOT:
+            return SLOT[a.role]
+        key = (a.run_id, a.step)
+        if key in self.used:
+            return 3
+        self.used.add(key)
+        return 1
 
     def executor(
         self, budget: HedgeBudget | None = None, throttle: ProviderThrottle | None = None
@@ -172,6 +202,7 @@ class Twin:
         one, the throttle here holds enough tokens never to engage on the drawn failures.
         """
         throttle = throttle or ProviderThrottle(max_tokens=1_000_000.0)
+        self.used.clear()  # a new executor replays the runs afresh
         sink = MemorySink()
         # the simulator retries an error at once; the executor's jitter is turned off to match
         valid = StepPolicy(validator=lambda result: result.text == "fine", retry_jitter_s=0.0)
@@ -180,6 +211,25 @@ class Twin:
             self.plan, ledger=Ledger(sink), budget=budget, throttle=throttle, policies=policies
         )
         return executor, sink
+
+
+def with_failover(model: WorkflowModel, plan: Plan) -> WorkflowModel:
+    """
+    The model with each step's failover route: its hedge route when on another provider.
+
+    The rule of `tailkit.simulate._couple.repeat_route`; a model built before the builder
+    sets it gets it here (setting it again changes nothing).
+    """
+    steps = []
+    for step in model.steps:
+        planned = plan.steps[step.name]
+        other = planned.hedge_route
+        own = plan.routes[planned.route].provider
+        if other is not None and plan.routes[other].provider != own:
+            steps.append(dataclasses.replace(step, failover=SAMPLES[(step.name, other)]))
+        else:
+            steps.append(step)
+    return dataclasses.replace(model, steps=tuple(steps))
 
 
 async def _fail_after(seconds: float) -> AsyncIterator[Any]:
@@ -251,6 +301,14 @@ def test_executor_plays_every_run_as_the_simulator_does() -> None:
     assert causes == {None, "cutoff", "error", "invalid"}
     assert {r.attrs.get("cutoff") for r in sink.records} >= {"ttft", "total"}
     assert executor.denials == {"budget": 0, "throttle": 0}
+    # errors fail over to a hedge route on another provider, and every attempt is watched:
+    # a retry's and an upgrade's own cutoffs fire (a failover is hedged back on its route)
+    failed_over = [r for r in sink.records if r.attrs.get("failover")]
+    assert len(failed_over) > 20
+    assert {(r.provider, r.attrs["failover"]) for r in failed_over} == {("c", "b/m"), ("c", "a/m")}
+    watched = [r for r in sink.records if r.role in ("retry", "upgrade") and r.attrs.get("cutoff")]
+    assert {r.role for r in watched} == {"retry", "upgrade"}
+    assert sum(r.role == "retry" for r in watched) > 5
 
 
 def test_a_binding_budget_denies_what_the_reference_denies() -> None:
@@ -290,7 +348,9 @@ def _concurrent(twin: Twin, executor: Executor) -> list[RunResult]:
 def test_many_concurrent_runs_within_budget_are_never_denied() -> None:
     """400 runs started together, a plan on its budget: no denial, every run as simulated."""
     runs = 400
-    expected = simulate_model(workflow_model(_plan(), SAMPLES), runs=100_000, seed=99)
+    expected = simulate_model(
+        with_failover(workflow_model(_plan(), SAMPLES), _plan()), runs=100_000, seed=99
+    )
     # on budget: the executor spends the budget on recoveries (error retries, upgrades) too
     spend = expected.extra_attempts + expected.recovery_attempts
     budget = math.ceil(spend * 1000) / 1000
@@ -343,4 +403,4 @@ def test_a_throttled_hedge_provider_is_a_visible_denial() -> None:
     )
     assert denied
     assert all(r.attrs["action_skipped"] == "provider b throttled" for r in denied)
-    assert not any(r.role == "hedge" for r in sink.records)
+    assert not any(r.role == "hedge" and r.provider == "b" for r in sink.records)

@@ -33,10 +33,16 @@ from tailkit.simulate._model import StepModel
 from tailkit.simulate._sample import TABLE, Index, RouteSample
 
 
-__all__ = ["RETRY", "StepSlots", "couple", "repeat_route", "retry_index", "step_indexes"]
+__all__ = [
+    "AFTER_RETRY", "RETRY", "StepSlots", "action_route", "after_retry_index", "couple",
+    "repeat_route", "retry_index", "step_indexes",
+]  # fmt: skip
 
-RETRY = 3
-"""The virtual slot of an error's retry: slot 1's draw, coupled for the step's own route."""
+AFTER_RETRY = 3
+"""The slot of the cutoff's attempt when slot 1 went to an error's retry (its own stream)."""
+
+RETRY = 4
+"""The virtual slot of an error's retry: slot 1's draw, coupled for the retry's route."""
 
 
 def _scores(index: Index, route: RouteSample) -> np.ndarray:
@@ -89,34 +95,65 @@ def repeat_route(step: StepModel, k: int) -> RouteSample:
     """
     The route slot ``k``'s attempt goes to (the step's own where the step names none).
 
-    Slot 1 is the cutoff's attempt (the step's second route), slot 2 the upgrade, `RETRY`
-    an error's retry (always the step's own route).
+    The one rule for where a repeat goes, as the executor sends it. Slot 1 is the cutoff's
+    attempt (the step's second route), slot 2 the upgrade, `RETRY` an error's retry: on the
+    step's hedge route when that is on another provider (a failover: ``step.failover``), else
+    on the step's own route; `AFTER_RETRY` the cutoff's attempt on that retry (`action_route`).
+    A cutoff that fires on an upgrade reads slot 1 (or `AFTER_RETRY`) for its attempt too,
+    coupled as that slot is.
     """
     if k == RETRY:
-        return step.primary
+        return step.failover or step.primary
+    if k == AFTER_RETRY:
+        return action_route(step, repeat_route(step, RETRY))
     return (step.second if k == 1 else step.upgrade) or step.primary
+
+
+def action_route(step: StepModel, head: RouteSample) -> RouteSample:
+    """
+    Where the step's action sends its attempt when a cutoff fires on an attempt on ``head``.
+
+    A retry goes to ``head`` itself; a downgrade to the step's second route; a hedge to the
+    step's second route, or to its own route when ``head`` is that second route (an attempt
+    that failed over to the hedge route is hedged back on the step's route, as the executor's
+    ``hedge_target`` does).
+    """
+    second = step.second or step.primary
+    if step.action == "retry":
+        return head
+    if step.action == "hedge" and head is second and second is not step.primary:
+        return step.primary
+    return second
 
 
 def retry_index(draws: Sequence[int]) -> int:
     """
     The index an error's retry reads in a run's per-step draws (the reference's rule).
 
-    Three draws are the raw slots (no coupling: the retry reads slot 1); a fourth, when
-    given, is the retry's own coupled index (`RETRY`).
+    Four draws are the raw slots (no coupling: the retry reads slot 1); a fifth, when given,
+    is the retry's own coupled index (`RETRY`, as `step_indexes` gives it).
     """
     return draws[RETRY] if len(draws) > RETRY else draws[1]
 
 
+def after_retry_index(draws: Sequence[int]) -> int:
+    """
+    The index the cutoff's attempt after an error's retry reads (`AFTER_RETRY`).
+    """
+    return draws[AFTER_RETRY]
+
+
 def step_indexes(step: StepModel, raw: Index) -> Index:
     """
-    A step's indexes as the engine reads them, from its raw ``(3, runs)`` slot draws.
+    A step's indexes as the engine reads them, from its raw ``(4, runs)`` slot draws.
 
     Rows: the first attempt, the cutoff's attempt (on the step's second route, else its
-    own), the upgrade, and an error's retry (`RETRY`), the last three coupled to the first.
+    own), the upgrade, the cutoff's attempt after an error's retry (`AFTER_RETRY`), and an
+    error's retry (`RETRY`), the last four coupled to the first.
     """
     first = raw[0]
     coupled = []
-    for k in (1, 2, RETRY):
+    for k in (1, 2, AFTER_RETRY, RETRY):
         route = repeat_route(step, k)
         draws = raw[1 if k == RETRY else k]  # an error's retry reads slot 1
         coupled.append(couple(first, draws, step.rho(route), step.primary, route))
@@ -127,8 +164,9 @@ class StepSlots:
     """
     A step's draws for one block of runs: raw slots read once each, repeats coupled on demand.
 
-    Slots 0, 1, 2 are the first attempt, the cutoff's attempt and the upgrade; `RETRY` is an
-    error's retry. Raw draws are read from `Draws` on first use only (a slot no plan uses is
+    Slots 0, 1, 2 are the first attempt, the cutoff's attempt and the upgrade, `AFTER_RETRY`
+    the cutoff's attempt after an error's retry; `RETRY` is an error's retry. Raw draws are
+    read from `Draws` on first use only (a slot no plan uses is
     never drawn, and the streams stay aligned block by block). Coupling costs two inverse
     normals and a normal CDF per draw, so it is done only for the runs that start the repeat
     (`where`, `at`): a run's coupled draw depends on that run's draws alone, so coupling a

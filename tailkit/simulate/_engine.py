@@ -48,7 +48,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.simulate._couple import StepSlots
+from tailkit.simulate._couple import AFTER_RETRY, StepSlots
 from tailkit.simulate._draws import Draws
 from tailkit.simulate._general import general_step
 from tailkit.simulate._model import (
@@ -98,11 +98,13 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
 
     # Read every slot this step may need, needed in this block or not: streams stay aligned.
     first = slot.raw(0)
-    one_used, two_used = needs_slots(step, model)
+    one_used, two_used, three_used = needs_slots(step, model)
     if one_used:
         slot.raw(1)
     if two_used:
         slot.raw(2)
+    if three_used:
+        slot.raw(AFTER_RETRY)
     end1 = primary.end_table[first]
     fired = np.zeros(start_s.size, dtype=np.bool_)
     failed = np.zeros(start_s.size, dtype=np.bool_)
@@ -132,6 +134,7 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
         if rows.size:
             sub = general_step(step, start_s[rows], lambda k: slot.at(k, rows), model)
             duration[rows], failed[rows], recovery[rows] = sub.duration_s, sub.failed, sub.recovery
+            fired[rows] = sub.fired  # a retry or an upgrade may fire where the first did not
     extra = fired if step.action in ACTING else np.zeros(start_s.size, dtype=np.bool_)
     return StepOutcome(duration, failed, fired, extra, recovery)
 

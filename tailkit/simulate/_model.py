@@ -16,7 +16,10 @@ from tailkit.simulate._sample import Array, RouteSample
 
 Bools = npt.NDArray[np.bool_]
 ACTING = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
-SLOTS = 3  # draws per step and run: one per attempt it may make
+# Draws per step and run, one per attempt it may make: the first attempt, the attempt a cutoff
+# or an error starts, the upgrade, and the cutoff's attempt when slot 1 went to an error's
+# retry (`tailkit.simulate._couple`). Each slot is its own stream: adding one moves no other.
+SLOTS = 4
 # An extra attempt due this close to the run deadline, or later, never starts (the executor's
 # rule too: tailkit.executor._step.NO_TIME_S); it is not counted against the budget.
 NO_TIME_S = 1e-6
@@ -39,6 +42,8 @@ class StepModel:
         second: Route of the attempt the action starts (``None``: the primary route).
         upgrade: Route that re-does a result that failed validation (``None``: primary).
         hedge: The step's hedge route whatever its action (``None``: none), for policies.
+        failover: Where an error's retry goes: the step's hedge route when it is on another
+            provider than the step's route (``None``: the retry stays on the primary route).
         idempotent: Whether an attempt may be repeated (hedged, retried, also after an error).
         reserve_s: Seconds the steps still waiting on this one need (their median path).
         tokens: Tokens billed per attempt (expected input + output), for extra tokens.
@@ -61,6 +66,7 @@ class StepModel:
     second: RouteSample | None = None
     upgrade: RouteSample | None = None
     hedge: RouteSample | None = None
+    failover: RouteSample | None = None
     idempotent: bool = True
     reserve_s: float = 0.0
     tokens: float = 0.0
@@ -109,15 +115,21 @@ class WorkflowModel:
     error_retries: int = 1
 
 
-def needs_slots(step: StepModel, model: WorkflowModel) -> tuple[bool, bool]:
+def needs_slots(step: StepModel, model: WorkflowModel) -> tuple[bool, bool, bool]:
     """
-    Whether the step may draw slot 1 (a cutoff's or an error's attempt) and slot 2 (upgrade).
+    Whether the step may draw slots 1 (a cutoff's or an error's attempt), 2 and 3.
+
+    Slot 2 is the upgrade, slot 3 the cutoff's attempt after an error's retry (watched too).
 
     Every block of runs reads the same slots, so the streams stay aligned block by block.
     """
-    one = (step.acting and step.action != "fail") or retries_errors(step, model)
-    routes = (step.primary, step.second or step.primary, step.upgrade or step.primary)
-    return one, any(r.invalid_rate > 0.0 for r in routes)
+    acts = step.acting and step.action in ACTING
+    retries = retries_errors(step, model)
+    routes = (
+        step.primary, step.second or step.primary, step.upgrade or step.primary,
+        step.failover or step.primary,
+    )  # fmt: skip
+    return acts or retries, any(r.invalid_rate > 0.0 for r in routes), acts and retries
 
 
 def retries_errors(step: StepModel, model: WorkflowModel) -> bool:

@@ -23,7 +23,13 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tailkit.simulate._couple import retry_index
+from tailkit.simulate._couple import (
+    RETRY,
+    action_route,
+    after_retry_index,
+    repeat_route,
+    retry_index,
+)
 from tailkit.simulate._model import ACTING, NO_TIME_S, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
@@ -92,52 +98,109 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
     One step in one run, asking for each extra attempt as the executor does.
 
     Yields the age (seconds into the step) at which it asks for an extra attempt -- the
-    action at its cutoff, the retry after an error, the upgrade after an invalid result -- and
-    is sent whether it was granted. Returns (duration, failed, extra attempt started at the
-    cutoff, recovery attempts). ``draws`` are the step's three table indexes for this run.
+    action at a cutoff, the retry after an error, the upgrade after an invalid result -- and
+    is sent whether it was granted. Returns (duration, failed, extra attempt started at a
+    cutoff, recovery attempts). ``draws`` are the step's table indexes for this run (its
+    four raw slots, or `step_indexes`' coupled rows).
+
+    Until a cutoff fires, the attempt the step waits on is watched, from its own start: the
+    first attempt, then the retry (or failover) of a first attempt that failed, or the
+    upgrade of a first result that was invalid. The first cutoff that passes acts, once.
     """
     one = _attempt(step.primary, draws[0])
     act = acts_at(step, start_s, model, one)
     if act < _INF and step.action == "fail":
         return act, True, False, 0
-    acted = act < _INF and step.action in ACTING and (yield act)
+    fired = act < _INF  # a cutoff passed (its action granted or not): nothing more is watched
+    acted = fired and step.action in ACTING and (yield act)
     recovery = 0
     valid = bad = _INF  # the first valid result, the first invalid one
     end1, _, err1, inv1 = one
-    if not acted:
-        last = end1
-        if err1 and model.error_retries and step.idempotent:
-            if (yield end1):
-                last, valid, bad = _retried(step, end1, draws)
-                recovery = 1
-        elif not err1:
-            valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
-    else:
-        last, valid, bad = _raced(step, act, one, draws)
+    last = end1
+    if acted:
+        other = _attempt(action_route(step, step.primary), draws[1])
+        last, valid, bad = _raced(step, act, one, 0.0, other)
+    elif err1 and model.error_retries and step.idempotent:
+        if (yield end1):
+            recovery = 1
+            route = repeat_route(step, RETRY)
+            two = _Watched(
+                route, _attempt(route, retry_index(draws)), end1, after_retry_index(draws)
+            )
+            last, valid, bad, fired2, acted = yield from _watched(step, start_s, model, two, fired)
+            if fired2 and step.action == "fail":
+                return last, True, False, recovery
+            fired = fired or fired2
+    elif not err1:
+        valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
     if bad < valid and (yield bad):  # the first result came back invalid: re-do it once
-        end3, _, err3, inv3 = _attempt(step.upgrade or step.primary, draws[2])
-        if not err3 and not inv3:
-            valid = min(valid, bad + end3)
-        last = max(last, bad + end3)
+        route = step.upgrade or step.primary
+        index = after_retry_index(draws) if recovery else draws[1]
+        three = _Watched(route, _attempt(route, draws[2]), bad, index)
         recovery += 1
+        up_last, up_valid, _, fired3, acted3 = yield from _watched(
+            step, start_s, model, three, fired
+        )
+        if fired3 and step.action == "fail":
+            return up_last, True, False, recovery
+        acted = acted or acted3
+        valid = min(valid, up_valid)
+        last = max(last, up_last)
     if valid < _INF:
         return valid, False, acted, recovery
     return last, True, acted, recovery
 
 
+@dataclass(frozen=True, slots=True)
+class _Watched:
+    """
+    Strictly private: a retry or an upgrade the step watches (route, draw, start, next slot).
+    """
+
+    route: RouteSample
+    attempt: Attempt
+    at: float  # its start, seconds into the step
+    action_index: int  # the table index its cutoff's attempt reads
+
+
+def _watched(
+    step: StepModel, start_s: float, model: WorkflowModel, head: _Watched, fired: bool
+) -> Generator[float, bool, tuple[float, float, float, bool, bool]]:
+    """
+    A retry or an upgrade, watched unless a cutoff ``fired`` already.
+
+    Returns (its end, first valid result, first invalid one, a cutoff fired on it, an
+    attempt started at that cutoff); for ``fail``, its end is when the step gave up.
+    """
+    at = head.at
+    act = _INF if fired else acts_at(step, start_s + at, model, head.attempt)
+    if act < _INF and step.action == "fail":
+        return at + act, _INF, _INF, True, False
+    acted = act < _INF and step.action in ACTING and (yield at + act)
+    if acted:
+        other = _attempt(action_route(step, head.route), head.action_index)
+        last, valid, bad = _raced(step, at + act, head.attempt, at, other)
+    else:
+        last, valid, bad = _plain(head.attempt, at)
+    return last, valid, bad, act < _INF, acted
+
+
 def _raced(
-    step: StepModel, act: float, one: Attempt, draws: Sequence[int]
+    step: StepModel, act: float, head: Attempt, head_at: float, other: Attempt
 ) -> tuple[float, float, float]:
     """
-    The step acted at ``act``: (its end, first valid result, first invalid one).
+    The step acted at age ``act`` on ``head`` (started at age ``head_at``), starting ``other``.
+
+    Returns (its end, first valid result, first invalid one).
     """
-    end1, _, err1, inv1 = one
+    end1, _, err1, inv1 = head
+    end1 += head_at
     valid = bad = _INF
-    end2, _, err2, inv2 = _attempt(step.second or step.primary, draws[1])
+    end2, _, err2, inv2 = other
     last = act + end2
     if not err2:
         valid, bad = (last if not inv2 else _INF), (last if inv2 else _INF)
-    if step.action == "hedge":  # the first attempt races on
+    if step.action == "hedge":  # the watched attempt races on
         if not err1 and inv1:
             bad = min(bad, end1)
         elif not err1:
@@ -146,13 +209,13 @@ def _raced(
     return last, valid, bad
 
 
-def _retried(step: StepModel, end1: float, draws: Sequence[int]) -> tuple[float, float, float]:
+def _plain(attempt: Attempt, started: float) -> tuple[float, float, float]:
     """
-    A failed first attempt retried at once: (its end, first valid result, first invalid one).
+    An attempt started at age ``started`` and run to its end: (end, valid result, invalid one).
     """
-    end2, _, err2, inv2 = _attempt(step.primary, retry_index(draws))
-    last = end1 + end2
-    return last, (last if not err2 and not inv2 else _INF), (last if inv2 else _INF)
+    end, _, err, inv = attempt
+    last = started + end
+    return last, (last if not err and not inv else _INF), (last if inv and not err else _INF)
 
 
 def play_step(
@@ -161,7 +224,7 @@ def play_step(
     """
     One step in one run, every extra attempt granted: (duration, failed, extra, recovery).
 
-    ``draws`` are the step's three table indexes for this run.
+    ``draws`` are the step's table indexes for this run (see `step_play`).
     """
     play = step_play(step, start_s, draws, model)
     try:
@@ -330,7 +393,7 @@ def reference_run(model: WorkflowModel, draws: Sequence[Sequence[int]]) -> tuple
     """
     One run, every action granted: (end-to-end seconds, every required step succeeded, extras).
 
-    ``draws[i]`` holds step ``i``'s three table indexes for this run.
+    ``draws[i]`` holds step ``i``'s table indexes for this run (see `step_play`).
     """
     trace = reference_trace(model, draws)
     return trace.end_s, trace.ok, trace.extras
