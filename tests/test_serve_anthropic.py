@@ -25,9 +25,11 @@ from .test_serve import (
     chat,
     config,
     fixed,
+    only,
     request_bytes,
     send,
     serving,
+    until,
 )
 
 
@@ -48,6 +50,15 @@ async def message(port: int, *, headers: dict[str, str] | None = None, **body: A
     """
     doc = {"model": "m", "max_tokens": 5, "messages": PROMPT, **body}
     return await send(port, request_bytes("POST", MESSAGES, doc, {**CLOSE, **(headers or {})}))
+
+
+def error_type(err: anthropic.APIStatusError) -> str:
+    """
+    The type of the Anthropic error object the SDK read from the body.
+    """
+    body: Any = err.body
+    assert "error" == body["type"]
+    return str(body["error"]["type"])
 
 
 def faulty(**shares: float) -> ServeConfig:
@@ -157,7 +168,7 @@ def test_the_sdk_raises_its_errors_on_status() -> None:
     err = asyncio.run(main())
 
     assert 404 == err.status_code
-    assert "not_found_error" == err.body["error"]["type"]  # type: ignore[index]
+    assert "not_found_error" == error_type(err)
 
 
 # --- streams -------------------------------------------------------------------------------
@@ -235,3 +246,221 @@ def test_the_event_framing_on_the_wire() -> None:
     assert ([], None, "assistant") == (start["content"], start["stop_reason"], start["role"])
     assert {"type": "text_delta", "text": "the"} == json.loads(frames[3][1])["delta"]
     assert reply.body.endswith(b'\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
+
+
+# --- faults --------------------------------------------------------------------------------
+
+
+async def _create(sdk: anthropic.AsyncAnthropic, *, stream: bool, **kw: Any) -> list[str]:
+    """
+    One request through the SDK; the types of the events it yields (a whole answer: its type).
+    """
+    body: dict[str, Any] = {"model": "m", "max_tokens": 5, "messages": PROMPT, **kw}
+    if not stream:
+        return [(await sdk.messages.create(**body)).type]
+    events = await sdk.messages.create(stream=True, **body)
+    return [event.type async for event in events]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_429_raises_rate_limit_error_with_retry_after(stream: bool) -> None:
+    """
+    Over the tokens-per-minute limit: RateLimitError, retry-after in the response's headers.
+    """
+
+    async def main() -> tuple[anthropic.RateLimitError, AttemptRecord]:
+        cfg = config(fixed(0.001, faults=Faults(tpm_limit=20)), time_scale=1.0)
+        async with serving(cfg) as server, client(server) as sdk:
+            await _create(sdk, stream=stream, max_tokens=15)  # 5 + 15 tokens: the bucket is empty
+            with pytest.raises(anthropic.RateLimitError) as err:
+                await _create(sdk, stream=stream, max_tokens=15)
+            return err.value, server.records[-1]
+
+    err, record = asyncio.run(main())
+
+    retry_after_s = int(err.response.headers["retry-after"])
+    assert 429 == err.status_code
+    body: Any = err.body
+    assert ({"type", "error"}, "rate_limit_error") == (body.keys(), body["error"]["type"])
+    assert "Rate limit reached for m" in body["error"]["message"]
+    # 20 tokens to refill at 20 a minute (less what refilled meanwhile), exact in retry-after-ms
+    retry_ms = int(err.response.headers["retry-after-ms"])
+    assert 50_000 <= retry_ms <= 60_000
+    assert retry_ms <= 1000 * retry_after_s < retry_ms + 1000
+    assert ("rate_limited", 429) == (record.status, record.http_status)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_5xx_raises_api_status_error(stream: bool) -> None:
+    """
+    The error_5xx fault: the SDK raises APIStatusError with an api_error body.
+    """
+
+    async def main() -> tuple[anthropic.APIStatusError, AttemptRecord]:
+        async with serving(faulty(error_5xx=1.0)) as server, client(server) as sdk:
+            with pytest.raises(anthropic.APIStatusError) as err:
+                await _create(sdk, stream=stream)
+            return err.value, server.records[-1]
+
+    err, record = asyncio.run(main())
+
+    assert err.status_code in (500, 502, 503)
+    assert isinstance(err, anthropic.InternalServerError)
+    assert "api_error" == error_type(err)
+    assert ("error", "server_error", err.status_code) == (
+        record.status, record.error_type, record.http_status,
+    )  # fmt: skip
+
+
+def test_a_cut_stream_ends_without_message_stop() -> None:
+    """
+    cut_stream: some text deltas, then the connection closes; no message_stop, no usage.
+    """
+
+    async def main() -> tuple[list[str], AttemptRecord, Reply]:
+        cfg = config(fixed(0.1, output_tokens=30, faults=Faults(cut_stream=1.0)))
+        async with serving(cfg) as server, client(server) as sdk:
+            types = await _create(sdk, stream=True, max_tokens=100)
+            record = server.records[-1]
+            return types, record, await message(server.port, max_tokens=100, stream=True)
+
+    types, record, reply = asyncio.run(main())
+    names = [name for name, _ in _frames(reply)]
+
+    assert ["message_start", "content_block_start"] == types[:2]
+    assert {"content_block_delta"} == set(types[2:])
+    assert "message_stop" not in names
+    assert "message_delta" not in names
+    assert ("error", "cut_stream", 200) == (record.status, record.error_type, record.http_status)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_malformed_chunk_makes_the_sdk_raise(stream: bool) -> None:
+    """
+    garbage: a ``data:`` line (or a body) that is not JSON; the SDK raises on reading it.
+    """
+
+    async def main() -> tuple[AttemptRecord, Reply]:
+        async with serving(faulty(garbage=1.0)) as server, client(server) as sdk:
+            with pytest.raises(ValueError, match="line 1"):  # json.JSONDecodeError
+                await _create(sdk, stream=stream)
+            return server.records[-1], await message(server.port, stream=stream)
+
+    record, reply = asyncio.run(main())
+
+    assert ("invalid", "garbage", 200) == (record.status, record.error_type, record.http_status)
+    if stream:
+        frames = _frames(reply)
+        assert ["message_start", "content_block_start", "ping"] == [n for n, _ in frames[:3]]
+        assert all(json.loads(data) for _, data in frames[:3])  # the opening is whole
+        assert "content_block_delta" == frames[3][0]
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(frames[3][1])
+        assert "message_stop" == frames[-1][0]
+
+
+def test_schema_invalid_loses_the_content() -> None:
+    """
+    schema_invalid: a message without ``content``; stream deltas without ``delta``.
+    """
+
+    async def main() -> list[Reply]:
+        async with serving(faulty(schema_invalid=1.0)) as server:
+            return [await message(server.port), await message(server.port, stream=True)]
+
+    whole, streamed = asyncio.run(main())
+    events = [json.loads(data) for _, data in _frames(streamed)]
+
+    assert "message" == whole.json()["type"]
+    assert "content" not in whole.json()
+    deltas = [e for e in events if e["type"] in ("content_block_delta", "message_delta")]
+    assert 6 == len(deltas)  # five text deltas and the message's
+    assert all("delta" not in e for e in deltas)
+
+
+def test_reset_is_a_connection_error() -> None:
+    """
+    reset: no HTTP answer at all; the SDK raises APIConnectionError, not a status error.
+    """
+
+    async def main() -> AttemptRecord:
+        async with serving(faulty(reset=1.0)) as server, client(server) as sdk:
+            with pytest.raises(anthropic.APIConnectionError) as err:
+                await _create(sdk, stream=True)
+            assert not isinstance(err.value, anthropic.APITimeoutError)
+            return server.records[-1]
+
+    record = asyncio.run(main())
+
+    assert ("error", "connection_reset") == (record.status, record.error_type)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_the_deadline_header_is_honoured(stream: bool) -> None:
+    """
+    x-tailkit-remaining-s: 504 timeout_error before the answer, or a stream cut mid-way.
+    """
+
+    async def main() -> tuple[list[str] | anthropic.APIStatusError, AttemptRecord]:
+        # whole: 1 s to the first token; streamed: the first at once, then 10 tokens a second
+        model = fixed(2.0) if not stream else fixed(0.01, tokens_per_s=20.0, output_tokens=60)
+        headers = {"x-tailkit-remaining-s": "0.3"}
+        async with serving(config(model, time_scale=0.5)) as server, client(server) as sdk:
+            try:
+                outcome: Any = await _create(
+                    sdk, stream=stream, max_tokens=100, extra_headers=headers
+                )
+            except anthropic.APIStatusError as exc:
+                outcome = exc
+            return outcome, server.records[-1]
+
+    outcome, record = asyncio.run(main())
+
+    assert ("timeout", "deadline_exceeded") == (record.status, record.error_type)
+    if stream:
+        assert isinstance(outcome, list)
+        assert "message_stop" not in outcome
+        assert record.attrs["tokens_sent"] < 60
+    else:
+        assert isinstance(outcome, anthropic.APIStatusError)
+        assert (504, "timeout_error") == (outcome.status_code, error_type(outcome))
+
+
+def test_a_hang_is_recorded_when_the_sdk_gives_up() -> None:
+    """
+    hang: nothing is sent; the SDK's own timeout raises APITimeoutError; the log says client_gone.
+    """
+
+    async def main() -> AttemptRecord:
+        async with serving(faulty(hang=1.0)) as server, client(server, timeout=0.2) as sdk:
+            with pytest.raises(anthropic.APITimeoutError):
+                await _create(sdk, stream=True)
+            await until(lambda: server.records)
+            return server.records[-1]
+
+    record = asyncio.run(main())
+
+    assert ("timeout", "client_gone", None) == (
+        record.status,
+        record.error_type,
+        record.http_status,
+    )
+
+
+def test_a_request_that_is_not_http_is_answered_and_recorded() -> None:
+    """
+    A malformed request on /v1/messages: its 4xx as an Anthropic error, and its record.
+    """
+    head = f"POST {MESSAGES} HTTP/1.1\r\nHost: x\r\nContent-Length: nine\r\n\r\n".encode()
+
+    async def main() -> tuple[Reply, AttemptRecord]:
+        async with serving(config()) as server:
+            reply = await send(server.port, head)
+            return reply, only(server)
+
+    reply, record = asyncio.run(main())
+
+    assert (400, "invalid_request_error") == (reply.status, reply.json()["error"]["type"])
+    assert ("error", "bad_http_request", 400) == (
+        record.status, record.error_type, record.http_status,
+    )  # fmt: skip
