@@ -52,18 +52,21 @@ more. ``processes`` defaults to the ``TAILKIT_WORKERS`` environment variable, el
 **A reserve for recovery.** Not every extra attempt is speculative. A hedge (or a retry or
 downgrade at a cutoff) races an attempt that may still answer; an error retry, a failover or
 an upgrade after invalid output is the step's only way to an answer. First come first served,
-a brownout's hedges spend the whole bound and a single error then fails its run. So a
-speculative extra attempt may only spend ``1 - reserve`` of what the rule allows at that
-moment (its right-hand side times ``1 - reserve``); the last ``reserve`` share of it is for
-recovery, which may spend all of it. The default reserve is 0.2: at 5 % of 400 first
-attempts the rule allows 35.4 extra attempts, hedges stop at 28, and at least 7 remain for
-recovery; over the 10,000 first attempts of the window, 569 and 455. Calibrate counts a
-plan's recovery attempts in its ``hedge_budget`` too, so a plan whose errors and invalid
-results take about a fifth of its budget hedges no more than the reserve leaves it; one that
-spends nearly all of it on hedges loses some of them once a window holds more than about
-3,000 first attempts (set ``reserve`` to the plan's recovery share of the budget, or 0).
-Callers say which kind they ask for (``try_extra(account, speculative=True)``); one that
-does not say draws from the whole bound, as before the reserve.
+a brownout's hedges spend the whole bound and a single error then fails its run. So the
+speculative extra attempts counted may reach only ``1 - reserve`` of what the rule allows
+(its right-hand side times ``1 - reserve``), besides all extra attempts staying within the
+rule; recovery needs the rule alone. Whatever the hedges do, a ``reserve`` share of the
+bound is left to recovery, and recovery that came first never shrinks the hedges' share
+(only the whole bound). The default reserve is 0.2: at 5 % of 400 first attempts the rule
+allows 35.4 extra attempts, hedges stop at 28 and at least 7 remain for recovery; over the
+10,000 first attempts of the window, 569 and 455. Calibrate counts a plan's recovery attempts
+in its ``hedge_budget`` too, so a plan whose errors and invalid results take a fifth of its
+budget or more meets the reserve only at a 2.7-sigma fluke of its hedges; one that spends
+nearly all of it on
+hedges loses some once a window holds more than about 3,000 first attempts (set ``reserve``
+lower, or 0). Callers say which kind they ask for (``try_extra(account,
+speculative=True)``); one that does not say draws from the whole bound, as before the
+reserve.
 """
 
 from __future__ import annotations
@@ -102,14 +105,16 @@ class BudgetAccount:
     Attributes:
         firsts: First attempts credited when the run started.
         extras: Extra attempts granted to the run.
+        hedges: Of those, the speculative ones (hedges, retries or downgrades at a cutoff).
         denials: Extra attempts refused to the run.
     """
 
-    __slots__ = ("closed", "denials", "extras", "firsts")
+    __slots__ = ("closed", "denials", "extras", "firsts", "hedges")
 
     def __init__(self, firsts: int) -> None:
         self.firsts = firsts
         self.extras = 0
+        self.hedges = 0
         self.denials = 0
         self.closed = False
 
@@ -125,10 +130,10 @@ class HedgeBudget:
     * sqrt(ratio * P * firsts) + allowance`` (``P = processes``), where ``firsts`` and
     ``extras`` count this process's runs still open and the closed runs that brought the
     latest ``window_firsts / processes`` first attempts; a speculative one (a hedge, or a retry
-    or downgrade at a cutoff) iff the same holds with the right-hand side times ``1 -
-    reserve`` (see the module docstring). A workflow run opens an account with one first
-    attempt per step of its plan (the simulator's count), a lone step call with one.
-    Synchronous, not thread-safe.
+    or downgrade at a cutoff) iff, besides, the same holds for the speculative extras alone
+    with the right-hand side times ``1 - reserve`` (see the module docstring). A workflow run
+    opens an account with one first attempt per step of its plan (the simulator's count), a
+    lone step call with one. Synchronous, not thread-safe.
 
     Args:
         ratio: Extra attempts allowed per first attempt, in [0, 1]; read as the decimal it
@@ -143,7 +148,8 @@ class HedgeBudget:
             noise headroom and window. ``None``: the ``TAILKIT_WORKERS`` environment variable,
             else ``WEB_CONCURRENCY`` (gunicorn's and uvicorn's worker count), else 1.
         reserve: The share of the bound only recovery (error retries, failovers, upgrades)
-            may spend, in [0, 1]: speculative extra attempts stop at ``1 - reserve`` of it.
+            may spend, in [0, 1]: speculative extra attempts stop at ``1 - reserve`` of it
+            (counting only themselves; all extras together stay within the whole bound).
         window_s: Ignored. Budgets used to count over a sliding window of seconds; callers that
             still pass one keep working, with no window in time.
 
@@ -158,8 +164,8 @@ class HedgeBudget:
     """
 
     __slots__ = (
-        "_allowance", "_closed", "_closed_firsts", "_den", "_extras", "_firsts", "_num",
-        "_processes", "_reserve", "_reserve_den", "_reserve_num", "_sigma_den", "_sigma_num",
+        "_allowance", "_closed", "_closed_firsts", "_den", "_extras", "_firsts", "_hedges",
+        "_keep_den", "_keep_num", "_num", "_processes", "_reserve", "_sigma_den", "_sigma_num",
         "_window_firsts",
     )  # fmt: skip
 
@@ -197,12 +203,12 @@ class HedgeBudget:
         self._sigma_num, self._sigma_den = spread.numerator, spread.denominator
         keep = 1 - Fraction(repr(float(reserve)))  # a speculative attempt's share of the bound
         self._reserve = reserve
-        self._reserve_num, self._reserve_den = keep.numerator, keep.denominator
+        self._keep_num, self._keep_den = keep.numerator, keep.denominator
         self._allowance = allowance
         self._window_firsts = -(
             -window_firsts // self._processes
         )  # this process's part, rounded up
-        self._firsts = self._extras = 0  # open runs and remembered closed runs
+        self._firsts = self._extras = self._hedges = 0  # open runs and remembered closed runs
         self._closed: deque[BudgetAccount] = deque()
         self._closed_firsts = 0
 
@@ -254,18 +260,33 @@ class HedgeBudget:
         """
         return self._extras
 
-    def allows(self, extras: int, firsts: int, *, speculative: bool = False) -> bool:
+    @property
+    def hedges(self) -> int:
+        """
+        Of those, the speculative ones (hedges, retries or downgrades at a cutoff).
+        """
+        return self._hedges
+
+    def allows(self, extras: int, firsts: int, *, hedges: int | None = None) -> bool:
         """
         Whether the rule grants one more extra attempt after ``extras``, given ``firsts``.
 
-        ``speculative``: the attempt is a hedge (or a retry or downgrade at a cutoff), held to
-        ``1 - reserve`` of the bound; otherwise recovery, which may spend all of it.
+        ``hedges``: the speculative extras among ``extras``, for a speculative attempt (a
+        hedge, or a retry or downgrade at a cutoff): they must also stay within ``1 -
+        reserve`` of the bound. ``None``: recovery, held to the bound alone.
         """
-        # processes * (extras + 1) / keep <= ratio * P * firsts + sigmas * sqrt(...) + allowance,
-        # every term times den * keep_num (keep = keep_num / keep_den: 1 for recovery)
-        keep_num, keep_den = (self._reserve_num, self._reserve_den) if speculative else (1, 1)
+        if not self._fits(extras + 1, firsts, 1, 1):
+            return False
+        return hedges is None or self._fits(hedges + 1, firsts, self._keep_num, self._keep_den)
+
+    def _fits(self, count: int, firsts: int, keep_num: int, keep_den: int) -> bool:
+        """
+        ``processes * count <= keep * (ratio * P * firsts + sigmas * sqrt(...) + allowance)``.
+
+        Every term times ``den * keep_num`` (``keep = keep_num / keep_den``), in integers.
+        """
         fleet_firsts = self._processes * firsts
-        need = self._den * (self._processes * (extras + 1) * keep_den - self._allowance * keep_num)
+        need = self._den * (self._processes * count * keep_den - self._allowance * keep_num)
         need -= self._num * fleet_firsts * keep_num
         if need <= 0:
             return True
@@ -292,18 +313,22 @@ class HedgeBudget:
 
         Args:
             account: The run's account.
-            speculative: A hedge, or a retry or downgrade at a cutoff: it may spend only
-                ``1 - reserve`` of the bound. ``False`` (an error retry, a failover, an
-                upgrade): recovery, which may spend all of it.
+            speculative: A hedge, or a retry or downgrade at a cutoff: the speculative
+                extras may reach only ``1 - reserve`` of the bound. ``False`` (an error
+                retry, a failover, an upgrade): recovery, which may spend all of it.
 
         Returns:
             True if granted.
         """
-        if not self.allows(self._extras, self._firsts, speculative=speculative):
+        hedges = self._hedges if speculative else None
+        if not self.allows(self._extras, self._firsts, hedges=hedges):
             account.denials += 1
             return False
         account.extras += 1
         self._extras += 1
+        if speculative:
+            account.hedges += 1
+            self._hedges += 1
         return True
 
     def close(self, account: BudgetAccount) -> None:
@@ -322,6 +347,7 @@ class HedgeBudget:
             self._closed_firsts -= gone.firsts
             self._firsts -= gone.firsts
             self._extras -= gone.extras
+            self._hedges -= gone.hedges
 
     def __repr__(self) -> str:
         return (
@@ -329,7 +355,7 @@ class HedgeBudget:
             f"sigmas={math.sqrt(self._sigma_num / self._sigma_den)!r}, "
             f"window_firsts={self._window_firsts * self._processes!r}, "
             f"processes={self._processes!r}, reserve={self._reserve!r}, "
-            f"firsts={self._firsts}, extras={self._extras})"
+            f"firsts={self._firsts}, extras={self._extras}, hedges={self._hedges})"
         )
 
 
