@@ -255,7 +255,8 @@ def test_streamed_step_end_to_end_sends_the_attempt_and_measures_the_first_token
     assert abs(float(seen.headers["x-tailkit-deadline"]) - (sent_wall + left)) < 0.5
     assert isinstance(result, StreamResult)
     assert ("Hello there!", 4, 5) == (result.text, result.output_tokens, result.input_tokens)
-    assert (FINAL, "stop") == (result.final, result.finish_reason)  # the text, not the chunks
+    assert "stop" == result.finish_reason  # the text and the terminal chunk, not every chunk
+    assert "stop" == result.final["choices"][0]["finish_reason"]
     [line] = sink.records
     assert ("ok", True, "fake", "m1") == (line.status, line.winner, line.provider, line.model)
     assert line.ttft_s is not None

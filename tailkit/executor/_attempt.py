@@ -106,7 +106,7 @@ async def _read_stream(live: Live, result: Any) -> StreamResult:
                 live.tokens += got.tokens
                 if got.text:
                     read.parts.append(got.text)
-            if got.final:
+            if got.final and not read.final:  # the first terminal chunk (a FINAL after: no news)
                 read.final, read.last = True, chunk
             if got.finish_reason is not None:
                 read.finish_reason = got.finish_reason

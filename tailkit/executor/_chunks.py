@@ -46,6 +46,7 @@ _ANTHROPIC_DERIVED = frozenset({"text", "thinking", "signature", "citation", "in
 _CHAT_PROGRESS = (
     "tool_calls", "function_call", "reasoning_content", "reasoning", "refusal", "audio",
 )  # fmt: skip
+_CHAT_CHUNK = "chat.completion.chunk"
 _RESPONSES_END = frozenset({"response.completed", "response.incomplete"})
 
 
@@ -121,14 +122,25 @@ def read_chunk(chunk: object, step: str = "?") -> Read:
         if text.strip() == DONE_TEXT:
             return _FINAL
         return Read(True, text, 1) if text else _NOTHING
+    if isinstance(_get(chunk, "choices"), list) or _get(chunk, "object") == _CHAT_CHUNK:
+        return _chat(chunk)
     typed = _get(chunk, "type")
-    if isinstance(typed, str) and not isinstance(_get(chunk, "choices"), list):
+    if typed is None and isinstance(chunk, Mapping) and "usage" in chunk:
+        return Read(usage=_usage(chunk["usage"]))  # a gateway's usage-only chunk
+    if isinstance(typed, str):
         read = _event(typed, chunk)
         if read is not None:
             return read
-    elif isinstance(_get(chunk, "choices"), list):
-        return _chat(chunk)
+        if _from_sdk(chunk):  # an event type newer than this reader: neither text nor the end
+            return _NOTHING
     raise UnreadableChunk(step, chunk)
+
+
+def _from_sdk(chunk: object) -> bool:
+    """
+    Whether a chunk is an object of a provider SDK (its class is defined in one).
+    """
+    return (type(chunk).__module__ or "").split(".")[0] in ("openai", "anthropic")
 
 
 def answer_usage(answer: object) -> Mapping[str, int] | None:
@@ -185,7 +197,7 @@ def _chat(chunk: object) -> Read:
     """
     usage = _usage(_get(chunk, "usage"))
     choices = _get(chunk, "choices")
-    if not choices:
+    if not isinstance(choices, list) or not choices:
         return Read(usage=usage)  # the usage chunk after the finish reason, or a heartbeat
     first = choices[0]
     finish = _get(first, "finish_reason")
@@ -207,6 +219,8 @@ def _event(typed: str, event: object) -> Read | None:
         return _responses(typed, event)
     if typed == "content_block_delta":
         delta = _get(event, "delta")
+        if delta is None:
+            raise _provider_error(event, "a content_block_delta without its delta")
         if _get(delta, "type") != "text_delta":  # tool input, thinking: progress, no text
             return _PROGRESS
         text = _get(delta, "text")
@@ -249,7 +263,7 @@ def _provider_error(error: object, what: str = "error event") -> AttemptError:
     """
     The provider's error event in a stream, as the attempt's failure.
     """
-    kind = _get(error, "type") or _get(error, "code")
+    kind = _get(error, "code") or _get(error, "type")
     message = _get(error, "message") or error
     status = "rate_limited" if kind in ("rate_limit_error", "rate_limit_exceeded") else "error"
     text = " ".join(str(message).split())[:300]
