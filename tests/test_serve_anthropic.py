@@ -40,8 +40,7 @@ def client(server: Server, **kw: Any) -> anthropic.AsyncAnthropic:
     """
     The official SDK pointed at ``server``, its own retries off: every request is one attempt.
     """
-    base_url = f"http://127.0.0.1:{server.port}"
-    return anthropic.AsyncAnthropic(base_url=base_url, api_key="x", max_retries=0, **kw)
+    return anthropic.AsyncAnthropic(base_url=server.root_url, api_key="x", max_retries=0, **kw)
 
 
 async def message(port: int, *, headers: dict[str, str] | None = None, **body: Any) -> Reply:

@@ -1,5 +1,5 @@
 """
-``tailkit serve``: an OpenAI-compatible chat-completions provider on loopback, for tests and demos.
+``tailkit serve``: an OpenAI- and Anthropic-compatible provider on loopback, for tests and demos.
 
 It answers like a real provider with a latency tail: a lognormal TTFT and decode speed, a
 share of transient stalls, and faults (hangs, stalls mid-stream, 5xx, resets, garbage, bodies
@@ -12,11 +12,13 @@ Example::
 
     config = ServeConfig(models={"m": ModelProfile(ttft_median_s=2.0)}, time_scale=0.01)
     async with Server(config) as server:
-        ...  # point an OpenAI client at server.url
+        ...  # point an OpenAI client at server.url, an Anthropic one at server.root_url
     print(server.records)
 
-Whatever clients send, it answers and logs every chat request, and its memory stays bounded
-(`Limits`: the records it keeps, idle connections, concurrent connections, body size).
+It answers OpenAI's ``/v1/chat/completions`` and Anthropic's ``/v1/messages`` (and its stream
+events) with the same draws and faults, each in its API's shapes. Whatever clients send, it
+answers and logs every chat request, and its memory stays bounded (`Limits`: the records it
+keeps, idle connections, concurrent connections, body size).
 """
 
 from tailkit.serve._limits import Limits as Limits

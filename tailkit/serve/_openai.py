@@ -1,5 +1,8 @@
 """
 The OpenAI chat-completions wire format: the request we accept and the bodies we answer.
+
+`OpenAI` is the `Api` of ``POST /v1/chat/completions``; the errors it renders are also what
+the routes that belong to no API answer (``/v1/models``, an unknown path).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from tailkit.serve._api import (
     ChatRequest,
     Reply,
     RequestError,
-    compact,
     load_request,
     max_tokens,
     text_words,
@@ -26,7 +28,6 @@ __all__ = [
     "error",
     "models_list",
     "parse_chat",
-    "sse",
     "word",
 ]
 
@@ -91,13 +92,6 @@ def chunk(
     if usage_ is not None:
         out["usage"] = usage_
     return out
-
-
-def sse(payload: dict[str, Any]) -> bytes:
-    """
-    One server-sent event carrying ``payload`` as JSON.
-    """
-    return b"data: " + compact(payload) + b"\n\n"
 
 
 def error(

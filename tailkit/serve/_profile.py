@@ -72,20 +72,21 @@ class Faults:
     """
     Shares of requests that fail in each way; the server draws each independently, in order.
 
-    The first fault whose draw hits wins, so a request has at most one.
+    The first fault whose draw hits wins, so a request has at most one. Each is rendered in
+    the shapes of the API asked (Anthropic's in brackets below where they differ).
 
     Args:
         hang: Accept the request, then never send a byte until the client goes.
         stall_mid: Stream some tokens, then go silent until the client goes (not streamed:
             like ``hang``).
-        error_5xx: Answer 500, 502 or 503 with an OpenAI-style error body, at the TTFT.
+        error_5xx: Answer 500, 502 or 503 with the API's error body, at the TTFT.
         reset: Close the connection abruptly (TCP reset, no HTTP response), at the TTFT.
         garbage: Answer 200 with a body that is not JSON (streamed: ``data:`` lines that are
-            not JSON, then ``data: [DONE]``).
-        schema_invalid: Answer 200 with JSON that has no ``choices`` (streamed: chunks
-            without ``choices``).
+            not JSON, then ``data: [DONE]`` [``message_stop``]).
+        schema_invalid: Answer 200 with JSON that has no ``choices`` [``content``] (streamed:
+            chunks without ``choices`` [events without ``delta``]).
         cut_stream: Stop part-way and close the connection: a stream without ``data: [DONE]``
-            (not streamed: a body shorter than its Content-Length).
+            [``message_stop``] (not streamed: a body shorter than its Content-Length).
         tpm_limit: Tokens per minute (prompt + completion, per minute of *profile* time) the
             model admits; over it, 429 with ``Retry-After``. ``None``: no limit.
     """

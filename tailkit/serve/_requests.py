@@ -1,6 +1,10 @@
 """
 The life of a chat request, from its receipt to its one record: the base of `Server`.
 
+A request comes by one of two APIs (`Api`): OpenAI's chat completions or Anthropic's Messages.
+The API reads its body and renders its answer and its errors; all the rest below is the same
+for both, so the two SDKs meet the same tail, the same faults and the same access log.
+
 A request is read whole, then *received*: the server notes the time on the loop clock and on
 the wall clock, counts its ``Idempotency-Key``, and turns the ``x-tailkit-*`` headers into a
 deadline (`deadline_from_headers`: the queueing before it arrived counts; one further away than

@@ -1,8 +1,9 @@
 """
-`Server`: an OpenAI-compatible chat-completions provider on loopback, with a tail and faults.
+`Server`: an OpenAI- and Anthropic-compatible provider on loopback, with a tail and faults.
 
 This module holds the sockets: listening, one task per connection, requests read one after
-another on it, and stopping. What a chat request does once read is in `_requests`.
+another on it, and stopping. What a chat request does once read is in `_requests`; a route
+that answers a model (`APIS`) names the API it speaks.
 
 Every chat request is answered and recorded, whatever it holds: a request to the chat route
 that is not valid HTTP answers its 4xx and is recorded ``bad_http_request``, and a failure of
@@ -52,11 +53,14 @@ APIS: dict[str, Api] = {api.path: api for api in (wire.OpenAI(), Anthropic())}
 
 class Server(Requests):
     """
-    Serve the models of a `ServeConfig` over HTTP/1.1 on loopback, OpenAI style.
+    Serve the models of a `ServeConfig` over HTTP/1.1 on loopback, OpenAI and Anthropic style.
 
-    ``GET /v1/models`` lists the model ids; ``POST /v1/chat/completions`` answers, streamed
-    or not, after the drawn TTFT and generation time, or fails as the profile's faults say.
-    Use it as ``async with Server(config) as server:`` and point a client at ``server.url``.
+    ``GET /v1/models`` lists the model ids; ``POST /v1/chat/completions`` (OpenAI) and
+    ``POST /v1/messages`` (Anthropic) answer, streamed or not, after the drawn TTFT and
+    generation time, or fail as the profile's faults say, each in its API's bodies, events and
+    errors; the draws, the deadline and the access log do not depend on the API. Use it as
+    ``async with Server(config) as server:`` and point an OpenAI client at ``server.url``, an
+    Anthropic one at ``server.root_url``.
 
     Args:
         config: The models and their behaviour, the time scale and the seed.
@@ -109,6 +113,13 @@ class Server(Requests):
         """
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """
+        The URL without ``/v1``, e.g. ``http://127.0.0.1:8000``: the Anthropic SDK's base URL.
+        """
+        return self.url.removesuffix("/v1")
 
     @property
     def open_connections(self) -> int:
