@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
+import importlib.util
 
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
+import anthropic
 import openai
 import pytest
 
@@ -38,6 +41,7 @@ from tailkit.executor import (
     now,
 )
 from tailkit.executor._chunks import UnreadableChunk, read_chunk
+from tailkit.executor._types import classify
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
 from tests._sdk_fake import FakeSDKServer, Reply
 
@@ -464,3 +468,27 @@ def test_a_streamed_result_keeps_its_text_not_its_chunks() -> None:
     assert "word " * 200 == result.text
     assert [result.final] == held
     assert "stop" == result.final.choices[0].finish_reason
+
+
+def test_sdk_exceptions_from_your_own_code_are_classified_by_their_fields() -> None:
+    """Raw SDK errors: the 429's Retry-After from its response, timeouts, an in-stream error."""
+    # the HTTP library the installed SDKs are built on (httpx2 for the newer ones)
+    httpx2 = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    limited = httpx2.Response(429, headers={"retry-after-ms": "1500"}, request=request)
+    dated = httpx2.Response(429, headers={"Retry-After": "3"}, request=request)
+    in_stream = httpx2.Response(200, request=request)
+    overloaded = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}
+
+    assert ("rate_limited", 429, 1.5) == classify(
+        openai.RateLimitError("slow", response=limited, body=None)
+    )
+    assert ("rate_limited", 429, 3.0) == classify(
+        anthropic.RateLimitError("slow", response=dated, body=None)
+    )
+    assert ("timeout", None, None) == classify(openai.APITimeoutError(request=request))
+    assert ("timeout", None, None) == classify(anthropic.APITimeoutError(request=request))
+    assert ("error", None, None) == classify(openai.APIConnectionError(request=request))
+    assert ("rate_limited", None, None) == classify(
+        anthropic.APIStatusError("x", response=in_stream, body=overloaded)
+    )

@@ -36,9 +36,6 @@ from tailkit.executor import Attempt, AttemptError
 from tailkit.executor._types import classify, provider_failure
 
 
-_RATE_LIMIT_TYPES = ("rate_limit_error", "rate_limit_exceeded")
-
-
 def sdk_error(error: BaseException, where: str) -> AttemptError | None:
     """
     An SDK's exception as the attempt's `AttemptError`, or ``None`` when it is the caller's bug.
@@ -64,22 +61,10 @@ def sdk_error(error: BaseException, where: str) -> AttemptError | None:
     if not provider_failure(error):
         return None
     status, http, retry_after = classify(error)
-    if http is not None and http < 400:  # an error event inside a 200 stream
-        http = None
-        body = getattr(error, "body", None)
-        kind = _error_type(body)
-        status = "rate_limited" if kind in _RATE_LIMIT_TYPES else "error"
     code = f" HTTP {http}" if http is not None else ""
     detail = clip(str(error)) or "(no message)"
     msg = f"{where}: {type(error).__name__}{code}: {detail}"
     return AttemptError(msg, status=status, http_status=http, retry_after_s=retry_after)
-
-
-def _error_type(body: object) -> object:
-    if isinstance(body, Mapping):
-        inner = body.get("error")
-        return inner.get("type") if isinstance(inner, Mapping) else body.get("type")
-    return None
 
 
 @contextlib.contextmanager

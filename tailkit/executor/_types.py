@@ -151,24 +151,41 @@ def classify(error: BaseException) -> tuple[str, int | None, float | None]:
 
     `AttemptError` says it directly. Other exceptions (an SDK's, raised through a wrapper of
     your own) are read by their fields: the HTTP status from ``status_code`` / ``http_status``
-    (429 is ``rate_limited``), the Retry-After from a ``retry_after`` attribute or else the
-    ``retry-after-ms`` / ``Retry-After`` header of the error's ``response`` (how the OpenAI and
-    Anthropic SDKs keep it); an error without an HTTP status is ``timeout`` when it is a
-    `TimeoutError` or its class is named for one (``APITimeoutError``, ``ReadTimeout``).
+    (429, or an error body whose type is a rate limit, is ``rate_limited``; a status below 400
+    is an error event inside a stream, not an HTTP error); the Retry-After from a
+    ``retry_after`` attribute or else the ``retry-after-ms`` / ``Retry-After`` header of the
+    error's ``response`` (how the OpenAI and Anthropic SDKs keep it); an error without an HTTP
+    status is ``timeout`` when it is a `TimeoutError` or its class is named for one
+    (``APITimeoutError``, ``ReadTimeout``).
     """
     if isinstance(error, AttemptError):
         return error.status, error.http_status, error.retry_after_s
     code = getattr(error, "http_status", None) or getattr(error, "status_code", None)
     http = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if http is not None and http < 400:  # an error event inside a 200 stream: no HTTP error
+        http = None
     after = getattr(error, "retry_after", None)
     retry_after = float(after) if isinstance(after, int | float) else None
     if retry_after is None:
         retry_after = retry_after_from(getattr(getattr(error, "response", None), "headers", None))
-    if http == 429:
+    if http == 429 or _error_type(getattr(error, "body", None)) in _RATE_LIMIT_TYPES:
         return "rate_limited", http, retry_after
     if http is None and _timed_out(error):
         return "timeout", http, retry_after
     return "error", http, retry_after
+
+
+_RATE_LIMIT_TYPES = ("rate_limit_error", "rate_limit_exceeded")  # Anthropic's, OpenAI's
+
+
+def _error_type(body: object) -> object:
+    """
+    The ``type`` of an SDK exception's error body (``{"error": {"type": ...}}`` or flat).
+    """
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        return inner.get("type") if isinstance(inner, Mapping) else body.get("type")
+    return None
 
 
 def _timed_out(error: BaseException) -> bool:
