@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from tailkit.executor._ledger import AttemptRecord
@@ -250,15 +252,22 @@ def test_the_event_framing_on_the_wire() -> None:
 # --- faults --------------------------------------------------------------------------------
 
 
-async def _create(sdk: anthropic.AsyncAnthropic, *, stream: bool, **kw: Any) -> list[str]:
+async def _create(
+    sdk: anthropic.AsyncAnthropic, *, stream: bool, into: list[str] | None = None, **kw: Any
+) -> list[str]:
     """
     One request through the SDK; the types of the events it yields (a whole answer: its type).
+
+    ``into`` gets them as they come, so that those before an exception are kept.
     """
+    types = [] if into is None else into
     body: dict[str, Any] = {"model": "m", "max_tokens": 5, "messages": PROMPT, **kw}
     if not stream:
-        return [(await sdk.messages.create(**body)).type]
-    events = await sdk.messages.create(stream=True, **body)
-    return [event.type async for event in events]
+        types.append((await sdk.messages.create(**body)).type)
+        return types
+    async for event in await sdk.messages.create(stream=True, **body):
+        types.append(event.type)
+    return types
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -425,25 +434,30 @@ def test_the_deadline_header_is_honoured(stream: bool) -> None:
         assert (504, "timeout_error") == (outcome.status_code, error_type(outcome))
 
 
-def test_a_hang_is_recorded_when_the_sdk_gives_up() -> None:
+@pytest.mark.parametrize("fault", ["hang", "stall_mid"])
+def test_silence_is_recorded_when_the_sdk_gives_up(fault: str) -> None:
     """
-    hang: nothing is sent; the SDK's own timeout raises APITimeoutError; the log says client_gone.
+    hang, stall_mid: silence (after some text); the SDK's timeout raises; the log: client_gone.
     """
 
-    async def main() -> AttemptRecord:
-        async with serving(faulty(hang=1.0)) as server, client(server, timeout=0.2) as sdk:
+    async def main() -> tuple[list[str], AttemptRecord]:
+        types: list[str] = []
+        cfg = config(fixed(0.1, output_tokens=30, faults=Faults(**{fault: 1.0})))
+        async with serving(cfg) as server, client(server, timeout=0.2) as sdk:
             with pytest.raises(anthropic.APITimeoutError):
-                await _create(sdk, stream=True)
+                await _create(sdk, stream=True, into=types, max_tokens=100)
             await until(lambda: server.records)
-            return server.records[-1]
+            return types, server.records[-1]
 
-    record = asyncio.run(main())
+    types, record = asyncio.run(main())
 
-    assert ("timeout", "client_gone", None) == (
-        record.status,
-        record.error_type,
-        record.http_status,
-    )
+    assert ("timeout", "client_gone") == (record.status, record.error_type)
+    if fault == "hang":
+        assert ([], None) == (types, record.http_status)
+    else:
+        assert ["message_start", "content_block_start"] == types[:2]
+        assert {"content_block_delta"} == set(types[2:])
+        assert 200 == record.http_status
 
 
 def test_a_request_that_is_not_http_is_answered_and_recorded() -> None:
@@ -463,3 +477,43 @@ def test_a_request_that_is_not_http_is_answered_and_recorded() -> None:
     assert ("error", "bad_http_request", 400) == (
         record.status, record.error_type, record.http_status,
     )  # fmt: skip
+
+
+def test_both_sdks_meet_the_same_faults() -> None:
+    """
+    One seed, the same requests: the OpenAI and the Anthropic SDK meet the same faults, records.
+    """
+    faults = Faults(error_5xx=0.15, reset=0.1, garbage=0.1, schema_invalid=0.1, cut_stream=0.1)
+    cfg = config(fixed(0.1, output_tokens=12, faults=faults), seed=3)
+
+    async def via_openai() -> list[AttemptRecord]:
+        async with serving(cfg) as server:
+            sdk = openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+            async with sdk:
+                for i in range(24):
+                    with contextlib.suppress(openai.OpenAIError, ValueError):
+                        stream = await sdk.chat.completions.create(
+                            model="m", max_tokens=50, messages=PROMPT, stream=i % 2 == 1
+                        )
+                        if i % 2 == 1:
+                            [_ async for _ in stream]  # type: ignore[union-attr]
+            return list(server.records)
+
+    async def via_anthropic() -> list[AttemptRecord]:
+        async with serving(cfg) as server, client(server) as sdk:
+            for i in range(24):
+                with contextlib.suppress(anthropic.AnthropicError, ValueError):
+                    await _create(sdk, stream=i % 2 == 1, max_tokens=50)
+            return list(server.records)
+
+    def outcomes(records: list[AttemptRecord]) -> list[tuple[Any, ...]]:
+        return [
+            (r.status, r.error_type, r.http_status, r.output_tokens, r.attrs["tokens_sent"])
+            for r in records
+        ]
+
+    chats, messages = asyncio.run(via_openai()), asyncio.run(via_anthropic())
+
+    assert outcomes(chats) == outcomes(messages)
+    assert {"ok", "error", "invalid"} <= {r.status for r in messages}
+    assert 4 <= len({r.error_type for r in messages})  # several faults, not one
