@@ -10,8 +10,12 @@ process's own (`time.process_time`, all threads) over the case; the event loop's
 late a 20 ms ticker wakes.
 
 Variants: ``none`` (one bare request per call, through tailkit's OpenAI adapter: no retry, no
-timeout), ``tailkit`` (the calibrated plan, through the executor and the same adapter), and
-the LiteLLM Router variants of `_peers_litellm`.
+timeout), ``tailkit`` (the calibrated plan, through the executor and the same adapter),
+``tailkit-sdk`` (the same plan and executor around the official OpenAI SDK: an
+``openai.AsyncOpenAI`` client per provider, through `tailkit.adapters.openai_sdk`, as a team
+that already has the SDK would), ``tailkit-race``, and the LiteLLM Router variants of
+`_peers_litellm`. A spec's ``base_urls`` gives a provider a base URL of its own (the outage
+puts provider a behind a switch); every other route is on ``base_url``.
 """
 
 from __future__ import annotations
@@ -80,6 +84,53 @@ def _attempt(route: Mapping[str, str], step: str, index: int) -> Attempt:
                    f"{step}-{index}")  # fmt: skip
 
 
+class ByProvider:
+    """
+    An attempt function that sends each attempt to its provider's own attempt function.
+    """
+
+    def __init__(self, fns: Mapping[str, Any], default: Any) -> None:
+        self.fns, self.default = dict(fns), default
+
+    def __call__(self, attempt: Attempt) -> Any:
+        return self.fns.get(attempt.provider, self.default)(attempt)
+
+
+class SdkClients:
+    """
+    ``tailkit-sdk``: one ``openai.AsyncOpenAI`` client per base URL, each in the SDK adapter.
+    """
+
+    def __init__(self, base_url: str, base_urls: Mapping[str, str], *, stream: bool) -> None:
+        import openai
+
+        from tailkit.adapters.openai_sdk import openai_chat_attempt
+
+        urls = {base_url, *base_urls.values()}
+        self.clients = {u: openai.AsyncOpenAI(base_url=u, api_key="sk-bench") for u in urls}
+        fns = {u: openai_chat_attempt(c, MESSAGES, stream=stream) for u, c in self.clients.items()}
+        self.attempt = ByProvider({p: fns[u] for p, u in base_urls.items()}, fns[base_url])
+
+    async def aclose(self) -> None:
+        """
+        Close the clients (their connection pools).
+        """
+        for client in self.clients.values():
+            await client.close()
+
+
+def _tailkit_attempt(spec: Mapping[str, Any], variant: str) -> tuple[Any, Any]:
+    """
+    The attempt function of a tailkit variant for a case, and what to close after it.
+    """
+    urls: Mapping[str, str] = spec.get("base_urls") or {}
+    if variant == "tailkit-sdk":
+        sdk = SdkClients(spec["base_url"], urls, stream=spec["stream"])
+        return sdk.attempt, sdk
+    fns = {p: chat_attempt(u, MESSAGES, stream=spec["stream"]) for p, u in urls.items()}
+    return ByProvider(fns, chat_attempt(spec["base_url"], MESSAGES, stream=spec["stream"])), None
+
+
 class Bare:
     """
     ``none``: one request per call through the adapter, nothing else.
@@ -87,7 +138,9 @@ class Bare:
 
     def __init__(self, base_url: str, routes: Mapping[str, Mapping[str, str]], *, stream: bool):
         self.routes = routes
-        self.fn = chat_attempt(base_url, MESSAGES, stream=stream)
+        urls = {r.get("base_url", base_url) for r in routes.values()} | {base_url}
+        self.fns = {u: chat_attempt(u, MESSAGES, stream=stream) for u in urls}
+        self.base_url = base_url
         self.count = 0
 
     async def call(self, step: str) -> Any:
@@ -95,12 +148,20 @@ class Bare:
         One request on the step's route; raises if it fails.
         """
         self.count += 1
-        result = self.fn(_attempt(self.routes[step], step, self.count))
-        if hasattr(result, "__aiter__"):  # a stream: read it to the end
-            async for _ in result:
-                pass
-            return None
-        return await result
+        route = self.routes[step]
+        fn = self.fns[route.get("base_url", self.base_url)]
+        return await _once(fn(_attempt(route, step, self.count)))
+
+
+async def _once(result: Any) -> Any:
+    """
+    What an attempt function returned, awaited, or (a stream) read to the end.
+    """
+    if hasattr(result, "__aiter__"):
+        async for _ in result:
+            pass
+        return None
+    return await result
 
 
 async def _one_step(call: Call, step: str, at: float, deadline_s: float) -> tuple[float, bool]:
@@ -192,7 +253,7 @@ class Client:
         ledger = Ledger(JsonlSink(spec["ledger"])) if spec.get("ledger") else Ledger()
         if self.variant.startswith("tailkit"):
             executor = Executor(plan, ledger=ledger, seed=spec.get("seed", 0))
-            attempt = chat_attempt(spec["base_url"], MESSAGES, stream=spec["stream"])
+            attempt, closer = _tailkit_attempt(spec, self.variant)
         else:
             call, count, closer = await self._caller(spec)
         # one untimed call on the server's warm-up model: connections, TLS and first-use costs
@@ -200,6 +261,8 @@ class Client:
         warm = {"name": "warmup", "provider": "warmup", "model": WARMUP}
         if self.variant.startswith("litellm"):
             await call(WARMUP)
+        elif executor is not None:  # through the variant's own attempt function (its SDK)
+            await _once(attempt(_attempt(warm, WARMUP, 0)))
         else:
             await Bare(spec["base_url"], {WARMUP: warm}, stream=spec["stream"]).call(WARMUP)
         # start together: the parent gave a wall-clock instant

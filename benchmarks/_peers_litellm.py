@@ -95,12 +95,17 @@ class Group:
         primary: The serve model id of the primary route (no ``/``).
         fallback: The serve model id on the independent provider, or ``None``.
         timeout_s: Per-attempt timeout in real seconds (the primary's measured p95).
+        primary_url: The primary's base URL (``None``: the client's; the outage case puts
+            provider a behind its own).
+        fallback_url: The fallback's base URL (``None``: the client's).
     """
 
     name: str
     primary: str
     fallback: str | None
     timeout_s: float
+    primary_url: str | None = None
+    fallback_url: str | None = None
 
 
 def _deployment(model_name: str, serve_id: str, base_url: str, timeout_s: float) -> dict[str, Any]:
@@ -148,17 +153,21 @@ def router_settings(
     fallbacks: list[dict[str, list[str]]] = []
     for g in groups:
         ids = [g.primary] if g.fallback is None else [g.primary, g.fallback]
+        first, second = g.primary_url or base_url, g.fallback_url or base_url
+        urls = [first, second]
         if g.fallback is None:  # nothing to fall back to or race: one deployment, retried once
-            model_list.append(_deployment(g.name, g.primary, base_url, g.timeout_s))
+            model_list.append(_deployment(g.name, g.primary, first, g.timeout_s))
         elif variant == "litellm-fallback":
-            model_list.append(_deployment(g.name, g.primary, base_url, g.timeout_s))
-            model_list.append(_deployment(f"{g.name}-fallback", g.fallback, base_url, g.timeout_s))
+            model_list.append(_deployment(g.name, g.primary, first, g.timeout_s))
+            model_list.append(_deployment(f"{g.name}-fallback", g.fallback, second, g.timeout_s))
             fallbacks.append({g.name: [f"{g.name}-fallback"]})
         elif variant == "litellm-race":
-            for name, serve_id in zip(_race_names(g), ids, strict=True):
-                model_list.append(_deployment(name, serve_id, base_url, g.timeout_s))
+            for name, serve_id, url in zip(_race_names(g), ids, urls, strict=True):
+                model_list.append(_deployment(name, serve_id, url, g.timeout_s))
         else:
-            model_list.extend(_deployment(g.name, i, base_url, g.timeout_s) for i in ids)
+            model_list.extend(
+                _deployment(g.name, i, url, g.timeout_s) for i, url in zip(ids, urls, strict=False)
+            )
     # The router-level timeout applies to a group without its own; all groups share the largest.
     settings: dict[str, Any] = {
         "model_list": model_list,

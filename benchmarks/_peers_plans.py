@@ -10,7 +10,9 @@ hedge budget in the one-step cases is the load that timeout spends on the before
 of its calls over it, on the clock the peers time: the whole call, or a stream's first chunk)
 plus half a point (what calibrate's feasibility margin needs to reach the same cutoff); the
 workflow keeps its own (5 %). The 429 storm runs the one-step plan: storms are not in the
-history a plan is calibrated on.
+history a plan is calibrated on; nor are outages: the outage case runs it too, provider a (the
+step's route) answering 5xx to every request through a window of the schedule (`DOWN`,
+`outage_window`; how the window is made: `_peers_outage`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from tailkit.store import Store
 
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("one-step", "one-step-stream", "workflow", "429-storm")
+CASES = ("one-step", "one-step-stream", "workflow", "429-storm", "outage")
 VARIANTS = (
-    "none", "tailkit", "tailkit-race",
+    "none", "tailkit", "tailkit-sdk", "tailkit-race",
     "litellm-retry", "litellm-fallback", "litellm-latency", "litellm-race",
 )  # fmt: skip
 # The seed's case: waiting dominates (8 s to the first token, 2 s of output); a stall makes the
@@ -50,6 +52,12 @@ WARMUP = {"ttft_median_s": 0.01, "ttft_sigma": 0.1, "tokens_per_s": 1000.0, "out
 TOKENS_PER_CALL = 4 + 10  # serve counts the prompt's words ("Write the account brief.")
 MATCH_TOLERANCE = 0.005  # tailkit's budget: the peers' load on the before run, plus this
 STORM_SHARE = 0.1  # provider a's limit admits about this share of the one-step load
+# The outage: provider a answers 5xx to everything from OUTAGE_FROM of the schedule on, for
+# OUTAGE_SHARE of it (800 calls at 6 a second, time scale 0.25: about 3 profile minutes, 280
+# calls), each error after a short wait (a failing backend answers fast: median 0.5 s).
+OUTAGE_FROM, OUTAGE_SHARE = 0.25, 0.35
+DOWN = {"ttft_median_s": 0.5, "ttft_sigma": 0.3, "tokens_per_s": 5.0, "output_tokens": 10,
+        "faults": {"error_5xx": 1.0}}  # fmt: skip
 
 
 def _route(ttft: float, tokens: int, rate: float) -> dict[str, Any]:
@@ -68,7 +76,7 @@ WORKFLOW_PROFILES = {
     "azure/gpt-4.1": _route(1.0, 900, 75.0),
 }
 PROBE_SETS = {  # before-run model prefix -> (cases it serves, streamed)
-    "pre-n": (("one-step", "429-storm"), False),
+    "pre-n": (("one-step", "429-storm", "outage"), False),
     "pre-s": (("one-step-stream",), True),
     "pre-w": (("workflow",), False),
 }
@@ -103,6 +111,17 @@ def storm_limit(rate: float, time_scale: float) -> int:
     """
     calls_per_profile_minute = 60.0 * rate * time_scale
     return max(int(STORM_SHARE * calls_per_profile_minute * TOKENS_PER_CALL), TOKENS_PER_CALL)
+
+
+def outage_window(offsets: Sequence[float]) -> tuple[float, float]:
+    """
+    When provider a is down, in real seconds from the case's start.
+
+    From `OUTAGE_FROM` of the schedule (its last arrival) on, for `OUTAGE_SHARE` of it.
+    """
+    span = max(offsets[-1], 0.0) if offsets else 0.0
+    start = OUTAGE_FROM * span
+    return start, start + OUTAGE_SHARE * span
 
 
 def _provider(key: str) -> str:
@@ -259,9 +278,14 @@ class Calibrated:
             "op": "case", "case": case, "kind": "workflow" if case == "workflow" else "one-step",
             "deadline_s": base.deadline_s, "plan": dump_plan(plan), **common,
         }  # fmt: skip
+        urls = spec.setdefault("base_urls", {})  # provider -> its base URL, else base_url
+
+        def url(route: str) -> str:
+            return str(urls.get(plan.routes[route].provider, spec["base_url"]))
+
         spec["routes"] = {
             name: {"name": s.route, "provider": plan.routes[s.route].provider,
-                   "model": plan.routes[s.route].model}
+                   "model": plan.routes[s.route].model, "base_url": url(s.route)}
             for name, s in plan.steps.items()
         }  # fmt: skip
         if variant.startswith("litellm"):
@@ -273,6 +297,8 @@ class Calibrated:
                     "name": name, "primary": plan.routes[s.route].model,
                     "fallback": None if other is None else plan.routes[other].model,
                     "timeout_s": self.p95_s[base.routes[s.route].model],
+                    "primary_url": url(s.route),
+                    "fallback_url": None if other is None else url(other),
                 })  # fmt: skip
             spec["groups"] = groups
         return spec
@@ -316,6 +342,7 @@ def calibrate_all(
     p95 = {m: float(np.quantile(v, 0.95)) for m, v in totals.items()}
     plans: dict[str, Plan] = {}
     bases: dict[str, Plan] = {}
+    found: dict[str, Plan] = {}  # the written plan (YAML) -> its calibrated plan
     with Store.open(work / "before.duckdb") as store:
         report = ingest_paths(store, [ledger], format="trace")
         if not report.ok:
@@ -334,9 +361,11 @@ def calibrate_all(
                 over = float(np.mean(np.asarray(ttfts[model]) > p95[model]))
                 budget = round(over + MATCH_TOLERANCE, 3)
                 base = _one_step_plan(ONE_STEP_DEADLINE_S * time_scale, budget, prefix)
-            found = calibrate(store, base, runs=20_000, check_runs=50_000, min_calls=100,
-                              seed=seed)  # fmt: skip
-            plans[case], bases[case] = found.plan, base
+            text = dump_plan(base)  # one-step, the storm and the outage: one plan
+            if text not in found:
+                found[text] = calibrate(store, base, runs=20_000, check_runs=50_000,
+                                        min_calls=100, seed=seed).plan  # fmt: skip
+            plans[case], bases[case] = found[text], base
     if math.isnan(sum(p95.values())):
         msg = "the before run has a route without answers"
         raise SystemExit(msg)

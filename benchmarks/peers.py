@@ -20,12 +20,24 @@ its p95.
 Cases: ``one-step`` (not streamed, 40 s deadline), ``one-step-stream``, ``workflow`` (the sample
 workflow under its 90 s end-to-end deadline; each peer applies its policy per call, as a user
 would), ``429-storm`` (provider a's tokens-per-minute limit admits about a tenth of the load
-sent to it: 429s with a Retry-After).
+sent to it: 429s with a Retry-After), ``outage`` (provider a answers 5xx to every request
+from a quarter of the schedule on, for 35 % of it, then recovers; provider a's base URL is a
+switch between the case's server and a down server, `_peers_outage`). The storm and the
+outage run the one-step plan: neither is in the history it is calibrated on.
+
+``tailkit-sdk`` is the ``tailkit`` variant (the same plan, the same executor) around the
+official OpenAI SDK: an ``openai.AsyncOpenAI`` client per provider through
+`tailkit.adapters.openai_sdk`, what a team that already calls the SDK would write. The
+executor's circuit breaker keeps its defaults (5 failures in a row, or half of the last 20,
+open it for 30 s): not scaled, so at the default time scale its cool-down stands for 120
+profile seconds, where LiteLLM's cooldown is scaled (`_peers_litellm`).
 
 Per variant: p50, p97 and p99 (profile seconds, a failed call counts as never answered, with
 distribution-free 95 % intervals), the miss rate (failed, or later than the deadline; Wilson
 95 % interval), extra requests (serve's access log: requests per call, less one), client CPU
 per call (the client process's CPU over the case, per step call) and the event loop's lag.
+The outage adds, per variant, the misses among the calls scheduled inside the window and the
+requests the failing provider answered 5xx (the down server's access log).
 The runs are time-scaled (``--time-scale``, default 0.25: 10 profile seconds take 2.5 s); every
 LiteLLM constant in seconds is scaled with them. Exits 0 whatever the numbers; nonzero on
 errors (LiteLLM missing: ``pip install 'tailkit[bench]'``, or ``--variants none,tailkit``).
@@ -45,8 +57,10 @@ import time
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import yaml
@@ -58,14 +72,17 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # appended: never shadows an installed package (distributed)
     sys.path.append(str(HERE))
 
-from _peers_plans import (  # noqa: E402 - after the path is set
+from _peers_outage import SwitchProcess  # noqa: E402 - after the path is set
+from _peers_plans import (  # noqa: E402
     CASES,
+    DOWN,
     VARIANTS,
     WARMUP,
     Calibrated,
     calibrate_all,
     case_routes,
     model_id,
+    outage_window,
     probe_spec,
     storm_limit,
 )
@@ -96,6 +113,13 @@ class Server:
         self.profile.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
+
+    @property
+    def port(self) -> int:
+        """
+        The port it listens on.
+        """
+        return int(urlsplit(self.url).port or 0)
 
     def __enter__(self) -> Server:
         cmd = [sys.executable, "-m", "tailkit", "serve", "--profile", str(self.profile),
@@ -336,11 +360,24 @@ def run_case(
             models[model_id(v, key)] = dict(profile)
             if case == "429-storm" and key == "a":
                 models[model_id(v, key)]["faults"] = {"tpm_limit": storm_limit(rate, scale)}
-    with Server(work, case, models, time_scale=scale, seed=args.seed) as server:
+    window = outage_window(offsets) if case == "outage" else None
+    with ExitStack() as stack:
+        server = stack.enter_context(
+            Server(work, case, models, time_scale=scale, seed=args.seed)
+        )  # fmt: skip
+        down: Server | None = None
+        urls: dict[str, str] = {}
+        if window is not None:  # provider a behind a switch to a server down for the window
+            down_models = {model_id(v, "a"): DOWN for v in variants}
+            down = stack.enter_context(Server(work, f"{case}.down", down_models,
+                                              time_scale=scale, seed=args.seed + 1))  # fmt: skip
         start_at = time.time() + 2.0
+        if down is not None and window is not None:
+            edges = (start_at + window[0], start_at + window[1])
+            urls["a"] = stack.enter_context(SwitchProcess(server.port, down.port, edges)).url
         specs = {
-            v: plans.spec(case, v, base_url=server.url, offsets=offsets, start_at=start_at,
-                          stream=stream, time_scale=scale, seed=args.seed)
+            v: plans.spec(case, v, base_url=server.url, base_urls=urls, offsets=offsets,
+                          start_at=start_at, stream=stream, time_scale=scale, seed=args.seed)
             for v in variants
         }  # fmt: skip
         for v in variants:
@@ -350,12 +387,33 @@ def run_case(
                 specs[v]["ledger"] = str(ledger)
         answers = clients.ask(specs)
     requests = server.requests()
+    failing: Counter[str] = down.requests() if down is not None else Counter()
     rows = [
-        summarize(v, answers[v], requests[v], time_scale=scale, deadline_s=deadline_s / scale)
+        summarize(v, answers[v], requests[v] + failing[v], time_scale=scale,
+                  deadline_s=deadline_s / scale)
         for v in variants
-    ]
-    return {"case": case, "calls": n, "deadline_s": deadline_s / scale,
-            "variants": rows, "verdicts": verdicts(rows)}  # fmt: skip
+    ]  # fmt: skip
+    out = {"case": case, "calls": n, "deadline_s": deadline_s / scale,
+           "variants": rows, "verdicts": verdicts(rows)}  # fmt: skip
+    if window is not None:
+        inside = [window[0] <= off < window[1] for off in offsets]
+        out["outage"] = {"from_s": window[0] / scale, "until_s": window[1] / scale,
+                         "calls": sum(inside)}  # fmt: skip
+        for row in rows:
+            row["failed_provider_requests"] = failing[row["name"]]
+            row["outage_misses"] = _misses_inside(answers[row["name"]], inside, deadline_s)
+    return out
+
+
+def _misses_inside(answer: Mapping[str, Any], inside: Sequence[bool], deadline_s: float) -> int:
+    """
+    The calls scheduled inside the outage that failed or ended after the deadline.
+    """
+    return sum(
+        1
+        for s, ok, i in zip(answer["seconds"], answer["ok"], inside, strict=True)
+        if i and (not ok or s > deadline_s)
+    )
 
 
 def _row_text(r: Mapping[str, Any]) -> str:
@@ -386,6 +444,14 @@ def print_tables(result: Mapping[str, Any]) -> None:
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in case["variants"]:
             print(_row_text(r))
+        if "outage" in case:
+            o = case["outage"]
+            print(f"\nProvider a down from {o['from_s']:.0f} s to {o['until_s']:.0f} s "
+                  f"({o['calls']} calls scheduled inside): misses inside, requests provider a "
+                  "answered 5xx")  # fmt: skip
+            for r in case["variants"]:
+                print(f"- {r['name']}: {r['outage_misses']} of {o['calls']}, "
+                      f"{r['failed_provider_requests']}")  # fmt: skip
         for v in case["verdicts"]:
             if v["tailkit"] is None:
                 print(f"- vs {v['peer']}: FAIL ({v['why']})")
@@ -402,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="LiteLLM comes with pip install 'tailkit[bench]'; without it, run "
-        "--variants none,tailkit,tailkit-race. Example: python3 benchmarks/peers.py --json",
+        "--variants none,tailkit,tailkit-sdk,tailkit-race. Example: python3 benchmarks/peers.py --json",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--calls", type=int, default=800, help="calls per variant per case")
@@ -444,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     wants = any(v.startswith("litellm") for v in variants)
     if wants and importlib.util.find_spec("litellm") is None:
         sys.exit("LiteLLM is not installed: pip install 'tailkit[bench]' "
-                 "(or run only --variants none,tailkit,tailkit-race)")  # fmt: skip
+                 "(or run only --variants none,tailkit,tailkit-sdk,tailkit-race)")  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)

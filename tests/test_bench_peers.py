@@ -11,9 +11,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import socket
 import subprocess
 import sys
+import threading
+import time
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "peers.py"
 KEYS = {"name", "tool", "p50_s", "p97_s", "p99_s", "miss_rate", "extra_requests",
         "cpu_ms_per_call"}  # fmt: skip
+
+
+def _module(name: str) -> Any:
+    """
+    A module of benchmarks/ by file name, leaving ``sys.path`` as it was.
+    """
+    saved = list(sys.path)
+    try:
+        sys.path.append(str(SCRIPT.parent))
+        spec = importlib.util.spec_from_file_location(f"bench_{name[:-3]}", SCRIPT.parent / name)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while made
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
 
 
 def _peers() -> Any:
@@ -47,18 +69,19 @@ def _peers() -> Any:
 
 @pytest.mark.slow
 def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
-    """One step and the workflow, three variants: every call counted, every request seen."""
-    cmd = [sys.executable, str(SCRIPT), "--variants", "none,tailkit,tailkit-race",
-           "--cases", "one-step,workflow,429-storm", "--calls", "60", "--runs", "8",
+    """Every case, the tailkit variants (SDK too): every call counted, every request seen."""
+    cases = ["one-step", "workflow", "429-storm", "outage"]
+    cmd = [sys.executable, str(SCRIPT), "--variants", "none,tailkit,tailkit-sdk,tailkit-race",
+           "--cases", ",".join(cases), "--calls", "60", "--runs", "8",
            "--probe-calls", "120", "--rate", "30", "--workflow-rate", "4",
            "--time-scale", "0.02", "--workdir", str(tmp_path), "--json"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert [c["case"] for c in result["cases"]] == ["one-step", "workflow", "429-storm"]
+    assert [c["case"] for c in result["cases"]] == cases
     for case in result["cases"]:
         rows = {r["name"]: r for r in case["variants"]}
-        assert set(rows) == {"none", "tailkit", "tailkit-race"}
+        assert set(rows) == {"none", "tailkit", "tailkit-sdk", "tailkit-race"}
         for row in rows.values():
             assert KEYS <= set(row)
             assert row["calls"] == (8 if case["case"] == "workflow" else 60)
@@ -73,8 +96,9 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
                 low, high = row[f"{q}_interval_s"]
                 if value is not None:
                     assert low <= value <= (math.inf if high is None else high)
-        # the bare variant sends one request per call, whatever happens to it
-        if case["case"] != "workflow":
+        # the bare variant sends one request per call, whatever happens to it (the outage's
+        # switch may cut one before any server saw it)
+        if case["case"] in ("one-step", "429-storm"):
             assert rows["none"]["requests"] == 60
             assert rows["none"]["extra_requests"] == 0.0
         # the race's plan hedges every call at once: two requests each, unless one was refused
@@ -82,11 +106,108 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
         assert case["verdicts"] == []  # no LiteLLM variant ran
     # the ledger the access log is checked against: one line per request the executor made
     access = [json.loads(x) for x in (tmp_path / "one-step.access.jsonl").read_text().splitlines()]
-    ledger = (tmp_path / "one-step.tailkit.ledger.jsonl").read_text().splitlines()
-    assert sum(r["model"].startswith("tailkit.") for r in access) == len(ledger)
+    for variant in ("tailkit", "tailkit-sdk"):
+        ledger = (tmp_path / f"one-step.{variant}.ledger.jsonl").read_text().splitlines()
+        assert sum(r["model"].startswith(f"{variant}.") for r in access) == len(ledger)
+    # the outage: provider a's requests inside the window reached the down server, which
+    # served provider a only and answered every one 5xx; the bare variant met it
+    outage = result["cases"][-1]
+    assert 0 < outage["outage"]["calls"] < 60
+    assert outage["outage"]["from_s"] < outage["outage"]["until_s"]
+    down = [json.loads(x) for x in (tmp_path / "outage.down.access.jsonl").read_text().splitlines()]
+    assert down
+    assert {r["model"].split(".", 1)[1] for r in down} == {"a"}
+    assert {r["http_status"] for r in down} <= {500, 502, 503}
+    rows = {r["name"]: r for r in outage["variants"]}
+    assert rows["none"]["failed_provider_requests"] > 0
+    assert rows["none"]["outage_misses"] > 0
+    assert sum(r["failed_provider_requests"] for r in rows.values()) == len(down)
     plan = result["plans"]["one-step"]["steps"]["answer"]
     assert plan["peer_timeout_s"] > 0
     assert result["plans"]["one-step"]["hedge_budget"] > 0
+
+
+class _Listener:
+    """
+    A loopback server (a thread) that answers each connection ``reply`` and keeps it open.
+    """
+
+    def __init__(self, reply: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.reply = reply
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", maxsplit=1)[-1].split("/", maxsplit=1)[0])
+
+
+def test_the_outage_switch_relays_to_the_down_server_inside_its_window() -> None:
+    """Before the window: the up server; inside: the down one; at its edge: connections cut."""
+    outage = _module("_peers_outage.py")
+    up, down = _Listener(b"up"), _Listener(b"down")
+    now = time.time()
+
+    def connect(window: tuple[float, float]) -> Any:
+        switch = stack.enter_context(outage.SwitchProcess(up.port, down.port, window))
+        return stack.enter_context(socket.create_connection(("127.0.0.1", _port(switch.url))))
+
+    try:
+        with ExitStack() as stack:
+            assert connect((now + 3600.0, now + 7200.0)).recv(16) == b"up"
+        with ExitStack() as stack:  # a window that has begun: new connections go down
+            assert connect((now - 1.0, now + 3600.0)).recv(16) == b"down"
+        # a window that begins while a connection is open to the up server: it is cut
+        start = time.time() + 2.0
+        with ExitStack() as stack:
+            conn = connect((start, start + 3600.0))
+            assert conn.recv(16) == b"up"
+            if time.time() >= start:  # the machine too busy to see the edge come
+                pytest.skip("the window began before the first connection was answered")
+            try:
+                tail = conn.recv(16)  # blocks until the edge cuts it
+            except ConnectionResetError:
+                tail = b""
+            assert tail == b""
+            assert time.time() >= start
+    finally:
+        up.close()
+        down.close()
+
+
+def test_outage_window_and_per_provider_urls() -> None:
+    """The window is a share of the schedule; LiteLLM's deployments take their own base URLs."""
+    plans = _module("_peers_plans.py")
+    litellm = _module("_peers_litellm.py")
+    start, end = plans.outage_window([0.0, 50.0, 100.0])
+    share = plans.OUTAGE_FROM + plans.OUTAGE_SHARE
+    assert (start, end) == pytest.approx((100 * plans.OUTAGE_FROM, 100 * share))
+    assert plans.DOWN["faults"]["error_5xx"] == 1.0
+    assert "outage" in plans.CASES
+    assert "tailkit-sdk" in plans.VARIANTS
+    group = litellm.Group("answer", "v.a", "v.b", 3.0, primary_url="http://s/v1",
+                          fallback_url="http://b/v1")  # fmt: skip
+    for variant in litellm.VARIANTS:
+        settings = litellm.router_settings(variant, [group], base_url="http://x/v1", time_scale=1)
+        urls = {d["litellm_params"]["model"]: d["litellm_params"]["api_base"]
+                for d in settings["model_list"]}  # fmt: skip
+        assert urls == {"openai/v.a": "http://s/v1", "openai/v.b": "http://b/v1"}
 
 
 def test_the_verdict_takes_the_best_tailkit_variant_at_equal_or_lower_load() -> None:
