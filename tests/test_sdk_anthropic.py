@@ -342,3 +342,21 @@ def test_anthropic_events_are_read_by_their_fields() -> None:
     assert (False, "") == (derived.content, derived.text)
     assert ("tool_use", {"output_tokens": 12}) == (delta.finish_reason, delta.usage)
     assert read_chunk(RawMessageStopEvent(type="message_stop")).final
+
+
+@pytest.mark.parametrize("fault", ["schema_invalid", "garbage", "cut_stream"])
+def test_a_broken_non_streamed_message_is_the_providers_failure(fault: str) -> None:
+    """No content, not JSON, a body cut short: status error and retried, never an ok answer."""
+
+    def whole(client: anthropic.AsyncAnthropic) -> Callable[[Attempt], Any]:
+        return anthropic_messages_attempt(client, MESSAGES, max_tokens=100, stream=False)
+
+    async def main() -> tuple[list[Any], MemorySink]:
+        async with serve(a=with_faults(**{fault: 1.0})) as server:
+            return await step(server, whole)
+
+    [result], sink = run(main())
+    assert isinstance(result, AllAttemptsFailed), result
+    assert [("primary", "error"), ("retry", "error")] == [
+        (line.role, line.status) for line in sink.records
+    ]

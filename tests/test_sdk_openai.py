@@ -492,3 +492,21 @@ def test_sdk_exceptions_from_your_own_code_are_classified_by_their_fields() -> N
     assert ("rate_limited", None, None) == classify(
         anthropic.APIStatusError("x", response=in_stream, body=overloaded)
     )
+
+
+@pytest.mark.parametrize("fault", ["schema_invalid", "garbage", "cut_stream"])
+def test_a_broken_non_streamed_answer_is_the_providers_failure(fault: str) -> None:
+    """No choices, not JSON, a body cut short: status error and retried, never an ok answer."""
+
+    def whole(client: openai.AsyncOpenAI) -> Callable[[Attempt], Any]:
+        return openai_chat_attempt(client, MESSAGES, stream=False)
+
+    async def main() -> tuple[list[Any], MemorySink]:
+        async with serve(a=with_faults(**{fault: 1.0})) as server:
+            return await step(server, whole)
+
+    [result], sink = run(main())
+    assert isinstance(result, AllAttemptsFailed), result
+    assert [("primary", "error"), ("retry", "error")] == [
+        (line.role, line.status) for line in sink.records
+    ]

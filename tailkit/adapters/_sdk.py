@@ -132,13 +132,25 @@ def _until(deadline: float) -> asyncio.Timeout:
     return asyncio.timeout_at(None if math.isinf(deadline) else deadline)
 
 
-async def answer(attempt: Attempt, where: str, send: Callable[[], Awaitable[Any]]) -> Any:
+async def answer(
+    attempt: Attempt, where: str, send: Callable[[], Awaitable[Any]], *, field: str
+) -> Any:
     """
     One non-streamed exchange, by the deadline, with the SDK's errors mapped.
+
+    The SDKs build their response objects without validating them: an answer whose ``field``
+    (``choices``, ``output``, ``content``) is missing is the provider's malformed answer.
+
+    Raises:
+        AttemptError: The exchange failed, or the answer has no ``field`` list (``error``).
     """
     with sdk_errors(where):
         async with _until(attempt.deadline):
-            return await send()
+            response = await send()
+    if not isinstance(getattr(response, field, None), list):
+        msg = f"{where}: the answer has no {field}: {clip(repr(response))}"
+        raise AttemptError(msg, status="error")
+    return response
 
 
 async def stream(

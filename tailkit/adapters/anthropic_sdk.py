@@ -90,7 +90,7 @@ class AnthropicMessagesAttempt:
 
         if self.stream:
             return stream(attempt, where, send)
-        return answer(attempt, where, send)
+        return answer(attempt, where, send, field="content")
 
 
 def anthropic_messages_attempt(

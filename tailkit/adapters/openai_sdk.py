@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from tailkit.adapters._bodies import clip
 from tailkit.adapters._sdk import (
     answer,
     check_params,
@@ -101,7 +102,7 @@ class OpenAIChatAttempt:
 
         if self.stream:
             return stream(attempt, where, send)
-        return answer(attempt, where, send)
+        return _whole_chat(answer(attempt, where, send, field="choices"), where)
 
 
 class OpenAIResponsesAttempt:
@@ -136,7 +137,18 @@ class OpenAIResponsesAttempt:
 
         if self.stream:
             return stream(attempt, where, send)
-        return _whole_response(answer(attempt, where, send), where)
+        return _whole_response(answer(attempt, where, send, field="output"), where)
+
+
+async def _whole_chat(pending: Awaitable[Any], where: str) -> Any:
+    """
+    A non-streamed chat answer, refused when it has no choice.
+    """
+    completion = await pending
+    if not completion.choices:
+        msg = f"{where}: the answer has no choices: {clip(repr(completion))}"
+        raise AttemptError(msg, status="error")
+    return completion
 
 
 async def _whole_response(pending: Awaitable[Any], where: str) -> Any:
