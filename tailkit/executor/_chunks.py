@@ -30,8 +30,7 @@ look fast.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tailkit.executor._types import DONE_TEXT, AttemptError, Chunk
 
@@ -47,13 +46,14 @@ _CHAT_PROGRESS = (
     "tool_calls", "function_call", "reasoning_content", "reasoning", "refusal", "audio",
 )  # fmt: skip
 _CHAT_CHUNK = "chat.completion.chunk"
+_MAPPING: dict[type, bool] = {dict: True, type(None): False}  # is a chunk type a mapping?
+_TYPES_KEPT = 256  # chunk classes remembered (a stream has a handful)
 _RESPONSES_END = frozenset({"response.completed", "response.incomplete"})
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """
-    What the executor reads in one chunk.
+    What the executor reads in one chunk (a named tuple: read for every chunk, made cheaply).
 
     Args:
         content: The chunk shows the answer progressing (a first token; resets the stall
@@ -122,18 +122,41 @@ def read_chunk(chunk: object, step: str = "?") -> Read:
         if text.strip() == DONE_TEXT:
             return _FINAL
         return Read(True, text, 1) if text else _NOTHING
-    if isinstance(_get(chunk, "choices"), list) or _get(chunk, "object") == _CHAT_CHUNK:
+    shape = _shape(chunk)
+    if shape == _CHAT:
         return _chat(chunk)
-    typed = _get(chunk, "type")
-    if typed is None and isinstance(chunk, Mapping) and "usage" in chunk:
-        return Read(usage=_usage(chunk["usage"]))  # a gateway's usage-only chunk
-    if isinstance(typed, str):
-        read = _event(typed, chunk)
+    if shape == _EVENT:
+        read = _event(_get(chunk, "type"), chunk)
         if read is not None:
             return read
         if _from_sdk(chunk):  # an event type newer than this reader: neither text nor the end
             return _NOTHING
+    elif isinstance(chunk, Mapping) and "usage" in chunk:
+        return Read(usage=_usage(chunk["usage"]))  # a gateway's usage-only chunk
     raise UnreadableChunk(step, chunk)
+
+
+_CHAT, _EVENT = "chat", "event"
+_SHAPES: dict[type, str | None] = {}  # an SDK class has one shape: found once, kept
+
+
+def _shape(chunk: object) -> str | None:
+    """
+    ``chat`` (an OpenAI chat chunk), ``event`` (a typed stream event) or ``None``.
+
+    Found once per class for objects (asking a model for a field it lacks raises inside
+    pydantic, which costs more than reading the chunk); a dict's keys say it each time.
+    """
+    kind = type(chunk)
+    if kind in _SHAPES:
+        return _SHAPES[kind]
+    if isinstance(_get(chunk, "choices"), list) or _get(chunk, "object") == _CHAT_CHUNK:
+        shape: str | None = _CHAT
+    else:
+        shape = _EVENT if isinstance(_get(chunk, "type"), str) else None
+    if not isinstance(chunk, Mapping) and len(_SHAPES) < _TYPES_KEPT:
+        _SHAPES[kind] = shape
+    return shape
 
 
 def _from_sdk(chunk: object) -> bool:
@@ -152,13 +175,17 @@ def answer_usage(answer: object) -> Mapping[str, int] | None:
     return _usage(_get(answer, "usage"))
 
 
-def _get(obj: object, name: str) -> Any:
+def _get(obj: Any, name: str) -> Any:
     """
     A field of a dict or an attribute of an object (an SDK model), or ``None``.
     """
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    kind = type(obj)
+    mapping = _MAPPING.get(kind)
+    if mapping is None:  # an ABC's isinstance costs more than reading the chunk: once a type
+        mapping = isinstance(obj, Mapping)
+        if len(_MAPPING) < _TYPES_KEPT:
+            _MAPPING[kind] = mapping
+    return obj.get(name) if mapping else getattr(obj, name, None)
 
 
 def _usage(usage: object) -> Mapping[str, int] | None:
