@@ -3,19 +3,27 @@ The outage of `benchmarks/peers.py`: one provider answers 5xx to everything for 
 
 `tailkit serve` draws a fault per request with a fixed share; it has no clock on which faults
 come and go. So the window is built from two servers and a switch in front of them: the case's
-server (every model healthy) and a *down* server (provider a's models answer 5xx to every
-request, after a short, lognormal wait, as a provider whose backends are failing does), and
-this switch, a TCP relay that provider a's base URL points at. Before and after the window it
-relays each new connection to the case's server; inside the window, to the down server. At
-each edge of the window every relayed connection is closed, as when a provider's front end
-goes down and comes back: a request in flight at the start is cut (the client sees the
-connection drop), and no client keeps talking to the down server through a pooled keep-alive
-connection once the provider has recovered. Provider b is not behind the switch.
+server (every model healthy), a *down* server (provider a's models answer 5xx to every request,
+after a short lognormal wait, as a provider whose backends are failing does), and this switch,
+an HTTP/1.1 relay that provider a's base URL points at. It routes each *request* (not each
+connection: clients keep connections alive across the window's edges) by when it arrives: to
+the down server inside the window, else to the case's server. A request already in flight at
+an edge finishes where it started, so the outage is exactly "every request received inside the
+window is answered 5xx", and no request is lost between the servers: each is in the access log
+of the server that answered it. Provider b is not behind the switch.
+
+How: a client connection's requests are read one at a time (the head to its blank line, then
+``Content-Length`` bytes of body; a chunked request body is refused, which no client here
+sends), each written to that connection's own upstream connection to the server it goes to
+(opened on first use), and everything the servers send is relayed back as it comes. A client
+sends its next request only once it has read the whole answer, so answers never interleave.
+When the client closes, its upstream connections close (the server sees the client go, as a
+cancelled hedge's does); when the server that answered last closes, the client's connection
+closes.
 
 The switch is its own process (``python _peers_outage.py UP_PORT DOWN_PORT FROM UNTIL``, the
 window's edges as wall-clock instants, ``time.time()``): it prints ``{"port": N}`` once it
-listens and relays until it is terminated. It relays bytes, it reads none: what each server
-answered is in that server's access log.
+listens and relays until it is terminated.
 """
 
 from __future__ import annotations
@@ -34,62 +42,82 @@ HOST = "127.0.0.1"
 CHUNK = 65536
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+    """
+    One whole HTTP/1.1 request from a client, or ``None`` when the client has closed.
+
+    Raises:
+        ValueError: The request's body is chunked.
+    """
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        key = name.strip().lower()
+        if key == b"content-length":
+            length = int(value.strip())
+        elif key == b"transfer-encoding" and b"chunked" in value.lower():
+            msg = "a chunked request body: the switch reads Content-Length only"
+            raise ValueError(msg)
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        return None
+    return head + body
+
+
 class Switch:
     """
-    Relay connections to the up port, or to the down port inside the window.
+    Route each request to the up port, or to the down port inside the window.
     """
 
     def __init__(self, up: int, down: int, down_from: float, down_until: float) -> None:
         self.up, self.down = up, down
         self.down_from, self.down_until = down_from, down_until
-        self.open: dict[asyncio.StreamWriter, int] = {}  # both ends of a relay -> its port
 
     def target(self) -> int:
         """
-        The port a connection made now goes to.
+        The port a request received now goes to.
         """
         return self.down if self.down_from <= time.time() < self.down_until else self.up
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await reader.read(CHUNK):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
     async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """
-        One client connection, relayed to the server it was opened for until either side closes.
+        One client connection: each request to the server of its moment, answers back.
         """
-        port = self.target()
-        try:
-            up_reader, up_writer = await asyncio.open_connection(HOST, port)
-        except OSError:
-            writer.close()
-            return
-        if port != self.target():  # an edge passed while connecting
-            writer.transport.abort()
-            up_writer.transport.abort()
-            return
-        pair = (writer, up_writer)
-        for w in pair:
-            self.open[w] = port
-        try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-        finally:
-            for w in pair:
-                self.open.pop(w, None)
-                w.close()
+        upstreams: dict[int, tuple[asyncio.StreamWriter, asyncio.Task[None]]] = {}
+        last = {"port": 0}  # the server the last request went to
 
-    def cut(self) -> None:
-        """
-        Reset every connection relayed to the other server (an edge of the window).
-        """
-        port = self.target()
-        for w, to in list(self.open.items()):
-            if to != port:
-                w.transport.abort()  # a reset, as a front end going down or coming back
-                self.open.pop(w, None)
+        async def answers(port: int, up: asyncio.StreamReader) -> None:
+            with contextlib.suppress(OSError):
+                while data := await up.read(CHUNK):
+                    writer.write(data)
+                    await writer.drain()
+            upstreams.pop(port, None)
+            if last["port"] == port:  # the server answering closed: so does the connection
+                writer.close()
+
+        try:
+            while (request := await read_request(reader)) is not None:
+                port = self.target()
+                if port not in upstreams:
+                    up_reader, up_writer = await asyncio.open_connection(HOST, port)
+                    task = asyncio.create_task(answers(port, up_reader))
+                    upstreams[port] = (up_writer, task)
+                last["port"] = port
+                up_writer = upstreams[port][0]
+                up_writer.write(request)
+                await up_writer.drain()
+        except (OSError, ValueError):
+            pass
+        finally:
+            for up_writer, task in list(upstreams.values()):
+                up_writer.close()
+                task.cancel()
+            writer.close()
 
 
 class SwitchProcess:
@@ -131,15 +159,12 @@ class SwitchProcess:
 
 async def main(up: int, down: int, down_from: float, down_until: float) -> None:
     """
-    Listen, print the port, cut the connections at the window's edges, relay until killed.
+    Listen, print the port, relay until killed.
     """
     switch = Switch(up, down, down_from, down_until)
     server = await asyncio.start_server(switch.relay, HOST, 0)
     port = server.sockets[0].getsockname()[1]
     print(json.dumps({"port": port}), flush=True)
-    loop = asyncio.get_running_loop()
-    for edge in (down_from, down_until):  # a moment after the edge: target() has flipped
-        loop.call_later(max(edge - time.time(), 0.0) + 0.001, switch.cut)
     async with server:
         await server.serve_forever()
 

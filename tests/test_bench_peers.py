@@ -8,16 +8,16 @@ access log, a plan calibrated from the before run, and the verdict logic.
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import importlib.util
 import json
 import math
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,8 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
                 low, high = row[f"{q}_interval_s"]
                 if value is not None:
                     assert low <= value <= (math.inf if high is None else high)
-        # the bare variant sends one request per call, whatever happens to it (the outage's
-        # switch may cut one before any server saw it)
-        if case["case"] in ("one-step", "429-storm"):
+        # the bare variant sends one request per call, whatever happens to it
+        if case["case"] != "workflow":
             assert rows["none"]["requests"] == 60
             assert rows["none"]["extra_requests"] == 0.0
         # the race's plan hedges every call at once: two requests each, unless one was refused
@@ -122,73 +121,73 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
     assert rows["none"]["failed_provider_requests"] > 0
     assert rows["none"]["outage_misses"] > 0
     assert sum(r["failed_provider_requests"] for r in rows.values()) == len(down)
+    for variant in ("tailkit", "tailkit-sdk"):  # both servers' logs, one line per request
+        ledger = (tmp_path / f"outage.{variant}.ledger.jsonl").read_text().splitlines()
+        assert rows[variant]["requests"] == len(ledger)
     plan = result["plans"]["one-step"]["steps"]["answer"]
     assert plan["peer_timeout_s"] > 0
     assert result["plans"]["one-step"]["hedge_budget"] > 0
 
 
-class _Listener:
+class _Named(http.server.BaseHTTPRequestHandler):
     """
-    A loopback server (a thread) that answers each connection ``reply`` and keeps it open.
+    Answers every POST with the server's name, keeping the connection alive.
     """
 
-    def __init__(self, reply: bytes) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        self.reply = reply
-        threading.Thread(target=self._serve, daemon=True).start()
+    protocol_version = "HTTP/1.1"
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            conn.sendall(self.reply)
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        name = self.server.name  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(name)))
+        self.end_headers()
+        self.wfile.write(name)
 
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _named(name: bytes) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Named)
+    server.name = name  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def _port(url: str) -> int:
     return int(url.rsplit(":", maxsplit=1)[-1].split("/", maxsplit=1)[0])
 
 
-def test_the_outage_switch_relays_to_the_down_server_inside_its_window() -> None:
-    """Before the window: the up server; inside: the down one; at its edge: connections cut."""
+def test_the_outage_switch_routes_each_request_by_when_it_arrives() -> None:
+    """Before the window: the up server; inside: the down one, on the same kept-alive connection."""
     outage = _module("_peers_outage.py")
-    up, down = _Listener(b"up"), _Listener(b"down")
-    now = time.time()
+    up, down = _named(b"up"), _named(b"down")
 
-    def connect(window: tuple[float, float]) -> Any:
-        switch = stack.enter_context(outage.SwitchProcess(up.port, down.port, window))
-        return stack.enter_context(socket.create_connection(("127.0.0.1", _port(switch.url))))
+    def ask(conn: http.client.HTTPConnection) -> bytes:
+        conn.request("POST", "/v1/chat/completions", body=b'{"model": "x"}')
+        return conn.getresponse().read()
 
+    start = time.time() + 3.0
+    window = (start, start + 3600.0)
     try:
-        with ExitStack() as stack:
-            assert connect((now + 3600.0, now + 7200.0)).recv(16) == b"up"
-        with ExitStack() as stack:  # a window that has begun: new connections go down
-            assert connect((now - 1.0, now + 3600.0)).recv(16) == b"down"
-        # a window that begins while a connection is open to the up server: it is cut
-        start = time.time() + 2.0
-        with ExitStack() as stack:
-            conn = connect((start, start + 3600.0))
-            assert conn.recv(16) == b"up"
-            if time.time() >= start:  # the machine too busy to see the edge come
-                pytest.skip("the window began before the first connection was answered")
+        with outage.SwitchProcess(up.server_port, down.server_port, window) as switch:
+            conn = http.client.HTTPConnection("127.0.0.1", _port(switch.url), timeout=60)
             try:
-                tail = conn.recv(16)  # blocks until the edge cuts it
-            except ConnectionResetError:
-                tail = b""
-            assert tail == b""
-            assert time.time() >= start
+                first = ask(conn)
+                if time.time() >= start:  # the machine too busy to ask before the edge
+                    pytest.skip("the window began before the first answer")
+                assert first == b"up"
+                sock = conn.sock
+                time.sleep(max(start - time.time(), 0.0) + 0.05)  # past the edge
+                assert ask(conn) == b"down"
+                assert conn.sock is sock  # the same connection: routed per request
+            finally:
+                conn.close()
     finally:
-        up.close()
-        down.close()
+        for server in (up, down):
+            server.shutdown()
+            server.server_close()
 
 
 def test_outage_window_and_per_provider_urls() -> None:
