@@ -86,7 +86,21 @@ def own(client: openai.AsyncOpenAI, **options: Any) -> Callable[[Attempt], Any]:
     return call
 
 
-PATTERNS = pytest.mark.parametrize("make", [adapter, own], ids=["adapter", "own-generator"])
+def returned(client: openai.AsyncOpenAI) -> Callable[[Attempt], Any]:
+    """A service's own attempt function that returns the SDK's stream itself."""
+    sdk = client.with_options(max_retries=0)
+
+    async def call(attempt: Attempt) -> Any:
+        return await sdk.chat.completions.create(
+            model=attempt.model, messages=MESSAGES, stream=True, extra_headers=attempt.headers()
+        )
+
+    return call
+
+
+PATTERNS = pytest.mark.parametrize(
+    "make", [adapter, own, returned], ids=["adapter", "own-generator", "returned-stream"]
+)
 
 
 async def step(
@@ -210,16 +224,13 @@ def test_an_sdk_timeout_is_a_timeout(make: Call) -> None:
     hang = with_faults(hang=1.0)
 
     def short(client: openai.AsyncOpenAI) -> Callable[[Attempt], Any]:
-        if make is own:
-            return own(client, timeout=0.2)
-        return adapter(client.with_options(timeout=0.2))
+        if make is adapter:  # its timeout is the deadline's: run it with a short deadline
+            return adapter(client)
+        return make(client.with_options(timeout=0.2))
 
     async def main() -> MemorySink:
         async with serve(a=hang) as server:
-            if make is own:
-                _, sink = await step(server, short)
-            else:  # the adapter's timeout is the deadline's: call it with a short one
-                _, sink = await step(server, short, deadline_s=0.3)
+            _, sink = await step(server, short, deadline_s=0.3 if make is adapter else 10.0)
         return sink
 
     sink = run(main())

@@ -117,9 +117,12 @@ async def _read_stream(live: Live, result: Any) -> StreamResult:
                 live.wake()
     finally:
         # release the stream (its connection) whether it ended, failed or was cancelled
-        close = getattr(result, "aclose", None)
+        # (an async generator's aclose; an SDK's stream returned as is has close or aclose)
+        close = getattr(result, "aclose", None) or getattr(result, "close", None)
         if close is not None:
-            await close()
+            closing = close()
+            if inspect.isawaitable(closing):
+                await closing
     live.ended = now()
     if not read.final:
         raise TruncatedStream(live.attempt.step, read.chunks)

@@ -51,6 +51,9 @@ class Chunk:
 
 
 FINAL = Chunk(kind=FINAL_KIND)
+# Yield FINAL only where the provider said the answer ended: SDKs end a cut stream silently, so
+# a FINAL after the loop would make a stream cut short look whole. A stream of the SDK's own
+# chunks needs none: the executor reads their terminal event.
 
 
 @dataclass(frozen=True, slots=True)
