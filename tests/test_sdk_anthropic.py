@@ -252,15 +252,19 @@ def test_a_stream_cut_before_message_stop_is_a_failure(make: Call) -> None:
 
 @pytest.mark.parametrize("make", [adapter, own], ids=["adapter", "own-generator"])
 def test_events_without_their_delta_are_a_failure_not_an_empty_answer(make: Call) -> None:
-    """Serve's schema_invalid (deltas stripped): the provider's error, never an empty success."""
+    """Serve's schema_invalid (deltas stripped): the provider's error; a whole stream still wins."""
 
-    async def main() -> tuple[list[Any], MemorySink]:
+    async def main() -> tuple[list[Any], MemorySink, list[Any]]:
         async with serve(a=with_faults(schema_invalid=1.0)) as server:
-            return await step(server, make)
+            broken, sink = await step(server, make)
+        async with serve() as server:
+            whole, _ = await step(server, make)
+        return broken, sink, whole
 
-    [result], sink = run(main())
-    assert isinstance(result, AllAttemptsFailed), result
+    [broken], sink, [whole] = run(main())
+    assert isinstance(broken, AllAttemptsFailed), broken
     assert {"error"} == {line.status for line in sink.records}
+    assert isinstance(whole, StreamResult), whole
 
 
 def test_the_sdk_does_not_retry_behind_the_executor() -> None:
