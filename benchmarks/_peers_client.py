@@ -267,6 +267,7 @@ class Client:
             await Bare(spec["base_url"], {WARMUP: warm}, stream=spec["stream"]).call(WARMUP)
         # start together: the parent gave a wall-clock instant
         await asyncio.sleep(max(spec["start_at"] - time.time(), 0.0))
+        late_s = time.time() - spec["start_at"]  # > 0: the warm-up outlasted the lead
         lag = Lag()
         lag.start()
         cpu0, t0 = time.process_time(), loop.time()
@@ -288,7 +289,7 @@ class Client:
         return {
             "op": "done", "variant": self.variant, "seconds": [r[0] for r in results],
             "ok": [r[1] for r in results], "step_calls": count(), "cpu_s": cpu,
-            "wall_s": wall, "lag": lags, "denials": denials,
+            "wall_s": wall, "lag": lags, "denials": denials, "late_start_s": late_s,
         }  # fmt: skip
 
 

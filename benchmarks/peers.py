@@ -89,6 +89,10 @@ from _peers_plans import (  # noqa: E402
 
 
 LOAD_TOLERANCE = 0.01  # extra requests within a point of the peer's count as equal load
+# Real seconds from sending the specs to the common start: every client builds its caller and
+# warms up before it (a client that starts late is late on every call, and in the outage it
+# meets the window at another point of its schedule: its row says ``late_start_s``).
+START_LEAD_S = 5.0
 
 
 def _arrivals(n: int, rate: float, seed: int) -> list[float]:
@@ -261,10 +265,11 @@ def summarize(
     row["cpu_ms_per_call"] = answer["cpu_s"] * 1000.0 / step_calls
     row["loop_lag_ms"] = answer["lag"]
     row["denials"] = answer.get("denials", {})
+    row["late_start_s"] = answer.get("late_start_s", 0.0)
     return row
 
 
-def verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def verdicts(rows: Sequence[Mapping[str, Any]], *, only: str | None = None) -> list[dict[str, Any]]:
     """
     Per LiteLLM variant: is a tailkit variant at equal or lower extra load at or ahead of it?
 
@@ -274,10 +279,11 @@ def verdicts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     requests, differ by chance; in a short run by more than a point). ``p99`` and
     ``misses``: ``ahead`` (lower), ``behind`` (higher, and the difference is not chance: the
     95 % intervals of the two p99s do not overlap; for misses, Fisher's exact test, one-sided,
-    p < 0.05), else ``at``.
+    p < 0.05), else ``at``. ``only``: compare that tailkit variant alone (``tailkit-sdk``:
+    is the executor around the OpenAI SDK at or ahead too?).
     """
     out = []
-    ours = [r for r in rows if r["tool"] == "tailkit"]
+    ours = [r for r in rows if r["tool"] == "tailkit" and only in (None, r["name"])]
     for peer in (r for r in rows if r["tool"] == "litellm"):
         fair = [r for r in ours if _not_more_load(r, peer)]
         if not fair:
@@ -371,7 +377,7 @@ def run_case(
             down_models = {model_id(v, "a"): DOWN for v in variants}
             down = stack.enter_context(Server(work, f"{case}.down", down_models,
                                               time_scale=scale, seed=args.seed + 1))  # fmt: skip
-        start_at = time.time() + 2.0
+        start_at = time.time() + START_LEAD_S
         if down is not None and window is not None:
             edges = (start_at + window[0], start_at + window[1])
             urls["a"] = stack.enter_context(SwitchProcess(server.port, down.port, edges)).url
@@ -395,6 +401,11 @@ def run_case(
     ]  # fmt: skip
     out = {"case": case, "calls": n, "deadline_s": deadline_s / scale,
            "variants": rows, "verdicts": verdicts(rows)}  # fmt: skip
+    if "tailkit-sdk" in variants:
+        out["sdk_verdicts"] = verdicts(rows, only="tailkit-sdk")
+    for row in rows:
+        if row["name"].startswith("tailkit"):
+            row["ledger"] = ledger_notes(work / f"{case}.{row['name']}.ledger.jsonl")
     if window is not None:
         inside = [window[0] <= off < window[1] for off in offsets]
         out["outage"] = {"from_s": window[0] / scale, "until_s": window[1] / scale,
@@ -403,6 +414,32 @@ def run_case(
             row["failed_provider_requests"] = failing[row["name"]]
             row["outage_misses"] = _misses_inside(answers[row["name"]], inside, deadline_s)
     return out
+
+
+def ledger_notes(path: Path) -> dict[str, int]:
+    """
+    What the executor's ledger says it did: failovers, refused retries, its breaker's events.
+
+    Counts of ledger lines by ``attrs``: ``failover`` (a failed attempt retried on the hedge
+    route's provider), ``retry_denied:<why>`` (an error's retry refused: the call failed),
+    ``breaker:<event>`` (``opened``, ``closed``, ``probe``, ``open``: a first attempt moved off
+    a provider whose breaker was open), and ``rerouted``.
+    """
+    notes: Counter[str] = Counter()
+    if not path.exists():
+        return {}
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            attrs = json.loads(line).get("attrs") or {}
+            if "failover" in attrs:
+                notes["failover"] += 1
+            if "retry_denied" in attrs:
+                notes[f"retry_denied:{attrs['retry_denied']}"] += 1
+            if "breaker" in attrs:
+                notes[f"breaker:{str(attrs['breaker']).split(':', 1)[0]}"] += 1
+            if attrs.get("rerouted"):
+                notes["rerouted"] += 1
+    return dict(sorted(notes.items()))
 
 
 def _misses_inside(answer: Mapping[str, Any], inside: Sequence[bool], deadline_s: float) -> int:
@@ -450,8 +487,13 @@ def print_tables(result: Mapping[str, Any]) -> None:
                   f"({o['calls']} calls scheduled inside): misses inside, requests provider a "
                   "answered 5xx")  # fmt: skip
             for r in case["variants"]:
+                notes = r.get("ledger")
+                said = f" (ledger: {_notes_text(notes)})" if notes else ""
                 print(f"- {r['name']}: {r['outage_misses']} of {o['calls']}, "
-                      f"{r['failed_provider_requests']}")  # fmt: skip
+                      f"{r['failed_provider_requests']}{said}")  # fmt: skip
+        late = [r["name"] for r in case["variants"] if r["late_start_s"] > 0.1]
+        if late:
+            print(f"\nStarted late (the warm-up outlasted the lead): {', '.join(late)}")
         for v in case["verdicts"]:
             if v["tailkit"] is None:
                 print(f"- vs {v['peer']}: FAIL ({v['why']})")
@@ -459,6 +501,17 @@ def print_tables(result: Mapping[str, Any]) -> None:
             verdict = "PASS" if v["pass"] else "FAIL"
             print(f"- vs {v['peer']}: {v['tailkit']} p99 {v['p99']}, misses {v['misses']}: "
                   f"{verdict}")  # fmt: skip
+        for v in case.get("sdk_verdicts", []):
+            if v["tailkit"] is None:
+                print(f"- (SDK) vs {v['peer']}: FAIL ({v['why']})")
+                continue
+            verdict = "PASS" if v["pass"] else "FAIL"
+            print(f"- (SDK) vs {v['peer']}: tailkit-sdk p99 {v['p99']}, misses {v['misses']}: "
+                  f"{verdict}")  # fmt: skip
+
+
+def _notes_text(notes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in notes.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="LiteLLM comes with pip install 'tailkit[bench]'; without it, run "
-        "--variants none,tailkit,tailkit-sdk,tailkit-race. Example: python3 benchmarks/peers.py --json",
+        "--variants none,tailkit,tailkit-sdk,tailkit-race. "
+        "Example: python3 benchmarks/peers.py --json",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--calls", type=int, default=800, help="calls per variant per case")

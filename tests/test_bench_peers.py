@@ -124,6 +124,9 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
     for variant in ("tailkit", "tailkit-sdk"):  # both servers' logs, one line per request
         ledger = (tmp_path / f"outage.{variant}.ledger.jsonl").read_text().splitlines()
         assert rows[variant]["requests"] == len(ledger)
+        # the ledger's account: provider a's 5xx failed over to b
+        assert rows[variant]["ledger"].get("failover", 0) > 0
+    assert [v["peer"] for v in outage["sdk_verdicts"]] == []  # no LiteLLM variant ran
     plan = result["plans"]["one-step"]["steps"]["answer"]
     assert plan["peer_timeout_s"] > 0
     assert result["plans"]["one-step"]["hedge_budget"] > 0
@@ -240,6 +243,10 @@ def test_the_verdict_takes_the_best_tailkit_variant_at_equal_or_lower_load() -> 
                   row("litellm-x", "litellm", 22.0, 0.0, 0.03))
     ]  # fmt: skip
     assert [v["tailkit"] for v in peers.verdicts(short)] == ["tailkit"]
+    # one tailkit variant alone (the SDK's): compared only with itself
+    alone = {v["peer"]: v["tailkit"] for v in peers.verdicts(rows, only="tailkit-race")}
+    assert alone == {"litellm-retry": None, "litellm-race": "tailkit-race",
+                     "litellm-stream": None}  # fmt: skip
     rows[0] = row("tailkit", "tailkit", 30.0, 0.01, 0.05)
     found = {v["peer"]: v for v in peers.verdicts(rows)}
     assert found["litellm-retry"]["p99"] == "behind"
