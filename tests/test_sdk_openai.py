@@ -521,3 +521,41 @@ def test_a_broken_non_streamed_answer_is_the_providers_failure(fault: str) -> No
     assert [("primary", "error"), ("retry", "error")] == [
         (line.role, line.status) for line in sink.records
     ]
+
+
+def cutoff_plan() -> Plan:
+    text = (
+        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 30\nhedge_budget: 0.5\nroutes:\n"
+        "  fake/a: {provider: fake, model: a}\n  other/b: {provider: other, model: b}\n"
+        "steps:\n  s:\n    route: fake/a\n    signal: ttft\n    ttft_cutoff_s: 0.3\n"
+        "    stall_cutoff_s: 0.3\n    on_cutoff: hedge\n    hedge_route: other/b\n"
+    )
+    return parse_plan(text)
+
+
+@pytest.mark.parametrize("fault", ["hang", "stall_mid"])
+def test_a_stuck_stream_is_hedged_and_its_connection_closed(fault: str) -> None:
+    """No first token, or silence mid-stream: the hedge wins and the stuck request is let go."""
+
+    async def main() -> tuple[Any, MemorySink, Server, int]:
+        async with serve(a=with_faults(**{fault: 1.0})) as server:
+            sink = MemorySink()
+            client = openai.AsyncOpenAI(api_key="sk-test", base_url=server.url)
+            try:
+                with deadline_after(10):
+                    result = await Executor(cutoff_plan(), ledger=Ledger(sink)).run_step(
+                        "s", adapter(client)
+                    )
+            finally:
+                await client.close()
+            while len(server.records) < 2:  # the stuck request ends when the client goes
+                await asyncio.sleep(0.01)
+            return result, sink, server, server.open_connections
+
+    result, sink, server, still_open = run(main())
+    assert isinstance(result, StreamResult)
+    assert [("hedge", "ok"), ("primary", "cancelled")] == [
+        (line.role, line.status) for line in sink.records
+    ]
+    assert ["b", "a"] == [record.model for record in server.records]
+    assert 0 == still_open
