@@ -16,8 +16,20 @@ The cutoff is deadline aware: a step acts at ``min(cutoff, deadline - reserve - 
 the reserve is what the steps still waiting on it need at their median (the plan's predicted
 step medians, as the executor reads them), so a late run acts early rather than overrun. A
 plan may also set a cutoff on the other clock, which acts as set. An idempotent step's first
-attempt that fails before the cutoff is retried at once on the same route; a result that fails
-validation goes to the upgrade route (or again to the step's own route). A repeat (every
+attempt that fails before the cutoff is retried at once: on the step's hedge route when that is
+on another provider (a failover, ``StepModel.failover``), else on the same route; a result
+that fails validation goes to the upgrade route (or again to the step's own route). Until the
+step acts, the retry and the upgrade are watched like the first attempt, each from its own
+start, and a cutoff that passes on one makes the step act (`_general`).
+
+What the simulator does not model: the executor's circuit breaker, which takes a provider out
+of first attempts after a streak of failures (5 in a row, or half of the last 20, by default).
+Its runs draw their failures independently, as measured: at the error rates a plan is
+calibrated on (a few per cent), such a streak is rare (5 in a row at 5 %: 3 in 10 million), and
+an outage that does make one is a change of the provider, not the tail the plan is built on.
+Where the breaker does open, the executor does better than the prediction (the first attempt
+goes straight to the healthy route instead of failing first). The 429 rest and the throttle
+are left out for the same reason. A repeat (every
 attempt after the first) does the same job: its draw is coupled to the first attempt's by what
 the step's repeats share (`StepModel.shares`, `tailkit.simulate._couple`); with nothing shared
 it is an independent draw, which escapes the first attempt's tail.
