@@ -151,14 +151,16 @@ class ExtraAttempts:
         *,
         at_once: bool = True,
         charge: bool = True,
+        speculative: bool = False,
     ) -> bool:
         """
         Whether an extra attempt on ``route`` may start: its provider not throttled, the budget.
 
         An attempt that starts ``at_once`` also needs its provider not to be resting after a
         429; one that is not ``charge``d (a failover after a 429: the refused request did no
-        work) needs no grant from the budget. A refusal is counted and written on ``asker``'s
-        ledger line under ``denied_key``.
+        work) needs no grant from the budget. A ``speculative`` one (an action at a cutoff)
+        leaves the budget's recovery reserve to error retries, failovers and upgrades. A refusal
+        is counted and written on ``asker``'s ledger line under ``denied_key``.
         """
         provider = self.s.plan.routes[route].provider
         why = None
@@ -166,7 +168,7 @@ class ExtraAttempts:
         if throttle.throttled(provider) or (at_once and throttle.resting(provider, now())):
             why = "throttle"
             self._denied(asker, denied_key, why, f"provider {provider} throttled")
-        elif charge and not self.s.budget.try_extra(self.book.account):
+        elif charge and not self.s.budget.try_extra(self.book.account, speculative=speculative):
             why = "budget"
             self._denied(asker, denied_key, why, "hedge budget spent")
         if self.tel is not None:

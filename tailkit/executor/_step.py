@@ -506,7 +506,7 @@ class StepRun(ExtraAttempts):
         if self.deadline - at < NO_TIME_S:
             first.extra["action_skipped"] = "no time left"
             return
-        if not self._grant(first, route, "hedge_denied", action):
+        if not self._grant(first, route, "hedge_denied", action, speculative=True):
             return
         self.acted = True
         if action != "hedge":

@@ -48,9 +48,12 @@ class Budget(Protocol):
         A run starts with ``firsts`` first attempts; returns its account.
         """
 
-    def try_extra(self, account: Any) -> bool:
+    def try_extra(self, account: Any, *, speculative: bool = False) -> bool:
         """
         Whether one more extra attempt may start, counted to ``account``.
+
+        ``speculative``: an action at a cutoff (a hedge, a retry or downgrade there), which
+        leaves the budget's recovery reserve to error retries, failovers and upgrades.
         """
 
     def close(self, account: Any) -> None:
@@ -89,19 +92,20 @@ def acts_at(step: StepModel, start_s: float, model: WorkflowModel, one: Attempt)
     return act
 
 
-Play = Generator[float, bool, tuple[float, bool, bool, int]]
-"""A step played lazily: yields the age of each extra attempt it asks for, is sent the grant."""
+Ask = tuple[float, bool]  # an extra attempt asked for: (its age, speculative)
+Play = Generator[Ask, bool, tuple[float, bool, bool, int]]
+"""A step played lazily: yields each extra attempt it asks for (`Ask`), is sent the grant."""
 
 
 def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: WorkflowModel) -> Play:
     """
     One step in one run, asking for each extra attempt as the executor does.
 
-    Yields the age (seconds into the step) at which it asks for an extra attempt -- the
-    action at a cutoff, the retry after an error, the upgrade after an invalid result -- and
-    is sent whether it was granted. Returns (duration, failed, extra attempt started at a
-    cutoff, recovery attempts). ``draws`` are the step's table indexes for this run (its
-    four raw slots, or `step_indexes`' coupled rows).
+    Yields (age, speculative) for each extra attempt it asks for -- the action at a cutoff
+    (speculative), the retry after an error, the upgrade after an invalid result -- the age
+    in seconds into the step, and is sent whether it was granted. Returns (duration, failed,
+    extra attempt started at a cutoff, recovery attempts). ``draws`` are the step's table
+    indexes for this run (its four raw slots, or `step_indexes`' coupled rows).
 
     Until a cutoff fires, the attempt the step waits on is watched, from its own start: the
     first attempt, then the retry (or failover) of a first attempt that failed, or the
@@ -112,7 +116,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
     if act < _INF and step.action == "fail":
         return act, True, False, 0
     fired = act < _INF  # a cutoff passed (its action granted or not): nothing more is watched
-    acted = fired and step.action in ACTING and (yield act)
+    acted = fired and step.action in ACTING and (yield act, True)
     recovery = 0
     valid = bad = _INF  # the first valid result, the first invalid one
     end1, _, err1, inv1 = one
@@ -121,7 +125,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
         other = _attempt(action_route(step, step.primary), draws[1])
         last, valid, bad = _raced(step, act, one, 0.0, other)
     elif err1 and model.error_retries and step.idempotent:
-        if (yield end1):
+        if (yield end1, False):
             recovery = 1
             route = repeat_route(step, RETRY)
             two = _Watched(
@@ -133,7 +137,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
             fired = fired or fired2
     elif not err1:
         valid, bad = (end1 if not inv1 else _INF), (end1 if inv1 else _INF)
-    if bad < valid and (yield bad):  # the first result came back invalid: re-do it once
+    if bad < valid and (yield bad, False):  # the first result came back invalid: re-do it once
         route = step.upgrade or step.primary
         index = after_retry_index(draws) if recovery else draws[1]
         three = _Watched(route, _attempt(route, draws[2]), bad, index)
@@ -165,7 +169,7 @@ class _Watched:
 
 def _watched(
     step: StepModel, start_s: float, model: WorkflowModel, head: _Watched, fired: bool
-) -> Generator[float, bool, tuple[float, float, float, bool, bool]]:
+) -> Generator[Ask, bool, tuple[float, float, float, bool, bool]]:
     """
     A retry or an upgrade, watched unless a cutoff ``fired`` already.
 
@@ -176,7 +180,7 @@ def _watched(
     act = _INF if fired else acts_at(step, start_s + at, model, head.attempt)
     if act < _INF and step.action == "fail":
         return at + act, _INF, _INF, True, False
-    acted = act < _INF and step.action in ACTING and (yield at + act)
+    acted = act < _INF and step.action in ACTING and (yield at + act, True)
     if acted:
         other = _attempt(action_route(step, head.route), head.action_index)
         last, valid, bad = _raced(step, at + act, head.attempt, at, other)
@@ -317,6 +321,7 @@ class _Run:
                 self.dependents[d].append(i)
         self.due: list[tuple[float, int]] = []  # (instant, step) of pending budget decisions
         self.plays: list[Play | None] = [None] * len(steps)
+        self.speculative = [False] * len(steps)  # each step's pending ask: an action at a cutoff
         self.extras = self.denials = self.recoveries = 0
 
     def start(self, i: int) -> list[int]:
@@ -336,7 +341,7 @@ class _Run:
         """
         granted = True
         if self.budget is not None:
-            granted = self.budget.try_extra(self.account)
+            granted = self.budget.try_extra(self.account, speculative=self.speculative[i])
             self.denials += not granted
         return self._advance(i, granted)
 
@@ -350,12 +355,12 @@ class _Run:
         play, start = self.plays[i], self.starts[i]
         assert play is not None  # noqa: S101 - started by `start`
         try:
-            age = next(play) if granted is None else play.send(granted)
+            age, speculative = next(play) if granted is None else play.send(granted)
             while True:
                 if self.budget is None:
-                    age = play.send(True)  # no budget: every extra attempt is granted
+                    age, speculative = play.send(True)  # no budget: every one is granted
                 elif start + age >= self.model.deadline_s - NO_TIME_S:
-                    age = play.send(False)  # too late: never asked
+                    age, speculative = play.send(False)  # too late: never asked
                 else:
                     break
         except StopIteration as done:
@@ -363,6 +368,7 @@ class _Run:
             self.extras += extra
             self.recoveries += recovery
             return self._finish(i, start + duration, bad)
+        self.speculative[i] = speculative
         heapq.heappush(self.due, (start + age, i))  # decided when its instant comes
         return []
 
