@@ -1,5 +1,6 @@
 """
-``tailkit serve``: an OpenAI-compatible provider on loopback, with a latency tail and faults.
+``tailkit serve``: an OpenAI- and Anthropic-compatible provider on loopback, with a latency tail
+and faults.
 """
 
 from __future__ import annotations
@@ -198,11 +199,11 @@ def serve(
     ] = False,
 ) -> None:
     """
-    Serve an OpenAI-compatible chat API on loopback, with a latency tail and faults.
+    Serve OpenAI's chat completions and Anthropic's Messages API on loopback, with faults.
 
-    GET /v1/models and POST /v1/chat/completions (streamed or not) answer after a drawn TTFT
-    and decode time, stall or fail as the profile says, honour the x-tailkit deadline headers,
-    and log one call record per request. Runs until Ctrl-C. Its memory does not grow with the
+    GET /v1/models, POST /v1/chat/completions and POST /v1/messages (streamed or not) answer
+    after a drawn TTFT and decode time, stall or fail as the profile says, honour the x-tailkit
+    deadline headers, and log one call record per request. Runs until Ctrl-C. Its memory does not grow with the
     requests it serves: records go to --log only, and connections are bounded (--idle-timeout,
     --max-connections, --max-body-mib).
 
