@@ -1,6 +1,5 @@
 """
-``tailkit serve``: an OpenAI- and Anthropic-compatible provider on loopback, with a latency tail
-and faults.
+``tailkit serve``: an OpenAI- and Anthropic-compatible provider on loopback, with faults.
 """
 
 from __future__ import annotations
@@ -203,9 +202,9 @@ def serve(
 
     GET /v1/models, POST /v1/chat/completions and POST /v1/messages (streamed or not) answer
     after a drawn TTFT and decode time, stall or fail as the profile says, honour the x-tailkit
-    deadline headers, and log one call record per request. Runs until Ctrl-C. Its memory does not grow with the
-    requests it serves: records go to --log only, and connections are bounded (--idle-timeout,
-    --max-connections, --max-body-mib).
+    deadline headers, and log one call record per request. Runs until Ctrl-C. Its memory does
+    not grow with the requests it serves: records go to --log only, and connections are bounded
+    (--idle-timeout, --max-connections, --max-body-mib).
 
     Example:
 
