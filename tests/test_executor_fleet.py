@@ -8,6 +8,10 @@ import asyncio
 import math
 import multiprocessing
 import os
+import subprocess
+import sys
+
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +152,15 @@ def test_unevenly_loaded_workers_grant_no_more_than_the_fleet() -> None:
     loads = [50, 100, 200, 400, 800, 1600, 3200, 50]
 
     assert _uneven(loads) <= _single_process_grants(sum(loads))
+
+
+def test_the_fleet_benchmark_runs_and_checks() -> None:
+    """benchmarks/fleet_budget.py: 2 workers at 25 calls, its table and its check pass."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fleet_budget.py"
+    args = [sys.executable, str(script), "--workers", "2", "--firsts", "25", "--check"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+
+    assert 0 == done.returncode, done.stderr
+    # 2 workers x 25: each alone grants 6 (24 %); as halves of the fleet 4 each, under the 9
+    # one process would grant at 50
+    assert done.stdout.splitlines()[-1].split() == ["2", "25", "50", "24.00%", "16.00%", "18.00%"]
