@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from tailkit.calibrate._notes import cutoff_note
 from tailkit.calibrate._predict import REPLICATE_RUNS, REPLICATES, Prediction, predict
 from tailkit.calibrate._search import WAIT, Choice, SearchResult, StepOptions, search
 from tailkit.calibrate._warn import evidence_warnings, prediction_warnings
@@ -49,6 +51,8 @@ class Calibration:
             interval (see `prediction_warnings`).
         tail_kinds: Per step, its route's tail kind (``transient``, ``work``, ``mixed`` or
             ``unknown``; see `tailkit.fit.tail_kind`).
+        notes: One line per step: the total cutoff beside its TTFT cutoff and its stall
+            cutoff, set or not, and why (where the calls cannot tell, it says so).
     """
 
     plan: Plan
@@ -58,6 +62,7 @@ class Calibration:
     prediction: Prediction
     warnings: tuple[str, ...] = ()
     tail_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 def workflow_of(plan: Plan) -> Plan:
@@ -190,6 +195,15 @@ def calibrate(
             *prediction.interval_notes,
         ),
         tail_kinds={name: kinds[step.route].kind for name, step in plan.steps.items()},
+        notes=tuple(
+            cutoff_note(
+                name,
+                samples[(name, step.route)],
+                found.choices.get(name, WAIT),
+                idempotent=step.idempotent,
+            )
+            for name, step in plan.steps.items()
+        ),
     )
 
 
@@ -222,14 +236,20 @@ def _with_choice(step: Step, choice: Choice) -> Step:
     if choice.action == "wait":
         return step
     ttft = choice.signal == "ttft"
+    total = choice.total_cutoff_s if ttft else choice.cutoff_s
     return dataclasses.replace(
         step,
         signal=choice.signal,
         ttft_cutoff_s=round(choice.cutoff_s, 3) if ttft else None,
-        cutoff_s=None if ttft else round(choice.cutoff_s, 3),
+        stall_cutoff_s=_rounded(choice.stall_cutoff_s),
+        cutoff_s=_rounded(total),
         on_cutoff=choice.action,
         hedge_route=choice.route if choice.action == "hedge" else step.hedge_route,
     )
+
+
+def _rounded(seconds: float) -> float | None:
+    return round(seconds, 3) if math.isfinite(seconds) else None
 
 
 def _predicted(

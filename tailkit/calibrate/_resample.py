@@ -8,8 +8,11 @@ replicates' predictions is the uncertainty that the sample adds (Efron's bootstr
 
 What one replicate redraws, per route sample:
 
-- the finished and cut calls, each with its time to first token (a cut call keeps the
-  latency beyond its cut that `RouteSample.from_latencies` drew for it from the fitted tail);
+- the finished and cut calls, each with its time to first token and its stall gap (a cut
+  call keeps the latency beyond its cut that `RouteSample.from_latencies` drew for it from
+  the fitted tail);
+- where in a stalled stream its stall sat (`RouteSample.stall_at`), which the record does not
+  say: uniform from right after the first token to the stream's end;
 - the error rate and invalid rate, as binomial counts over the calls behind them (for the
   error rate, the calls plus their share of failed attempts), and the error times;
 - for a sample that is a fitted model (``--latency lognormal``: a quantile grid standing for
@@ -78,21 +81,31 @@ def resample(sample: RouteSample, rng: np.random.Generator) -> RouteSample:
         # sorted indexes of a resample with replacement, without a sort: counts per call
         picked = np.repeat(np.arange(n), np.bincount(rng.integers(0, n, n), minlength=n))
         total_s, ttft_s = sample.total_s[picked], sample.ttft_s[picked]
+        gap_s = None if sample.gap_s is None else sample.gap_s[picked]  # with its call
     else:
         total_s, ttft_s = _refit_grid(sample, calls, rng)
+        gap_s = sample.gap_s  # the grid moves in place: each gap stays with its rank
     attempts = max(round(calls / (1.0 - sample.error_rate)), 1)
     error_rate = min(rng.binomial(attempts, sample.error_rate) / attempts, _MAX_ERROR_RATE)
-    errors = sample.error_s
+    errors, errors_ttft = sample.error_s, sample.error_ttft_s
     if sample.error_rate > 0.0 and errors.size > 1:
-        errors = np.sort(errors[rng.integers(0, errors.size, errors.size)])
+        again = np.sort(rng.integers(0, errors.size, errors.size))  # error_s is sorted
+        errors = errors[again]
+        errors_ttft = None if errors_ttft is None else errors_ttft[again]
     invalid_rate = rng.binomial(calls, sample.invalid_rate) / calls
+    stall_at = sample.stall_at
+    if gap_s is not None and bool((gap_s > 0.0).any()):
+        stall_at = float(rng.random())  # where a stall sits is not in the record
     return dataclasses.replace(
         sample,
         total_s=total_s,
         ttft_s=ttft_s,
         error_rate=float(error_rate),
         error_s=errors,
+        error_ttft_s=errors_ttft,
         invalid_rate=float(invalid_rate),
+        gap_s=gap_s,
+        stall_at=stall_at,
     )
 
 

@@ -11,10 +11,11 @@ judged end to end by simulation, never step by step in isolation:
    grid of quantiles of its own latency (plus the quantiles the budget affords, so a tail of
    5 % is not left waiting because the grid's p95 costs just over a 5 % budget), on the total
    clock and, for streamed routes, on the time to first token.
-2. Coordinate descent: step by step, most tail-exposed first, every candidate for that step is
-   simulated with the other steps held fixed, and the best feasible one (extra attempts within
-   the budget) is kept. Passes repeat until nothing changes. A change in one step re-plays
-   only it and the steps after it; earlier steps are reused.
+2. Stall guards first (`_stall_seeds`), then coordinate descent: step by step, most
+   tail-exposed first, every candidate for that step is simulated with the other steps held
+   fixed, and the best feasible one (extra attempts within the budget) is kept. Passes
+   repeat until nothing changes. A change in one step re-plays only it and the steps after
+   it; earlier steps are reused.
 3. All candidates see the same random numbers (common random numbers): differences between
    candidates are paired, so the search is not fooled by Monte Carlo noise the way independent
    runs would be.
@@ -22,7 +23,18 @@ judged end to end by simulation, never step by step in isolation:
    extra attempts: among plans that miss equally often, the faster and cheaper wins. Required
    steps and steps that much of the run waits on matter through the miss rate itself; an
    optional step is free to ``fail`` at its cutoff.
-5. The plan found is then simulated afresh (new seed, more runs) for the ``predicted`` fields,
+5. Then the two clocks together are tried on top of the plan found, step by step, kept only
+   if the simulated plan scores better within the budget (`refinements`): a *total cutoff
+   beside a TTFT cutoff*, where a step watched on its TTFT has a route whose generation
+   (``total - ttft``) has a heavy upper tail (`GENERATION_TAIL`): a stream that started in
+   time and then crawls is cut at a grid quantile of the total, with the same action; and a
+   TTFT cutoff beside a step's total cutoff, so that a stuck start is cut early. The *stall
+   cutoff*, where the route's streams stall mid-way (`tailkit.simulate._stall`), is a
+   candidate from point 1 on: every acting candidate is tried again with the stall cutoff the
+   calls propose, so the search weighs its extra attempts against the others' within the
+   budget. The simulator models both (the total clock beside the TTFT's in the engine, the
+   stall on the route sample: `tailkit.simulate._build.with_stall`).
+6. The plan found is then simulated afresh (new seed, more runs) for the ``predicted`` fields,
    so the prediction carries no optimization bias from the search's own draws.
 """
 
@@ -45,12 +57,18 @@ from tailkit.simulate import (
     WorkflowModel,
     run_workflow,
 )
+from tailkit.simulate._build import with_stall
 
 
 QUANTILES = (0.80, 0.85, 0.90, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995)
 MAX_PASSES = 4
 _P99_WEIGHT = 1e-3  # score per deadline of p99: breaks ties between equal miss rates
 _EXTRA_WEIGHT = 1e-4  # score per extra attempt per first attempt: then prefer the cheaper
+# A generation (total - ttft) whose p99 is this many times its median has a tail of its own
+# that a TTFT cutoff never sees: a total cutoff beside it is tried.
+GENERATION_TAIL = 2.0
+_ACTING = ("hedge", "retry", "downgrade")
+_MS = 1e-3  # the plan's resolution: a cutoff below another stays below it once rounded
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,11 @@ class Choice:
         quantile: Cutoff as a quantile of the step's own latency on that signal (None: wait).
         cutoff_s: The cutoff in seconds (``math.inf``: wait).
         route: The route of the extra attempt (hedge or downgrade), else ``None``.
+        total_cutoff_s: Beside a TTFT cutoff, a cutoff on the total age with the same action
+            (``math.inf``: none).
+        total_quantile: That cutoff as a quantile of the step's total latency.
+        stall_cutoff_s: Seconds without a chunk mid-stream at which the step acts
+            (``math.inf``: none).
     """
 
     action: str = "wait"
@@ -71,6 +94,9 @@ class Choice:
     quantile: float | None = None
     cutoff_s: float = math.inf
     route: str | None = None
+    total_cutoff_s: float = math.inf
+    total_quantile: float | None = None
+    stall_cutoff_s: float = math.inf
 
 
 WAIT = Choice()
@@ -145,14 +171,39 @@ def candidates(
             cutoff = sample.quantile(q, signal=signal)
             if cutoff < deadline_s:
                 out += [Choice(a, signal, q, cutoff, r) for a, r in actions]
+    return out + with_stalls(sample, out, deadline_s)
+
+
+def with_stalls(sample: RouteSample, choices: list[Choice], deadline_s: float) -> list[Choice]:
+    """
+    Each acting choice again with the stall cutoff the route's calls propose, if any.
+
+    Only where the sample carries its calls' stall gaps (the simulator needs them), and only
+    below the choice's total cutoff, as the plan requires.
+    """
+    stall = None if sample.stalls is None else sample.stalls.cutoff_s
+    if stall is None or sample.gap_s is None or stall >= deadline_s:
+        return []
+    out = []
+    for choice in choices:
+        total = choice.cutoff_s if choice.signal == "total" else choice.total_cutoff_s
+        if choice.action in _ACTING and stall + _MS < total and choice.stall_cutoff_s != stall:
+            out.append(dataclasses.replace(choice, stall_cutoff_s=stall))
     return out
 
 
 def _apply(step: StepModel, choice: Choice, samples: Mapping[SampleKey, RouteSample]) -> StepModel:
+    """
+    ``step`` (as the base model has it: waiting, no cutoff) with ``choice`` applied.
+    """
     second = None if choice.route is None else samples[(step.name, choice.route)]
-    return dataclasses.replace(
-        step, action=choice.action, signal=choice.signal, cutoff_s=choice.cutoff_s, second=second
-    )
+    beside = choice.total_cutoff_s if choice.signal == "ttft" else math.inf
+    applied = dataclasses.replace(
+        step, action=choice.action, signal=choice.signal, cutoff_s=choice.cutoff_s,
+        second=second, ttft_cutoff_s=math.inf, total_cutoff_s=beside,
+    )  # fmt: skip
+    stall = choice.stall_cutoff_s
+    return with_stall(applied, stall) if math.isfinite(stall) else applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,18 +276,20 @@ def search(
         progress: Called with (candidates done, candidates per pass).
     """
     draws = Draws(runs, seed=seed, keep=True)
-    steps = list(model.steps)
-    extra = budget_quantiles(budget, len(steps))
+    base = list(model.steps)
+    extra = budget_quantiles(budget, len(base))
     choice_lists = [
         candidates(s.primary, options[s.name], deadline_s=model.deadline_s, extra_quantiles=extra)
-        for s in steps
+        for s in base
     ]
-    current = run_workflow(model, draws)
-    best = score(model, current, budget)
-    chosen = [WAIT] * len(steps)
+    state = _State(model, samples, draws, budget, base)
     order = _exposure_order(model)
     per_pass = sum(len(c) for c in choice_lists)
     evaluated, passes = 0, 0
+    for i in order:  # stall guards first: the descent then spends what they leave
+        for choice in _stall_seeds(choice_lists[i]):
+            evaluated += 1
+            state.try_choice(i, choice)
     for passes in range(1, MAX_PASSES + 1):  # noqa: B007 - the count is reported
         changed = False
         for i in order:
@@ -244,19 +297,109 @@ def search(
                 evaluated += 1
                 if progress is not None:
                     progress(evaluated, per_pass)
-                if choice == chosen[i]:
-                    continue
-                trial_steps = [*steps]
-                trial_steps[i] = _apply(steps[i], choice, samples)
-                trial = dataclasses.replace(model, steps=tuple(trial_steps))
-                outcome = run_workflow(trial, draws, reuse=current, changed=i)
-                s = score(trial, outcome, budget)
-                if s.feasible and (s.value < best.value - 1e-12 or not best.feasible):
-                    steps, chosen[i], current, best, changed = trial_steps, choice, outcome, s, True
+                changed |= state.try_choice(i, choice)
         if not changed:
             break
+    for i in order:
+        trials = refinements(base[i].primary, state.chosen[i], choice_lists[i], model.deadline_s)
+        for choice in trials:
+            evaluated += 1
+            state.try_choice(i, choice)
     names = [s.name for s in model.steps]
-    return SearchResult(dict(zip(names, chosen, strict=True)), best, evaluated, passes)
+    return SearchResult(dict(zip(names, state.chosen, strict=True)), state.best, evaluated, passes)
+
+
+class _State:
+    """
+    Strictly private: the search's current plan, its outcome and its score.
+    """
+
+    def __init__(
+        self,
+        model: WorkflowModel,
+        samples: Mapping[SampleKey, RouteSample],
+        draws: Draws,
+        budget: float,
+        base: list[StepModel],
+    ) -> None:
+        self.model, self.samples, self.draws, self.budget = model, samples, draws, budget
+        self.base = base
+        self.steps = list(base)
+        self.current = run_workflow(model, draws)
+        self.best = score(model, self.current, budget)
+        self.chosen = [WAIT] * len(base)
+
+    def try_choice(self, i: int, choice: Choice) -> bool:
+        """
+        Simulate step ``i`` set to ``choice``; keep it if it scores better. Whether it did.
+        """
+        if choice == self.chosen[i]:
+            return False
+        trial_steps = [*self.steps]
+        trial_steps[i] = _apply(self.base[i], choice, self.samples)
+        trial = dataclasses.replace(self.model, steps=tuple(trial_steps))
+        outcome = run_workflow(trial, self.draws, reuse=self.current, changed=i)
+        s = score(trial, outcome, self.budget)
+        if s.feasible and (s.value < self.best.value - 1e-12 or not self.best.feasible):
+            self.steps, self.chosen[i], self.current, self.best = trial_steps, choice, outcome, s
+            return True
+        return False
+
+
+def _stall_seeds(choices: list[Choice]) -> list[Choice]:
+    """
+    A step's stall guards alone: its stall candidates with the latest total cutoff.
+
+    Tried before the descent. A stall is cut for a few extra attempts where a cutoff on the
+    total spends many, but a descent that starts from every step waiting lets the first step
+    it visits spend the whole budget on its own tail before a later step's stalls are seen.
+    """
+    stalled = [c for c in choices if math.isfinite(c.stall_cutoff_s) and c.signal == "total"]
+    latest = max((c.quantile or 0.0 for c in stalled), default=None)
+    return [c for c in stalled if c.quantile == latest]
+
+
+def refinements(
+    sample: RouteSample, chosen: Choice, choices: list[Choice], deadline_s: float
+) -> list[Choice]:
+    """
+    The two clocks together, tried on top of a step's choice (module doc, point 5), in order.
+
+    A step watched on its TTFT whose route's generation has a heavy tail
+    (`RouteSample.generation_tail` at least `GENERATION_TAIL`) gets a total cutoff beside:
+    the grid quantiles of the total latency above its TTFT (and stall) cutoff and below the
+    deadline, each also with the route's stall cutoff (`with_stalls`). A step watched on its
+    total gets a TTFT cutoff beside it: its TTFT candidates with the same action, below the
+    total cutoff (a stuck start is then cut early, the total still watched).
+    """
+    out = []
+    if chosen.signal == "total" and chosen.action != "wait":
+        for c in choices:
+            if (
+                c.signal == "ttft"
+                and (c.action, c.route, c.stall_cutoff_s)
+                == (chosen.action, chosen.route, chosen.stall_cutoff_s)
+                and c.cutoff_s + _MS < chosen.cutoff_s
+            ):
+                out.append(
+                    dataclasses.replace(
+                        c, total_cutoff_s=chosen.cutoff_s, total_quantile=chosen.quantile
+                    )
+                )
+        return out
+    below = chosen.cutoff_s  # a total cutoff is above the TTFT (and stall) cutoff
+    if math.isfinite(chosen.stall_cutoff_s):
+        below = max(below, chosen.stall_cutoff_s)
+    if (
+        chosen.signal == "ttft"
+        and chosen.action != "wait"
+        and sample.generation_tail() >= GENERATION_TAIL
+    ):
+        for q in QUANTILES:
+            total = sample.quantile(q)
+            if below + _MS < total < deadline_s:
+                out.append(dataclasses.replace(chosen, total_cutoff_s=total, total_quantile=q))
+    return out + with_stalls(sample, out, deadline_s)
 
 
 def _exposure_order(model: WorkflowModel) -> list[int]:

@@ -80,29 +80,52 @@ def workflow_model(
         action = step.on_cutoff if step.idempotent or step.on_cutoff not in ACTING else "wait"
         second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(action)
         cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
-        steps.append(
-            StepModel(
-                name=name,
-                deps=tuple(index[d] for d in step.depends_on),
-                required=step.required,
-                primary=_sample(samples, name, step.route),  # type: ignore[arg-type]
-                signal=step.signal,
-                cutoff_s=math.inf if cutoff is None else cutoff,
-                action=action,
-                second=_sample(samples, name, second),
-                upgrade=_sample(samples, name, step.upgrade_route),
-                hedge=_sample(samples, name, step.hedge_route),
-                idempotent=step.idempotent,
-                reserve_s=reserve[name],
-                tokens=float(
-                    (step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)
-                ),
-                ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
-                total_cutoff_s=_or_inf(step.cutoff_s),
-                shares=_shares(plan, name, samples, sharing),
-            )
+        model = StepModel(
+            name=name,
+            deps=tuple(index[d] for d in step.depends_on),
+            required=step.required,
+            primary=_sample(samples, name, step.route),  # type: ignore[arg-type]
+            signal=step.signal,
+            cutoff_s=math.inf if cutoff is None else cutoff,
+            action=action,
+            second=_sample(samples, name, second),
+            upgrade=_sample(samples, name, step.upgrade_route),
+            hedge=_sample(samples, name, step.hedge_route),
+            idempotent=step.idempotent,
+            reserve_s=reserve[name],
+            tokens=float((step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)),
+            ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
+            total_cutoff_s=_or_inf(step.cutoff_s),
+            shares=_shares(plan, name, samples, sharing),
         )
+        steps.append(with_stall(model, step.stall_cutoff_s))
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def with_stall(step: StepModel, stall_cutoff_s: float | None) -> StepModel:
+    """
+    ``step`` with a stall cutoff of ``stall_cutoff_s`` seconds on its first attempt.
+
+    The engine has no chunk clock, so the stall cutoff is modelled on the step's route sample
+    (`RouteSample.with_stall_cutoff`): a first attempt whose stream would stall longer than
+    the cutoff fails at the age the cutoff cuts it, and the step starts a fresh attempt on its
+    route at once, as the executor does when a stall fires an idempotent step's hedge, retry
+    or downgrade (the executor's attempt goes to the action's route, the hedge's racing the
+    stalled one). The cutoff's own attempt (a retry) draws from the route as measured: the
+    executor does not watch it. A step that would not start an attempt (``fail``, ``wait``,
+    not idempotent) or whose calls cannot tell where streams stall is left as it is: its
+    stall cutoff is a guard the prediction does not count.
+    """
+    if stall_cutoff_s is None or not step.idempotent or step.action not in ACTING:
+        return step
+    cut = step.primary.with_stall_cutoff(stall_cutoff_s)
+    if cut is step.primary:
+        return step
+    second = step.second
+    if second is None and step.action == "retry":
+        second = step.primary  # the cutoff's retry is not watched: the route as measured
+    shares = (*step.shares, *((cut, rho) for r, rho in step.shares if r is step.primary))
+    return dataclasses.replace(step, primary=cut, second=second, shares=shares)
 
 
 def _shares(
@@ -178,11 +201,12 @@ def _one_clock(
     second: RouteSample | None = None,
 ) -> StepModel:
     """
-    ``step`` under a reference policy: one cutoff, on one clock, and no other.
+    ``step`` under a reference policy: one cutoff, on one clock, and no other (no stall).
     """
+    primary = step.primary.base or step.primary  # no stall cutoff either
     return dataclasses.replace(
         step, signal=signal or step.signal, cutoff_s=cutoff_s, action=action, second=second,
-        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf,
+        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, primary=primary,
     )  # fmt: skip
 
 

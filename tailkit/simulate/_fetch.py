@@ -106,6 +106,7 @@ class RouteData:
     ttft_s: _Array
     error_s: _Array
     cut_s: _Array
+    output_tokens: _Array | None = None  # of the finished calls (NaN: unknown)
 
 
 def fetch(
@@ -125,8 +126,8 @@ def fetch(
     counts = _counts(store, base, needs)
     live = [n for n in needs if counts[n].bucket >= 2]
     finished = _rows(
-        store, buckets, live, counts, columns=("total_s", "ttft_s"), where=OK, size=size,
-        seed=seed, output=True,
+        store, buckets, live, counts, columns=("total_s", "ttft_s", "output_tokens"), where=OK,
+        size=size, seed=seed, output=True,
     )  # fmt: skip
     failed = _rows(
         store, buckets, live, counts, columns=("total_s",), where=FAILED, size=size, seed=seed,
@@ -135,7 +136,10 @@ def fetch(
     keep = {n: counts[n].keep_cut(finished[n][0].size) for n in live}
     cuts = _cut_ages(store, base, live, {n: (counts[n].cut, keep[n]) for n in live})
     return {
-        n: RouteData(counts[n], finished[n][0], finished[n][1], failed[n][0], cuts[n]) for n in live
+        n: RouteData(
+            counts[n], finished[n][0], finished[n][1], failed[n][0], cuts[n], finished[n][2]
+        )
+        for n in live
     }
 
 

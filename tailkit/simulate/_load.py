@@ -138,6 +138,9 @@ def _built(data: RouteData, label: str, seed: int) -> RouteSample:
         invalid_rate=counts.invalid / max(counts.invalid + counts.ok, 1),
         bucket=label,
         seed=seed,
+        output_tokens=None
+        if data.output_tokens is None
+        else np.concatenate([data.output_tokens, np.full(cut_ages.size, np.nan)]),
     )
     cut = counts.keep_cut(counts.bucket)
     calls = counts.bucket + cut

@@ -4,7 +4,9 @@ What the simulator draws from: one route's latency for one step's token bucket.
 A `RouteSample` is an inverse CDF held as a sorted array. Drawing is indexing: a uniform
 ``u`` picks ``total_s[floor(u * n)]``, so the same ``u`` gives the same rank on every route
 (common random numbers across candidate plans). The time to first token travels with its
-call, so a TTFT cutoff and the total it implies stay consistent.
+call, so a TTFT cutoff and the total it implies stay consistent, and so does each call's
+stall gap (`tailkit.simulate._stall`): a stall cutoff is modelled on the sample itself
+(`RouteSample.with_stall_cutoff`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.errors import ConfigError
+from tailkit.simulate._stall import Stalls, stall_gaps
 
 
 Array = npt.NDArray[np.float64]
@@ -54,6 +57,17 @@ class RouteSample:
         streamed: Share of calls with a real first token (0: a TTFT cutoff cannot work).
         measured: The measured latencies and cut ages behind the sample, when it has cut
             calls (for a censoring-aware refit); ``None`` otherwise.
+        gap_s: Each call's mid-stream stall gap in seconds (aligned with ``total_s``; 0 for
+            a call that did not stall); ``None`` when the calls cannot tell (no output
+            tokens or no TTFT, or a fitted model).
+        stalls: What the calls show of stalls (``None``: not read).
+        error_ttft_s: Time to first token of each failure (aligned with ``error_s``; a stall
+            cut after its first token has one); ``None``: the failure's own time.
+        base: The sample before `with_stall_cutoff` (``None``: this is it).
+        stall_at: Where in a stalled call's normal generation its stall is taken to begin,
+            as a share of it (0: right after the first token, 1: at its end). The record
+            does not say: 0.5 where a stall is as likely anywhere; bootstrap replicates draw
+            it anew, so the predictions' intervals span it.
     """
 
     total_s: Array
@@ -66,6 +80,11 @@ class RouteSample:
     bucket: str = "all"
     streamed: float = 1.0
     measured: tuple[Array, Array] | None = None
+    gap_s: Array | None = field(default=None, repr=False)
+    stalls: Stalls | None = None
+    error_ttft_s: Array | None = field(default=None, repr=False)
+    base: RouteSample | None = field(default=None, repr=False)
+    stall_at: float = 0.5
     ok_entries: int = field(init=False, repr=False)
     end_table: Array = field(init=False, repr=False)
     good_table: Array = field(init=False, repr=False)
@@ -76,6 +95,12 @@ class RouteSample:
         if self.total_s.size == 0 or self.ttft_s.shape != self.total_s.shape:
             msg = "a route sample needs at least one latency, with one TTFT per latency"
             raise ConfigError(msg)
+        if self.gap_s is not None and self.gap_s.shape != self.total_s.shape:
+            msg = "a route sample's stall gaps need one gap per latency"
+            raise ConfigError(msg)
+        if self.error_ttft_s is not None and self.error_ttft_s.shape != self.error_s.shape:
+            msg = "a route sample's failure TTFTs need one per failure time"
+            raise ConfigError(msg)
         if not (0.0 <= self.error_rate < 1.0 and 0.0 <= self.invalid_rate <= 1.0):
             msg = "error_rate must be in [0, 1) and invalid_rate in [0, 1], got "
             msg += f"{self.error_rate!r} and {self.invalid_rate!r}"
@@ -84,7 +109,9 @@ class RouteSample:
         rank = ((np.arange(ok) + 0.5) * (self.total_s.size / ok)).astype(np.intp)
         fails = np.arange(TABLE - ok)
         spread = self.error_s.size / max(fails.size, 1)
-        failed_s = self.error_s[((fails + 0.5) * spread).astype(np.intp)]
+        picks = ((fails + 0.5) * spread).astype(np.intp)
+        failed_s = self.error_s[picks]
+        failed_ttft = failed_s if self.error_ttft_s is None else self.error_ttft_s[picks]
         end = np.concatenate([self.total_s[rank], failed_s])
         good = np.concatenate([end[:ok], np.full(fails.size, np.inf)])
         invalid = np.zeros(TABLE, dtype=np.bool_)
@@ -92,7 +119,7 @@ class RouteSample:
         object.__setattr__(self, "ok_entries", ok)
         object.__setattr__(self, "end_table", end)
         object.__setattr__(self, "good_table", good)
-        object.__setattr__(self, "ttft_table", np.concatenate([self.ttft_s[rank], failed_s]))
+        object.__setattr__(self, "ttft_table", np.concatenate([self.ttft_s[rank], failed_ttft]))
         object.__setattr__(self, "invalid_table", invalid)
 
     @classmethod
@@ -107,6 +134,7 @@ class RouteSample:
         invalid_rate: float = 0.0,
         bucket: str = "all",
         seed: int = 0,
+        output_tokens: npt.ArrayLike | None = None,
     ) -> RouteSample:
         """
         Build a sample from measured calls; cut calls get a latency beyond their cut.
@@ -125,6 +153,8 @@ class RouteSample:
             invalid_rate: Share of finished attempts with invalid output.
             bucket: Label of the calls' token bucket.
             seed: Seed of the draws beyond the cut.
+            output_tokens: Output tokens per call (NaN: unknown); ``None``: none known. With
+                the TTFTs they tell which streams stalled mid-way (`stall_gaps`).
 
         Raises:
             ConfigError: Fewer than two finished calls.
@@ -145,6 +175,12 @@ class RouteSample:
         if is_cut.any():
             filled[is_cut] = _beyond_cut(total[done], cut[is_cut], seed=seed)
         keep = done | is_cut
+        gaps, stalls = None, None
+        if output_tokens is not None:
+            tokens = np.asarray(output_tokens, dtype=np.float64)
+            gaps, stalls = stall_gaps(np.where(done, total, np.nan), ttft, tokens)
+        if gaps is None and output_tokens is None and np.isfinite(ttft).any():
+            stalls = stall_gaps(total, ttft, np.full(total.shape, np.nan))[1]
         filled, first = filled[keep], ttft[keep]
         streamed = np.isfinite(first) & (first > 0)
         first = np.where(streamed, np.minimum(first, filled), filled)
@@ -162,6 +198,8 @@ class RouteSample:
             bucket=bucket,
             streamed=float(streamed.mean()),
             measured=(total[keep], cut[keep]) if is_cut.any() else None,
+            gap_s=None if gaps is None else gaps[keep][order],
+            stalls=stalls,
         )
 
     @classmethod
@@ -244,6 +282,62 @@ class RouteSample:
             model, error_s=self.error_s, calls=self.calls, censored=self.censored,
             bucket=f"{self.bucket} (lognormal fit)",
         )  # fmt: skip
+
+    def with_stall_cutoff(self, stall_cutoff_s: float) -> RouteSample:
+        """
+        The route as a step with a stall cutoff of ``stall_cutoff_s`` seconds sees it.
+
+        A call whose stall gap is longer than the cutoff is cut: no chunk came for
+        ``stall_cutoff_s`` after ``stall_at`` of its normal generation (``total - gap -
+        ttft``), so the attempt ends at ``ttft + stall_at x (total - gap - ttft) +
+        stall_cutoff_s``, having had its first token. Such calls become failures at that age
+        (with their TTFT), beside the measured ones: the engine then plays what the executor
+        does for an idempotent step whose action starts a fresh attempt -- the stalled attempt
+        given up and a fresh one started at once, counted among the recovery attempts (the
+        executor counts it as the step's action, on the step's action's route). The sample
+        before the cut is ``base``.
+
+        Returns:
+            ``self`` when the calls cannot tell (``gap_s`` is ``None``), no gap is that long,
+            or the cutoff is ``inf``.
+        """
+        gaps = self.gap_s
+        if gaps is None or not math.isfinite(stall_cutoff_s):
+            return self
+        cut = gaps > stall_cutoff_s
+        if not cut.any() or cut.all():
+            return self
+        ttft = self.ttft_s[cut]
+        at = ttft + self.stall_at * (self.total_s[cut] - gaps[cut] - ttft) + stall_cutoff_s
+        order = np.argsort(at, kind="stable")
+        at, at_ttft = at[order], ttft[order]
+        rate = self.error_rate + (1.0 - self.error_rate) * float(cut.mean())
+        stalls = max(TABLE - round(TABLE * self.error_rate / rate), 1)
+        errors = TABLE - stalls
+        own = ((np.arange(errors) + 0.5) * (self.error_s.size / max(errors, 1))).astype(np.intp)
+        mine = ((np.arange(stalls) + 0.5) * (at.size / stalls)).astype(np.intp)
+        own_ttft = self.error_s if self.error_ttft_s is None else self.error_ttft_s
+        fail_s = np.concatenate([self.error_s[own], at[mine]])
+        fail_ttft = np.concatenate([own_ttft[own], at_ttft[mine]])
+        by_age = np.argsort(fail_s, kind="stable")
+        return dataclasses.replace(
+            self, total_s=self.total_s[~cut], ttft_s=self.ttft_s[~cut], gap_s=gaps[~cut],
+            error_rate=rate, error_s=fail_s[by_age], error_ttft_s=fail_ttft[by_age], base=self,
+        )  # fmt: skip
+
+    def generation_tail(self) -> float:
+        """
+        How heavy the tail of the generation (``total - ttft``) is: its p99 over its median.
+
+        NaN when the route does not stream (no generation apart from the first token).
+        """
+        if self.streamed < 0.5:
+            return math.nan
+        gen = np.sort(self.total_s - self.ttft_s)
+        middle = float(gen[gen.size // 2])
+        if middle <= 0.0:
+            return math.nan
+        return float(gen[min(int(0.99 * gen.size), gen.size - 1)]) / middle
 
     def quantile(self, q: float, *, signal: str = "total") -> float:
         """
