@@ -5,7 +5,7 @@ Standard library only (plus `tailkit.config` and `tailkit.errors`): this is what
 production, next to the user's own code. `Executor` holds a plan, its hedge budget, the
 per-provider throttle, the ledger and an `Observer` (event hook, OpenTelemetry spans when
 installed); `Executor.run_step` runs one logical call of a step, `Executor.run` a whole
-workflow under one deadline.
+workflow under one deadline, `Executor.replace_plan` swaps in a recalibrated plan.
 """
 
 from tailkit.errors import AllAttemptsFailed as AllAttemptsFailed

@@ -56,7 +56,9 @@ class Executor:
         plan: The (calibrated) plan.
         ledger: Where attempt lines go (``None``: counted, then dropped).
         budget: The global hedge budget (``None``: ``HedgeBudget(plan.hedge_budget)``, counted
-            per first attempt as the simulator counts it; see `HedgeBudget`).
+            per first attempt as the simulator counts it, as this process's share of a fleet
+            of ``TAILKIT_WORKERS`` or ``WEB_CONCURRENCY`` workers, with a recovery reserve of
+            0.2; see `HedgeBudget`).
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
         policies: Per step name, a validator and what happens to losing attempts.
         seed: Seed of the retry jitter (``None``: fresh randomness).
@@ -79,7 +81,8 @@ class Executor:
 
     Use it as ``async with Executor(...) as executor:`` (or call `aclose` when done): leaving
     waits for the losing attempts still finishing (``StepPolicy(losers="finish")``) and closes
-    the ledger's sinks.
+    the ledger's sinks (unless another open executor shares the ledger). `replace_plan` swaps
+    in a recalibrated plan while it runs; calls already running finish under their own.
 
     Example::
 
