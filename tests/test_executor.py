@@ -410,7 +410,7 @@ def test_what_started_an_attempt_is_on_its_line() -> None:
     )
 
     async def fn(a: Attempt) -> str:
-        await asyncio.sleep({"primary": 1.0, "retry": 12.0, "hedge": 2.0}.get(a.role, 1.0))
+        await asyncio.sleep({"primary": 1.0, "retry": 8.0, "hedge": 2.0}.get(a.role, 1.0))
         if a.role == "primary":
             msg = "boom"
             raise AttemptError(msg, http_status=503)
@@ -419,7 +419,7 @@ def test_what_started_an_attempt_is_on_its_line() -> None:
     policy = StepPolicy(validator=lambda v: v == "good", retry_jitter_s=0.0)
     value, spent, sink = execute(p, fn, policies={"s": policy})
     assert value == "good"
-    assert spent == 1.0 + 12.0 + 1.0  # the error's retry is not watched by the cutoff
+    assert spent == 1.0 + 8.0 + 1.0  # the failover (b/m) and the upgrade, each under its cutoff
     assert [(r.role, r.status, r.attrs.get("started_by")) for r in sink.records] == [
         ("primary", "error", None),
         ("retry", "invalid", "error"),

@@ -218,6 +218,7 @@ def test_the_attempt_span_is_current_inside_the_attempt_function() -> None:
     async def fn(a: Attempt) -> str:
         seen["current"] = trace.get_current_span().get_span_context().span_id
         seen["headers"] = trace_headers()
+        seen["sent"] = a.headers()
         with tracer.start_as_current_span("POST /chat/completions"):
             await asyncio.sleep(0.1)
         return "ok"
@@ -238,6 +239,7 @@ def test_the_attempt_span_is_current_inside_the_attempt_function() -> None:
     assert seen["headers"] == {
         "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
     }
+    assert seen["sent"]["traceparent"] == seen["headers"]["traceparent"]  # what adapters send
     assert seen["outside"] == {}  # the caller's context is left as it was
 
 

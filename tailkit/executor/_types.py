@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tailkit.executor._deadline import deadline_headers, now
+from tailkit.executor._events import trace_headers
 
 
 CONTENT, ROLE, KEEPALIVE, USAGE, FINAL_KIND = "content", "role", "keepalive", "usage", "final"
@@ -92,7 +93,8 @@ class Attempt:
 
     def headers(self) -> dict[str, str]:
         """
-        Headers for the outgoing request: the deadline, the idempotency key and the route.
+        Headers for the outgoing request: the deadline, the idempotency key, the route and,
+        when the executor traces, the attempt span's ``traceparent`` (`trace_headers`).
 
         ``x-tailkit-route`` (``provider/model``) is ignored by providers; ``tailkit serve`` uses
         it to pick the route of a model name that several routes share.
@@ -100,6 +102,7 @@ class Attempt:
         out = deadline_headers(deadline=self.deadline)
         out["Idempotency-Key"] = self.idempotency_key
         out["x-tailkit-route"] = self.route
+        out.update(trace_headers())
         return out
 
 
