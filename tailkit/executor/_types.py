@@ -93,10 +93,10 @@ class Attempt:
 
     def headers(self) -> dict[str, str]:
         """
-        Headers for the outgoing request: the deadline, the idempotency key, the route and,
-        when the executor traces, the attempt span's ``traceparent`` (`trace_headers`).
+        Headers for the outgoing request: deadline, idempotency key, route and trace context.
 
-        ``x-tailkit-route`` (``provider/model``) is ignored by providers; ``tailkit serve`` uses
+        The trace context is the attempt span's ``traceparent`` when the executor traces
+        (`trace_headers`). ``x-tailkit-route`` (``provider/model``) is ignored by providers; ``tailkit serve`` uses
         it to pick the route of a model name that several routes share.
         """
         out = deadline_headers(deadline=self.deadline)
