@@ -96,8 +96,8 @@ class Attempt:
         Headers for the outgoing request: deadline, idempotency key, route and trace context.
 
         The trace context is the attempt span's ``traceparent`` when the executor traces
-        (`trace_headers`). ``x-tailkit-route`` (``provider/model``) is ignored by providers; ``tailkit serve`` uses
-        it to pick the route of a model name that several routes share.
+        (`trace_headers`). ``x-tailkit-route`` (``provider/model``) is ignored by providers;
+        ``tailkit serve`` uses it to pick the route of a model name that several routes share.
         """
         out = deadline_headers(deadline=self.deadline)
         out["Idempotency-Key"] = self.idempotency_key
