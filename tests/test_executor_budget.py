@@ -307,11 +307,6 @@ steps:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs tailkit/executor/_extras.py to ask the budget with speculative=...: "
-    "remove this mark once it does",
-)
 def test_a_hedge_storm_leaves_error_retries_their_reserve() -> None:
     """300 calls hedge at 1 s, then 100 others fail at 1.5 s: 7 retries still get through."""
     calls = {"retries": 0}
