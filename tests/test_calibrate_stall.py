@@ -25,7 +25,16 @@ from tailkit.check._estimate import rate
 from tailkit.config import Plan, parse_plan
 from tailkit.executor import FINAL, Attempt, Executor, HedgeBudget, Ledger, MemorySink
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import RouteSample, workflow_model
+from tailkit.simulate import (
+    Draws,
+    RouteSample,
+    StepModel,
+    WorkflowModel,
+    run_workflow,
+    workflow_model,
+)
+from tailkit.simulate._couple import step_indexes
+from tailkit.simulate._reference import reference_run
 from tailkit.store import Store
 from tests._fakeloop import VirtualLoop
 
@@ -148,6 +157,49 @@ def test_a_stall_cutoff_cuts_the_stalled_calls_in_the_sample() -> None:
     assert cut.end_table[failed].max() < total[:50].max() - 8.0  # cut ~9 s before the end
     assert np.all(cut.ttft_table[failed] < cut.end_table[failed] - 0.9)  # had a first token
     assert sample.with_stall_cutoff(30.0) is sample  # no gap that long: nothing cut
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_engine_plays_stall_cuts_as_the_reference_does(seed: int) -> None:
+    """Steps with stall cutoffs: the vectorized engine and the reference agree run by run."""
+    from tailkit.simulate._build import with_stall
+
+    rng = np.random.default_rng(seed)
+    routes = []
+    for _ in range(3):
+        n = 600
+        tokens = rng.integers(100, 400, n).astype(float)
+        ttft = rng.lognormal(0.0, 0.4, n)
+        total = ttft + (tokens - 1) * PACE_S * np.exp(0.15 * rng.standard_normal(n))
+        total[rng.random(n) < 0.1] += rng.uniform(5.0, 20.0)
+        routes.append(
+            RouteSample.from_latencies(
+                total, ttft_s=ttft, output_tokens=tokens, error_rate=0.05, error_s=np.ones(5)
+            )
+        )
+    steps = []
+    for i in range(5):
+        action = str(rng.choice(["hedge", "retry", "downgrade"]))
+        other = routes[(i + 1) % 3]
+        step = StepModel(
+            f"s{i}", (i - 1,) if i else (), True, routes[i % 3],
+            signal=str(rng.choice(["total", "ttft"])), cutoff_s=float(rng.uniform(1.0, 15.0)),
+            action=action, second=None if action == "retry" else other,
+            failover=other if rng.random() < 0.5 else None,
+            ttft_cutoff_s=float(rng.choice([math.inf, 1.5])), reserve_s=2.0,
+            shares=tuple((r, 0.5) for r in routes),
+        )  # fmt: skip
+        steps.append(with_stall(step, float(rng.uniform(0.5, 3.0))))
+    assert all(s.primary.base is not None for s in steps)
+    model = WorkflowModel(tuple(steps), deadline_s=60.0)
+    draws = Draws(400, seed=seed, keep=True)
+    outcome = run_workflow(model, draws)
+    uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
+    for r in range(400):
+        end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
+        assert outcome.end_s[r] == pytest.approx(end, rel=1e-12, abs=1e-12)
+        assert outcome.ok[r] == ok
+        assert sum(int(o.extra[r]) for o in outcome.steps) == extras
 
 
 def test_calibrate_sets_a_stall_cutoff_where_streams_stall(stalling: Calibration) -> None:

@@ -97,9 +97,23 @@ def workflow_model(
             ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
             total_cutoff_s=_or_inf(step.cutoff_s),
             shares=_shares(plan, name, samples, sharing),
+            failover=_sample(samples, name, failover_route(plan, step)),
         )
         steps.append(with_stall(model, step.stall_cutoff_s))
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def failover_route(plan: Plan, step: Step) -> str | None:
+    """
+    Where the executor sends an error's retry (``None``: it stays on the step's route).
+
+    The step's hedge route when it is on another provider than the step's route: another
+    pool, which the executor fails over to (`tailkit.simulate._couple.repeat_route`).
+    """
+    other = step.hedge_route
+    if other is None or plan.routes[other].provider == plan.routes[step.route].provider:
+        return None
+    return other
 
 
 def with_stall(step: StepModel, stall_cutoff_s: float | None) -> StepModel:
@@ -111,8 +125,8 @@ def with_stall(step: StepModel, stall_cutoff_s: float | None) -> StepModel:
     the cutoff fails at the age the cutoff cuts it, and the step starts a fresh attempt on its
     route at once, as the executor does when a stall fires an idempotent step's hedge, retry
     or downgrade (the executor's attempt goes to the action's route, the hedge's racing the
-    stalled one). The cutoff's own attempt (a retry) draws from the route as measured: the
-    executor does not watch it. A step that would not start an attempt (``fail``, ``wait``,
+    stalled one). A repeat on the step's own route (a retry) draws from the same cut sample,
+    so it may be cut by a stall too. A step that would not start an attempt (``fail``, ``wait``,
     not idempotent) or whose calls cannot tell where streams stall is left as it is: its
     stall cutoff is a guard the prediction does not count.
     """
@@ -121,11 +135,8 @@ def with_stall(step: StepModel, stall_cutoff_s: float | None) -> StepModel:
     cut = step.primary.with_stall_cutoff(stall_cutoff_s)
     if cut is step.primary:
         return step
-    second = step.second
-    if second is None and step.action == "retry":
-        second = step.primary  # the cutoff's retry is not watched: the route as measured
     shares = (*step.shares, *((cut, rho) for r, rho in step.shares if r is step.primary))
-    return dataclasses.replace(step, primary=cut, second=second, shares=shares)
+    return dataclasses.replace(step, primary=cut, shares=shares)
 
 
 def _shares(
