@@ -3,7 +3,9 @@ The cutoff optimizer: measured tails in, a plan with cutoffs and honest predicti
 
 `calibrate` loads each step's route samples from the store, searches every step's signal,
 cutoff and action by simulating the whole workflow on common random numbers, and returns the
-plan with its ``predicted`` and ``basis`` fields filled in.
+plan with its ``predicted`` and ``basis`` fields filled in. Where the calls show streams that
+stall mid-way it sets a stall cutoff, and where a TTFT-watched step's generation has a heavy
+tail a total cutoff beside it; ``Calibration.notes`` says, step by step, what it set and why.
 
 `predict` simulates any plan (a calibrated one, or a workflow whose steps all wait) and gives
 each predicted number a 95 % interval that includes the uncertainty of the measured calls
