@@ -21,6 +21,7 @@ from tailkit.executor import (
     Attempt,
     AttemptError,
     AttemptRecord,
+    Breaker,
     Executor,
     HedgeBudget,
     Ledger,
@@ -28,7 +29,6 @@ from tailkit.executor import (
     StepPolicy,
     now,
 )
-from tailkit.executor._breaker import Breaker
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
 from tests._fakeloop import run
 
@@ -192,6 +192,29 @@ def test_a_failing_hedge_provider_is_not_where_first_attempts_go() -> None:
     assert [r.provider for r in sink.records if r.role == "retry"][:5] == ["b"] * 5
     assert not any(r.role == "retry" and r.provider == "b" for r in sink.records[10:])
     assert "failover" not in firsts[-1].attrs
+
+
+def test_the_executors_breaker_is_the_one_given_and_outlives_a_reload() -> None:
+    """Executor(breaker=Breaker(failures=2)) opens after 2; a swapped-in plan keeps it open."""
+    sink = MemorySink()
+    flaky = _Flaky()
+    results: list[str] = []
+
+    async def main() -> None:
+        executor = Executor(
+            plan(), ledger=Ledger(sink), budget=HedgeBudget(1.0, allowance=100),
+            breaker=Breaker(failures=2, cooldown_s=60.0),
+            policies={"s": StepPolicy(retry_jitter_s=0.0)},
+        )  # fmt: skip
+        for _ in range(2):
+            results.append(await executor.run_step("s", flaky))
+        executor.replace_plan(plan(budget=0.1))
+        results.append(await executor.run_step("s", flaky))
+
+    run(main())
+    assert results == ["b"] * 3
+    firsts = [r for r in sink.records if r.attempt == 0]
+    assert [r.attrs.get("breaker") for r in firsts] == [None, "opened: 2 failures in a row", "open"]
 
 
 # ------------------------------------------------------------------------------ the breaker

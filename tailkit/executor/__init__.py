@@ -10,6 +10,7 @@ workflow under one deadline, `Executor.replace_plan` swaps in a recalibrated pla
 
 from tailkit.errors import AllAttemptsFailed as AllAttemptsFailed
 from tailkit.errors import StepTimeout as StepTimeout
+from tailkit.executor._breaker import Breaker as Breaker
 from tailkit.executor._budget import BudgetAccount as BudgetAccount
 from tailkit.executor._budget import HedgeBudget as HedgeBudget
 from tailkit.executor._budget import ProviderThrottle as ProviderThrottle
@@ -34,6 +35,7 @@ from tailkit.executor._deadline import remaining as remaining
 from tailkit.executor._events import EVENT_KINDS as EVENT_KINDS
 from tailkit.executor._events import Event as Event
 from tailkit.executor._events import Observer as Observer
+from tailkit.executor._events import trace_headers as trace_headers
 from tailkit.executor._executor import Executor as Executor
 from tailkit.executor._executor import idempotency_key as idempotency_key
 from tailkit.executor._executor import new_run_id as new_run_id
@@ -66,6 +68,7 @@ __all__ = [
     "AttemptError",
     "AttemptFn",
     "AttemptRecord",
+    "Breaker",
     "BudgetAccount",
     "CallbackSink",
     "Chunk",
@@ -103,4 +106,5 @@ __all__ = [
     "retry_after_fits",
     "run_step",
     "run_workflow",
+    "trace_headers",
 ]

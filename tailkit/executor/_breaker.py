@@ -31,16 +31,14 @@ Times are instants on the loop clock, in seconds.
 from __future__ import annotations
 
 import math
-import weakref
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from tailkit.errors import ConfigError
 
 
-__all__ = ["BREAKER_FAILURES", "Breaker", "breaker_of"]
+__all__ = ["BREAKER_FAILURES", "Breaker"]
 
 BREAKER_FAILURES = ("error", "timeout")
 """Attempt statuses that count as the provider's failure (see the module docstring)."""
@@ -211,21 +209,3 @@ class Breaker:
             f"failure_rate={self.failure_rate!r}, window={self.window!r}, "
             f"min_calls={self.min_calls!r})"
         )
-
-
-# An executor's breaker, while `Shared` carries none of its own: one per ledger, which every
-# executor writing one service's ledger shares (a plan swapped in keeps its providers' state).
-_BY_LEDGER: weakref.WeakKeyDictionary[Any, Breaker] = weakref.WeakKeyDictionary()
-
-
-def breaker_of(shared: Any) -> Breaker:
-    """
-    The breaker of an executor's shared state: its own ``breaker``, else one kept per ledger.
-    """
-    own = getattr(shared, "breaker", None)
-    if isinstance(own, Breaker):
-        return own
-    breaker = _BY_LEDGER.get(shared.ledger)
-    if breaker is None:
-        breaker = _BY_LEDGER[shared.ledger] = Breaker()
-    return breaker

@@ -20,6 +20,7 @@ from typing import Any
 
 from tailkit.config import Plan, scale_plan
 from tailkit.errors import ConfigError
+from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
 from tailkit.executor._deadline import current_deadline
 from tailkit.executor._events import Observer
@@ -60,6 +61,9 @@ class Executor:
             of ``TAILKIT_WORKERS`` or ``WEB_CONCURRENCY`` workers, with a recovery reserve of
             0.2; see `HedgeBudget`).
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
+        breaker: The per-provider circuit breaker (``None``: ``Breaker()``: open after 5
+            failures in a row or half of the last 20, for 30 s; see `Breaker`). It outlives
+            `replace_plan`.
         policies: Per step name, a validator and what happens to losing attempts.
         seed: Seed of the retry jitter (``None``: fresh randomness).
         observer: Who watches it: an `Observer` with an event hook and/or OpenTelemetry
@@ -99,6 +103,7 @@ class Executor:
         ledger: Ledger | None = None,
         budget: HedgeBudget | None = None,
         throttle: ProviderThrottle | None = None,
+        breaker: Breaker | None = None,
         policies: Mapping[str, StepPolicy] | None = None,
         seed: int | None = None,
         observer: Observer | None = None,
@@ -118,6 +123,7 @@ class Executor:
                 dict(policies or {}),
                 rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
                 observer=Observer() if observer is None else observer,
+                breaker=Breaker() if breaker is None else breaker,
                 time_scale=self.time_scale,
                 origin=datetime.fromtimestamp(time.time(), UTC),
             ),

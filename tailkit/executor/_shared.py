@@ -17,6 +17,7 @@ from typing import Any
 
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
+from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
 from tailkit.executor._ledger import Ledger
@@ -133,6 +134,7 @@ class Shared:
     seen: dict[str, deque[float]] = field(default_factory=dict)
     abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
     observer: Observer = field(default_factory=lambda: Observer(tracing=False))
+    breaker: Breaker = field(default_factory=Breaker)
     time_scale: float = 1.0
     origin: datetime = field(default_factory=lambda: datetime.fromtimestamp(time.time(), UTC))
 

@@ -73,7 +73,7 @@ from typing import Any
 from tailkit.config import Step
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
-from tailkit.executor._breaker import BREAKER_FAILURES, CLOSED, breaker_of
+from tailkit.executor._breaker import BREAKER_FAILURES, CLOSED
 from tailkit.executor._deadline import executor_cuts, executor_cutting, now
 from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
 from tailkit.executor._scale import profile_record
@@ -131,7 +131,7 @@ class StepRun(ExtraAttempts):
         self.head: Live | None = None  # the attempt watched for cutoffs until the step acts
         self.retries_left = self.policy.error_retries
         self.failed_over = False
-        self.breaker = breaker_of(shared)
+        self.breaker = shared.breaker
         self.reserve_s = reserve_s
         self.stall_s = step.stall_cutoff_s if step.stall_cutoff_s is not None else math.inf
         self._projects = (
