@@ -464,7 +464,7 @@ class StepRun(ExtraAttempts):
             return "total"
         if first.first_token is None and first.streamed and at >= ttft_at:
             return "ttft"
-        if first.last_chunk is not None and at - first.last_chunk >= self.stall_s:
+        if first.last_chunk is not None and at >= first.last_chunk + self.stall_s:
             return "stall"
         if self.step.on_cutoff == "downgrade" and self._overruns(first):
             return "projected"
