@@ -66,5 +66,5 @@ def test_docs_unknown_page_names_the_pages() -> None:
     assert 1 == result.exit_code
     assert (
         "no reference page 'nope': the pages are call-record, plan, deadline, ledger, "
-        "formats, check, sdk, executor (tailkit docs lists them)"
+        "formats, check, sdk, executor, operations (tailkit docs lists them)"
     ) in result.output

@@ -207,6 +207,9 @@ def _print_calibration(
     console = _console()
     _plan_table(found.plan, console, kinds=found.tail_kinds)
     _sharing_lines(found.plan, console)
+    console.print("cutoffs beside the watched one (total beside TTFT, stall):")
+    for line in found.notes:
+        console.print(f"  {line}", highlight=False, markup=False)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
@@ -324,6 +327,7 @@ def _calibration_json(
         "prediction": found.prediction.as_dict(),
         "tail_kinds": found.tail_kinds,
         "warnings": list(found.warnings),
+        "notes": list(found.notes),
         "policies": {k: v.as_dict() for k, v in policies.items()},
     }
 
