@@ -193,7 +193,8 @@ def test_cli_calibrate_table_shows_the_plans_interval_and_warns(db: Path, tmp_pa
          "--check-runs", "4000", "--replicates", "10", "--deadline", "30"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    plan_row = next(line for line in result.stdout.splitlines() if "the plan" in line)
+    rows = result.stdout.splitlines()
+    plan_row = next(line for line in rows if line.strip("│┃ ").startswith("the plan"))
     assert re.search(r"\d+\.\d\d% \(\d+\.\d–\d+\.\d%\)", plan_row)
     assert "no cutoffs" in result.stdout
     assert "10 bootstrap replicates of the measured calls" in result.stdout
