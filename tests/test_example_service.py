@@ -4,7 +4,8 @@ The example service (examples/service) as a team would run it: uvicorn, two prov
 Two ``tailkit serve`` instances are the providers (``openai`` answers 5xx to everything), the
 service runs in uvicorn in a subprocess with its committed, calibrated plan, and requests go
 through httpx with tailkit's deadline header. The plan is reloaded twice while requests run
-(``POST /admin/reload``, then ``SIGHUP``), and the service is stopped with ``SIGTERM``.
+(``POST /admin/reload``, then ``SIGHUP``), and the service is stopped with ``SIGTERM`` while
+it answers.
 """
 
 from __future__ import annotations
@@ -157,6 +158,23 @@ async def _traffic(service: dict[str, Any], deadline_s: float) -> tuple[list[htt
     return answers, _metrics(metrics.text)
 
 
+async def _stop_while_answering(service: dict[str, Any], deadline_s: float) -> list[Any]:
+    """
+    6 more requests, and SIGTERM once all 6 runs have started: they are answered all the same.
+    """
+    async with httpx.AsyncClient(base_url=service["url"], timeout=60) as client:
+        last = asyncio.ensure_future(_ask(client, 6, deadline_s))
+        started = 'tailkit_step_started_total{step="classify"}'
+        # SIGTERM once they all run (on a machine slow enough that they are done by the time
+        # /metrics says so, it goes after: the test is then weaker, never wrong)
+        while _metrics((await client.get("/metrics")).text)[started] < 24 + 6:
+            if last.done():
+                break
+            await asyncio.sleep(0.01)
+        service["proc"].send_signal(signal.SIGTERM)
+        return await last
+
+
 def _check_traces(spans_file: Path, requests: int, attempts: int) -> None:
     """
     Each request's span is the parent of its three steps' spans, and those of the attempts.
@@ -178,24 +196,29 @@ def test_example_service_answers_reloads_and_keeps_every_ledger_line(
     """The example answers in its deadline with one provider down, reloads, flushes on SIGTERM."""
     deadline_s = load_plan(EXAMPLE / "plan.yaml").deadline_s
     answers, metrics = asyncio.run(_traffic(service, deadline_s))
-    service["proc"].send_signal(signal.SIGTERM)
+    answers += asyncio.run(_stop_while_answering(service, deadline_s))
     # uvicorn shuts down gracefully, then ends by the signal it got (or 0, by version)
     assert service["proc"].wait(timeout=STARTUP_S) in (0, -signal.SIGTERM)
     log = service["log"].read_text()
     assert "Application shutdown complete" in log, log
     assert "plan not reloaded" not in log
 
-    # every request answered, inside its deadline, although openai failed every call
+    # every request answered, inside its deadline, although openai failed every call; the
+    # last 6 while the service was shutting down
     bodies = [r.json() for r in answers]
-    assert [r.status_code for r in answers] == [200] * 24, [b for b in bodies if "error" in b]
+    assert [r.status_code for r in answers] == [200] * 30, [b for b in bodies if "error" in b]
     assert all(b["answer"] and b["elapsed_s"] <= deadline_s for b in bodies), bodies
     assert metrics['service_requests_total{outcome="ok"}'] == 24
     assert metrics["service_plan_reloads_total"] == 2
 
     # the ledger: one line per attempt started, none lost across the reloads and the shutdown
     lines = [json.loads(x) for x in (service["dir"] / "ledger.jsonl").read_text().splitlines()]
-    assert len(lines) == metrics["tailkit_attempt_started_total"]
-    assert len(lines) == metrics["tailkit_attempt_ended_total"]
+    before_stop = {b["run_id"] for b in bodies[:24]}
+    assert (
+        sum(line["run_id"] in before_stop for line in lines)
+        == (metrics["tailkit_attempt_started_total"])
+    )
+    assert metrics["tailkit_attempt_ended_total"] == metrics["tailkit_attempt_started_total"]
     assert {line["run_id"] for line in lines} == {b["run_id"] for b in bodies}
     winners = Counter(line["run_id"] for line in lines if line["winner"])
     assert set(winners.values()) == {3}  # classify, lookup, answer: one winner each
@@ -206,4 +229,5 @@ def test_example_service_answers_reloads_and_keeps_every_ledger_line(
     assert all(line["status"] != "ok" for line in openai_lines)
     assert metrics['tailkit_breaker_opened_total{provider="openai"}'] >= 1
 
+    # every attempt of the 30 runs has its span, and its ledger line
     _check_traces(service["dir"] / "spans.jsonl", len(bodies), len(lines))
