@@ -5,6 +5,7 @@ The executor on a virtual clock: every cutoff, hedge, retry and budget decision 
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 
 from collections.abc import AsyncIterator, Callable
@@ -472,3 +473,26 @@ def test_no_extra_attempt_starts_at_the_deadline() -> None:
     assert (line.role, line.status) == ("primary", "timeout")
     assert line.attrs == {"cutoff": "total", "action_skipped": "no time left"}
     assert result.denials == {"budget": 0, "throttle": 0}
+
+
+def test_an_attempt_that_fails_as_the_deadline_cuts_it_leaves_no_unread_error() -> None:
+    """An adapter's own timer at the run deadline: its error is read, not logged by asyncio."""
+    unread: list[str] = []
+
+    async def fn(a: Attempt) -> str:
+        await asyncio.sleep(max(a.deadline - now(), 0.0))  # the adapter's timer: the deadline
+        msg = "timed out at the attempt's deadline"
+        raise AttemptError(msg, status="timeout")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, context: unread.append(str(context.get("message")))
+        )
+        async with Executor(plan("", deadline_s=5.0)) as executor:
+            for _ in range(10):
+                await executor.run({"s": fn})
+        gc.collect()
+        await asyncio.sleep(0)
+
+    run(main())
+    assert unread == []

@@ -517,6 +517,8 @@ class StepRun(ExtraAttempts):
         if live.task is not None and not live.task.done():
             live.task.cancel()
             self.cut_tasks.append(live.task)
+        elif live.task is not None and not live.task.cancelled():
+            live.task.exception()  # it ended as it was cut: its error is read, never logged
         if live in self.running:
             self.running.remove(live)
         if not live.recorded:
