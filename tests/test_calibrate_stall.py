@@ -34,7 +34,7 @@ from tailkit.simulate import (
     workflow_model,
 )
 from tailkit.simulate._couple import step_indexes
-from tailkit.simulate._reference import reference_run
+from tailkit.simulate._reference import reference_trace
 from tailkit.store import Store
 from tests._fakeloop import VirtualLoop
 
@@ -141,8 +141,8 @@ def test_stalls_are_read_from_pace_and_tokens() -> None:
     assert "no time to first token" in no_ttft.reason
 
 
-def test_a_stall_cutoff_cuts_the_stalled_calls_in_the_sample() -> None:
-    """With a stall cutoff, a stalled call fails where it is cut, with its own TTFT."""
+def test_a_stall_cutoff_cuts_the_stalled_outcomes_mid_stream() -> None:
+    """Each stalled outcome is cut a stall cutoff after its last chunk, before it resumes."""
     rng = np.random.default_rng(1)
     n = 1000
     tokens = np.full(n, 300.0)
@@ -150,20 +150,30 @@ def test_a_stall_cutoff_cuts_the_stalled_calls_in_the_sample() -> None:
     total = ttft + 299 * PACE_S * np.exp(0.1 * rng.standard_normal(n))
     total[:50] += 10.0
     sample = RouteSample.from_latencies(total, ttft_s=ttft, output_tokens=tokens)
-    cut = sample.with_stall_cutoff(1.0)
-    assert cut.base is sample
-    assert cut.error_rate == pytest.approx(0.05, abs=1e-3)
-    failed = np.arange(cut.ok_entries, cut.end_table.size)
-    assert cut.end_table[failed].max() < total[:50].max() - 8.0  # cut ~9 s before the end
-    assert np.all(cut.ttft_table[failed] < cut.end_table[failed] - 0.9)  # had a first token
-    assert sample.with_stall_cutoff(30.0) is sample  # no gap that long: nothing cut
+    table = np.arange(sample.end_table.size)
+    cut = sample.stall_cut(table, 1.0)
+    assert cut is not None
+    stalled = np.isfinite(cut)
+    assert stalled.mean() == pytest.approx(0.05, abs=1e-3)
+    assert sample.error_rate == 0.0  # a stall is not a failure: the outcome stays as it is
+    ends, firsts = sample.end_table[stalled], sample.ttft_table[stalled]
+    assert np.all(cut[stalled] < ends - 8.0)  # cut ~9 s before the stream resumes and ends
+    assert np.all(cut[stalled] > firsts + 1.0)  # after its first token and a cutoff's wait
+    # half-way through its normal generation (the gap excluded), plus the cutoff
+    assert sample.gap_table is not None
+    normal = ends - sample.gap_table[stalled] - firsts
+    assert np.allclose(cut[stalled], firsts + 0.5 * normal + 1.0)
+    assert not np.isfinite(sample.stall_cut(table, 30.0)).any()  # type: ignore[arg-type]
+    assert sample.stall_cut(table, math.inf) is None
+    # a failure is never stall-cut
+    failing = dataclasses.replace(sample, error_rate=0.1)
+    failed = np.arange(failing.ok_entries, failing.end_table.size)
+    assert not np.isfinite(failing.stall_cut(failed, 1.0)).any()  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_the_engine_plays_stall_cuts_as_the_reference_does(seed: int) -> None:
     """Steps with stall cutoffs: the vectorized engine and the reference agree run by run."""
-    from tailkit.simulate._build import with_stall
-
     rng = np.random.default_rng(seed)
     routes = []
     for _ in range(3):
@@ -174,32 +184,65 @@ def test_the_engine_plays_stall_cuts_as_the_reference_does(seed: int) -> None:
         total[rng.random(n) < 0.1] += rng.uniform(5.0, 20.0)
         routes.append(
             RouteSample.from_latencies(
-                total, ttft_s=ttft, output_tokens=tokens, error_rate=0.05, error_s=np.ones(5)
+                total,
+                ttft_s=ttft,
+                output_tokens=tokens,
+                error_rate=0.05,
+                error_s=np.ones(5),
+                invalid_rate=0.03 * (seed % 2),
             )
         )
     steps = []
-    for i in range(5):
-        action = str(rng.choice(["hedge", "retry", "downgrade"]))
+    for i in range(6):
+        action = str(rng.choice(["hedge", "retry", "downgrade", "fail"]))
         other = routes[(i + 1) % 3]
+        cutoff = float(rng.choice([math.inf, float(rng.uniform(1.0, 15.0))]))
         step = StepModel(
             f"s{i}", (i - 1,) if i else (), True, routes[i % 3],
-            signal=str(rng.choice(["total", "ttft"])), cutoff_s=float(rng.uniform(1.0, 15.0)),
-            action=action, second=None if action == "retry" else other,
+            signal=str(rng.choice(["total", "ttft"])), cutoff_s=cutoff,
+            action=action, second=None if action in ("retry", "fail") else other,
             failover=other if rng.random() < 0.5 else None,
+            upgrade=other if rng.random() < 0.5 else None,
             ttft_cutoff_s=float(rng.choice([math.inf, 1.5])), reserve_s=2.0,
             shares=tuple((r, 0.5) for r in routes),
+            stall_cutoff_s=float(rng.uniform(0.5, 3.0)),
         )  # fmt: skip
-        steps.append(with_stall(step, float(rng.uniform(0.5, 3.0))))
-    assert all(s.primary.base is not None for s in steps)
+        steps.append(step)
     model = WorkflowModel(tuple(steps), deadline_s=60.0)
     draws = Draws(400, seed=seed, keep=True)
     outcome = run_workflow(model, draws)
+    fired = sum(int(o.fired.sum()) for o in outcome.steps)
+    assert fired > 40  # the stalls do fire the steps' actions
     uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
     for r in range(400):
-        end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
-        assert outcome.end_s[r] == pytest.approx(end, rel=1e-12, abs=1e-12)
-        assert outcome.ok[r] == ok
-        assert sum(int(o.extra[r]) for o in outcome.steps) == extras
+        trace = reference_trace(model, [[int(x) for x in u[:, r]] for u in uniforms])
+        assert outcome.end_s[r] == pytest.approx(trace.end_s, rel=1e-12, abs=1e-12)
+        assert outcome.ok[r] == trace.ok
+        assert sum(int(o.extra[r]) for o in outcome.steps) == trace.extras
+        assert sum(int(o.recovery[r]) for o in outcome.steps) == trace.recoveries
+
+
+def test_a_stall_cut_fires_the_action_not_a_recovery() -> None:
+    """A stalled first attempt: the step's action starts at the cut, counted as extra."""
+    tokens = np.full(200, 101.0)
+    ttft = np.full(200, 1.0)
+    total = ttft + 100 * PACE_S * np.linspace(0.9, 1.1, 200)
+    total[::10] += 20.0  # every tenth stream stalls 20 s
+    sample = RouteSample.from_latencies(total, ttft_s=ttft, output_tokens=tokens)
+    for action in ("hedge", "retry"):
+        step = StepModel(
+            "s", (), True, sample, action=action, cutoff_s=math.inf, stall_cutoff_s=1.0,
+            second=sample if action == "hedge" else None,
+        )  # fmt: skip
+        model = WorkflowModel((step,), deadline_s=60.0)
+        out = run_workflow(model, Draws(20_000, seed=1)).steps[0]
+        assert out.extra.mean() == pytest.approx(0.1, abs=0.01)
+        assert out.recovery.sum() == 0
+        # a stalled run ends with its fresh attempt (cut at about 1 + 1 + 1 s, then about
+        # 3 s) unless that one stalls too: then the stalled one resuming (a hedge) or the
+        # fresh one resuming (a retry: the fresh one is not watched)
+        assert float(out.duration_s.max()) < 30.0
+        assert float(np.quantile(out.duration_s[out.fired], 0.8)) < 6.5
 
 
 def test_calibrate_sets_a_stall_cutoff_where_streams_stall(stalling: Calibration) -> None:
@@ -321,11 +364,17 @@ def _run(coro: Any) -> Any:
         loop.close()
 
 
-def _misses(plan: Plan, runs: int, *, seed: int) -> int:
-    """Runs of ``plan`` through the executor, in virtual time, against `Truth`: the misses."""
+def _misses(plan: Plan, runs: int, *, seed: int) -> tuple[int, int, int]:
+    """
+    Runs of ``plan`` through the executor, in virtual time, against `Truth`.
+
+    Returns the misses, the attempts a cutoff started (as ``tailkit check`` reads them from
+    the ledger: ``attrs.started_by == "cutoff"``), and the first attempts.
+    """
     truth = Truth(seed)
     budget = HedgeBudget(plan.hedge_budget)
-    executor = Executor(plan, ledger=Ledger(MemorySink()), budget=budget)
+    sink = MemorySink()
+    executor = Executor(plan, ledger=Ledger(sink), budget=budget)
 
     async def main() -> list[bool]:
         results = await asyncio.gather(
@@ -333,21 +382,39 @@ def _misses(plan: Plan, runs: int, *, seed: int) -> int:
         )
         return [not result.ok for result in results]
 
-    return sum(_run(main()))
+    misses = sum(_run(main()))
+    extras = sum(1 for r in sink.records if r.attrs.get("started_by") == "cutoff")
+    firsts = sum(1 for r in sink.records if r.attempt == 0)
+    return misses, extras, firsts
 
 
 @pytest.mark.slow
 def test_the_stall_cutoff_prediction_comes_true_on_other_stalls(stalling: Calibration) -> None:
-    """Against stalls unlike the log's, the executor misses as predicted, and less without."""
+    """
+    Against stalls unlike the log's, the executor misses as predicted, and less without.
+
+    Its extra attempts too: a stall cut is the step's action, an attempt the ledger counts
+    started by a cutoff, as the prediction counts it.
+    """
     runs = 1000
-    missed = rate(_misses(stalling.plan, runs, seed=7), runs)
+    misses, extras, firsts = _misses(stalling.plan, runs, seed=7)
+    missed = rate(misses, runs)
     interval = stalling.prediction.plan_prediction().interval
     assert interval is not None
     low, high = interval.miss_rate
+    predicted = stalling.prediction
     print(f"measured miss rate {missed.value:.3%} [{missed.low:.3%}, {missed.high:.3%}]; "
-          f"predicted [{low:.3%}, {high:.3%}]")  # fmt: skip
+          f"predicted {predicted.miss_rate.value:.3%} [{low:.3%}, {high:.3%}]")  # fmt: skip
     assert missed.low <= high
     assert low <= missed.high
-    bare = rate(_misses(_without_stalls(stalling.plan), runs, seed=7), runs)
-    print(f"without the stall cutoff: {bare.value:.3%}")
-    assert bare.low > missed.high
+    extra = rate(extras, firsts)
+    low, high = interval.extra_attempts
+    print(f"measured extra attempts {extra.value:.4f} [{extra.low:.4f}, {extra.high:.4f}] per "
+          f"first attempt ({extras} of {firsts}); predicted "
+          f"{predicted.extra_attempts.value:.4f} [{low:.4f}, {high:.4f}]; "
+          f"recovery {predicted.result.recovery_attempts:.4f}")  # fmt: skip
+    assert extra.low <= high
+    assert low <= extra.high
+    bare, _, _ = _misses(_without_stalls(stalling.plan), runs, seed=7)
+    print(f"without the stall cutoff: {bare / runs:.3%}")
+    assert rate(bare, runs).low > missed.high

@@ -42,9 +42,10 @@ def _stall(sample: RouteSample, choice: Choice, idempotent: bool) -> str:
     if math.isfinite(choice.stall_cutoff_s):
         return (
             f"stall cutoff {choice.stall_cutoff_s:g} s: {stalls.reason}. The prediction counts "
-            "it: a stalled attempt is cut half-way through its normal generation and a fresh "
-            "one started (the record does not say where a stall sits: the intervals span "
-            "first token to end; a stream slow throughout looks the same as a stalled one)"
+            f"it: where a stall passes the cutoff (taken half-way through the stream's normal "
+            f"generation) the step's {choice.action} starts an attempt, counted among its extra "
+            "attempts (the record does not say where a stall sits: the intervals span first "
+            "token to end; a stream slow throughout looks the same as a stalled one)"
         )
     if sample.gap_s is None:
         why = "a fitted lognormal has no calls to cut (use --latency empirical)"

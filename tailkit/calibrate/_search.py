@@ -32,8 +32,10 @@ judged end to end by simulation, never step by step in isolation:
    cutoff*, where the route's streams stall mid-way (`tailkit.simulate._stall`), is a
    candidate from point 1 on: every acting candidate is tried again with the stall cutoff the
    calls propose, so the search weighs its extra attempts against the others' within the
-   budget. The simulator models both (the total clock beside the TTFT's in the engine, the
-   stall on the route sample: `tailkit.simulate._build.with_stall`).
+   budget. The simulator models both as the executor runs them: the earliest cutoff that
+   passes on the watched attempt acts (a stall cutoff where the sample says each outcome's
+   stall is cut, `tailkit.simulate.RouteSample.stall_cut`), and its attempt counts as the
+   step's action, an extra attempt.
 6. The plan found is then simulated afresh (new seed, more runs) for the ``predicted`` fields,
    so the prediction carries no optimization bias from the search's own draws.
 """
@@ -57,7 +59,6 @@ from tailkit.simulate import (
     WorkflowModel,
     run_workflow,
 )
-from tailkit.simulate._build import with_stall
 
 
 QUANTILES = (0.80, 0.85, 0.90, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995)
@@ -202,8 +203,7 @@ def _apply(step: StepModel, choice: Choice, samples: Mapping[SampleKey, RouteSam
         step, action=choice.action, signal=choice.signal, cutoff_s=choice.cutoff_s,
         second=second, ttft_cutoff_s=math.inf, total_cutoff_s=beside,
     )  # fmt: skip
-    stall = choice.stall_cutoff_s
-    return with_stall(applied, stall) if math.isfinite(stall) else applied
+    return dataclasses.replace(applied, stall_cutoff_s=choice.stall_cutoff_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,10 +96,11 @@ def workflow_model(
             tokens=float((step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)),
             ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
             total_cutoff_s=_or_inf(step.cutoff_s),
+            stall_cutoff_s=_or_inf(step.stall_cutoff_s),
             shares=_shares(plan, name, samples, sharing),
             failover=_sample(samples, name, failover_route(plan, step)),
         )
-        steps.append(with_stall(model, step.stall_cutoff_s))
+        steps.append(model)
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
 
 
@@ -114,29 +115,6 @@ def failover_route(plan: Plan, step: Step) -> str | None:
     if other is None or plan.routes[other].provider == plan.routes[step.route].provider:
         return None
     return other
-
-
-def with_stall(step: StepModel, stall_cutoff_s: float | None) -> StepModel:
-    """
-    ``step`` with a stall cutoff of ``stall_cutoff_s`` seconds on its first attempt.
-
-    The engine has no chunk clock, so the stall cutoff is modelled on the step's route sample
-    (`RouteSample.with_stall_cutoff`): a first attempt whose stream would stall longer than
-    the cutoff fails at the age the cutoff cuts it, and the step starts a fresh attempt on its
-    route at once, as the executor does when a stall fires an idempotent step's hedge, retry
-    or downgrade (the executor's attempt goes to the action's route, the hedge's racing the
-    stalled one). A repeat on the step's own route (a retry) draws from the same cut sample,
-    so it may be cut by a stall too. A step that would not start an attempt (``fail``, ``wait``,
-    not idempotent) or whose calls cannot tell where streams stall is left as it is: its
-    stall cutoff is a guard the prediction does not count.
-    """
-    if stall_cutoff_s is None or not step.idempotent or step.action not in ACTING:
-        return step
-    cut = step.primary.with_stall_cutoff(stall_cutoff_s)
-    if cut is step.primary:
-        return step
-    shares = (*step.shares, *((cut, rho) for r, rho in step.shares if r is step.primary))
-    return dataclasses.replace(step, primary=cut, shares=shares)
 
 
 def _shares(
@@ -214,10 +192,9 @@ def _one_clock(
     """
     ``step`` under a reference policy: one cutoff, on one clock, and no other (no stall).
     """
-    primary = step.primary.base or step.primary  # no stall cutoff either
     return dataclasses.replace(
         step, signal=signal or step.signal, cutoff_s=cutoff_s, action=action, second=second,
-        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, primary=primary,
+        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, stall_cutoff_s=math.inf,
     )  # fmt: skip
 
 

@@ -15,12 +15,18 @@ age, or time to first token -- passes the cutoff while it still runs, the step a
 The cutoff is deadline aware: a step acts at ``min(cutoff, deadline - reserve - start)``, where
 the reserve is what the steps still waiting on it need at their median (the plan's predicted
 step medians, as the executor reads them), so a late run acts early rather than overrun. A
-plan may also set a cutoff on the other clock, which acts as set. An idempotent step's first
-attempt that fails before the cutoff is retried at once: on the step's hedge route when that is
-on another provider (a failover, ``StepModel.failover``), else on the same route; a result
-that fails validation goes to the upgrade route (or again to the step's own route). Until the
-step acts, the retry and the upgrade are watched like the first attempt, each from its own
-start, and a cutoff that passes on one makes the step act (`_general`).
+plan may also set a cutoff on the other clock, and a stall cutoff, which act as set: a stream
+that stalls longer than the stall cutoff is cut mid-stream, ``stall_cutoff_s`` after its last
+chunk before the gap (`RouteSample.stall_cut`), and the step acts there as at any cutoff --
+its hedge racing the stalled stream (which may resume), its retry or downgrade replacing it,
+an extra attempt all the same. The step acts at the earliest cutoff that passes.
+
+An idempotent step's first attempt that fails before the cutoff is retried at once: on the
+step's hedge route when that is on another provider (a failover, ``StepModel.failover``),
+else on the same route; a result that fails validation goes to the upgrade route (or again to
+the step's own route). Until the step acts, the retry and the upgrade are watched like the
+first attempt (by every cutoff, the stall cutoff too), each from its own start, and a cutoff
+that passes on one makes the step act (`_general`).
 
 What the simulator does not model: the executor's circuit breaker, which takes a provider out
 of first attempts after a streak of failures (5 in a row, or half of the last 20, by default).
@@ -158,15 +164,20 @@ def _fired(
     Where the step acts, the age it acts at, and whether that is the plain case.
 
     Plain: watched on the total age alone, so an attempt that did not fire ended by the age
-    the step would have acted at (and the hedge's duration is a plain minimum).
+    the step would have acted at (and the hedge's duration is a plain minimum). A cutoff that
+    acts as set -- the other clock's, or the stall cutoff, which passes mid-stream -- makes it
+    general.
     """
-    ttft = step.primary.ttft_table
-    if math.isfinite(step.other_cutoff_s):  # both clocks: act at the earlier cutoff
-        fired, act = acts_at(step, start_s, model, end1, ttft[first])
+    primary = step.primary
+    stall = primary.stall_cut(first, step.stall_cutoff_s)
+    if stall is not None or math.isfinite(step.other_cutoff_s) or math.isinf(step.cutoff_s):
+        # the earliest cutoff that passes acts (with no cutoff on the signal clock, only the
+        # others can)
+        fired, act = acts_at(step, start_s, model, end1, primary.ttft_table[first], stall_s=stall)
         return fired, act, False
     by_total = step.signal == "total"
     cut = cut_at(step, start_s, model)
-    return (end1 if by_total else ttft[first]) > cut, cut, by_total
+    return (end1 if by_total else primary.ttft_table[first]) > cut, cut, by_total
 
 
 def _late(
@@ -181,7 +192,7 @@ def _late(
     """
     if step.action not in ACTING or not math.isfinite(model.deadline_s):
         return None
-    if step.reserve_s > NO_TIME_S and not math.isfinite(step.other_cutoff_s):
+    if step.reserve_s > NO_TIME_S and not step.as_set:
         last_chance = model.deadline_s - NO_TIME_S
         if start_s.max(initial=-np.inf) < last_chance:
             return None

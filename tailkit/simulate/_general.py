@@ -84,8 +84,9 @@ def _acts(
     end = route.end_table[index]
     watched = step.signal == "ttft" or math.isfinite(step.other_cutoff_s)
     fired, act = acts_at(
-        step, start_s + at, model, end, route.ttft_table[index] if watched else end
-    )
+        step, start_s + at, model, end, route.ttft_table[index] if watched else end,
+        stall_s=route.stall_cut(index, step.stall_cutoff_s),
+    )  # fmt: skip
     fired &= rows
     return fired, np.where(fired, act + at, np.inf)
 

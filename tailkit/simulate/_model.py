@@ -51,6 +51,9 @@ class StepModel:
             the deadline, as in the executor) when ``signal`` is ``total``; ``math.inf``: none.
         total_cutoff_s: The plan's total-age cutoff, which acts as set when ``signal`` is
             ``ttft`` (a plan may set both clocks); ``math.inf``: none.
+        stall_cutoff_s: The plan's stall cutoff: seconds without a chunk mid-stream after
+            which the step acts, as set (`RouteSample.stall_cut` says where each outcome of a
+            watched attempt is cut); ``math.inf``: none.
         shares: Per route the step may repeat an attempt on (its own included), the
             correlation of a repeat's latency rank with the first attempt's
             (`tailkit.simulate._couple`); a route not listed: 0, an independent draw.
@@ -72,6 +75,7 @@ class StepModel:
     tokens: float = 0.0
     ttft_cutoff_s: float = math.inf
     total_cutoff_s: float = math.inf
+    stall_cutoff_s: float = math.inf
     shares: tuple[tuple[RouteSample, float], ...] = ()
 
     def rho(self, route: RouteSample | None) -> float:
@@ -94,8 +98,19 @@ class StepModel:
         Whether a cutoff can make the step act (its action is not ``wait``, a cutoff is set).
         """
         return self.action != "wait" and (
-            math.isfinite(self.cutoff_s) or math.isfinite(self.other_cutoff_s)
+            math.isfinite(self.cutoff_s)
+            or math.isfinite(self.other_cutoff_s)
+            or math.isfinite(self.stall_cutoff_s)
         )
+
+    @property
+    def as_set(self) -> bool:
+        """
+        Whether a cutoff not tightened to the deadline may act (the other clock's, a stall).
+
+        Each acts as the plan sets it, as in the executor.
+        """
+        return math.isfinite(self.other_cutoff_s) or math.isfinite(self.stall_cutoff_s)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -152,15 +167,24 @@ def cut_at(step: StepModel, start_s: Array, model: WorkflowModel) -> Array | flo
 
 
 def acts_at(
-    step: StepModel, start_s: Array, model: WorkflowModel, end_s: Array, ttft_s: Array
+    step: StepModel,
+    start_s: Array,
+    model: WorkflowModel,
+    end_s: Array,
+    ttft_s: Array,
+    *,
+    stall_s: Array | None = None,
 ) -> tuple[Bools, Array]:
     """
     Where the step acts on its first attempt, and the age it acts at (``inf`` where it does not).
 
     The first attempt must still be running at a cutoff: the signal clock's, tightened to the
-    deadline (`cut_at`), or the other clock's, which is not; the step acts at the earlier one
-    that passes. An extra attempt due too close to the deadline never starts (`in_time`):
-    there the step goes on waiting.
+    deadline (`cut_at`), the other clock's or the stall cutoff, which are not; the step acts at
+    the earliest one that passes. ``stall_s`` is the age at which the stall cutoff cuts each
+    attempt (`RouteSample.stall_cut`: ``inf`` where it does not; ``None``: nowhere), always
+    before the attempt's end, as the executor's stall cutoff passes mid-stream. An extra
+    attempt due too close to the deadline never starts (`in_time`): there the step goes on
+    waiting.
     """
     inf = np.full(start_s.size, np.inf)
     if step.acting and math.isfinite(step.cutoff_s):
@@ -172,6 +196,8 @@ def acts_at(
     if step.acting and math.isfinite(step.other_cutoff_s):
         watch = end_s if step.signal == "ttft" else ttft_s
         act = np.minimum(act, np.where(watch > step.other_cutoff_s, step.other_cutoff_s, inf))
+    if step.acting and stall_s is not None:
+        act = np.minimum(act, stall_s)
     if step.action in ACTING:
         act = np.where(in_time(step, start_s, act, model), act, inf)
     return act < np.inf, act

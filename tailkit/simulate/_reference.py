@@ -23,6 +23,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from tailkit.simulate._couple import (
     RETRY,
     action_route,
@@ -34,7 +36,8 @@ from tailkit.simulate._model import ACTING, NO_TIME_S, StepModel, WorkflowModel
 from tailkit.simulate._sample import RouteSample
 
 
-Attempt = tuple[float, float, bool, bool]  # (seconds to its end, to first token, failed, invalid)
+Attempt = tuple[float, float, bool, bool, float]
+"""(seconds to its end, to first token, failed, invalid, to its stall cut (``inf``: none))."""
 _INF = math.inf
 
 
@@ -62,12 +65,17 @@ class Budget(Protocol):
         """
 
 
-def _attempt(route: RouteSample, index: int) -> Attempt:
+def _attempt(route: RouteSample, index: int, stall_cutoff_s: float = _INF) -> Attempt:
+    """
+    The outcome ``index`` of ``route``; cut by a stall cutoff of ``stall_cutoff_s`` if watched.
+    """
+    stall = route.stall_cut(np.array([index], dtype=np.intp), stall_cutoff_s)
     return (
         float(route.end_table[index]),
         float(route.ttft_table[index]),
         index >= route.ok_entries,
         bool(route.invalid_table[index]),
+        _INF if stall is None else float(stall[0]),
     )
 
 
@@ -87,6 +95,7 @@ def acts_at(step: StepModel, start_s: float, model: WorkflowModel, one: Attempt)
     other = step.other_cutoff_s
     if math.isfinite(other) and (one[0] if step.signal == "ttft" else one[1]) > other:
         act = min(act, other)
+    act = min(act, one[4])  # the stall cutoff, mid-stream (as set)
     if step.action in ACTING and not start_s + act < model.deadline_s - NO_TIME_S:
         return _INF  # an extra attempt due too close to the deadline never starts
     return act
@@ -111,7 +120,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
     first attempt, then the retry (or failover) of a first attempt that failed, or the
     upgrade of a first result that was invalid. The first cutoff that passes acts, once.
     """
-    one = _attempt(step.primary, draws[0])
+    one = _attempt(step.primary, draws[0], step.stall_cutoff_s)
     act = acts_at(step, start_s, model, one)
     if act < _INF and step.action == "fail":
         return act, True, False, 0
@@ -119,7 +128,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
     acted = fired and step.action in ACTING and (yield act, True)
     recovery = 0
     valid = bad = _INF  # the first valid result, the first invalid one
-    end1, _, err1, inv1 = one
+    end1, _, err1, inv1, _ = one
     last = end1
     if acted:
         other = _attempt(action_route(step, step.primary), draws[1])
@@ -129,7 +138,10 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
             recovery = 1
             route = repeat_route(step, RETRY)
             two = _Watched(
-                route, _attempt(route, retry_index(draws)), end1, after_retry_index(draws)
+                route,
+                _attempt(route, retry_index(draws), step.stall_cutoff_s),
+                end1,
+                after_retry_index(draws),
             )
             last, valid, bad, fired2, acted = yield from _watched(step, start_s, model, two, fired)
             if fired2 and step.action == "fail":
@@ -140,7 +152,7 @@ def step_play(step: StepModel, start_s: float, draws: Sequence[int], model: Work
     if bad < valid and (yield bad, False):  # the first result came back invalid: re-do it once
         route = step.upgrade or step.primary
         index = after_retry_index(draws) if recovery else draws[1]
-        three = _Watched(route, _attempt(route, draws[2]), bad, index)
+        three = _Watched(route, _attempt(route, draws[2], step.stall_cutoff_s), bad, index)
         recovery += 1
         up_last, up_valid, _, fired3, acted3 = yield from _watched(
             step, start_s, model, three, fired
@@ -197,10 +209,10 @@ def _raced(
 
     Returns (its end, first valid result, first invalid one).
     """
-    end1, _, err1, inv1 = head
+    end1, _, err1, inv1, _ = head
     end1 += head_at
     valid = bad = _INF
-    end2, _, err2, inv2 = other
+    end2, _, err2, inv2, _ = other
     last = act + end2
     if not err2:
         valid, bad = (last if not inv2 else _INF), (last if inv2 else _INF)
@@ -217,7 +229,7 @@ def _plain(attempt: Attempt, started: float) -> tuple[float, float, float]:
     """
     An attempt started at age ``started`` and run to its end: (end, valid result, invalid one).
     """
-    end, _, err, inv = attempt
+    end, _, err, inv, _ = attempt
     last = started + end
     return last, (last if not err and not inv else _INF), (last if inv and not err else _INF)
 

@@ -5,8 +5,8 @@ A `RouteSample` is an inverse CDF held as a sorted array. Drawing is indexing: a
 ``u`` picks ``total_s[floor(u * n)]``, so the same ``u`` gives the same rank on every route
 (common random numbers across candidate plans). The time to first token travels with its
 call, so a TTFT cutoff and the total it implies stay consistent, and so does each call's
-stall gap (`tailkit.simulate._stall`): a stall cutoff is modelled on the sample itself
-(`RouteSample.with_stall_cutoff`).
+stall gap (`tailkit.simulate._stall`): each outcome knows when a stall cutoff would cut it
+(`RouteSample.stall_cut`), and the step acts there as it does at its other cutoffs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ class RouteSample:
     ``(1 - error_rate)`` of it is the latency quantile grid of the finished calls (each entry
     the call at that rank, its TTFT with it), the rest the error times. A uniform 16-bit draw
     picks an entry; entries past ``ok_entries`` are failures; ``invalid_rate`` of the latency
-    entries, spread evenly over the ranks, are results that fail validation.
+    entries, spread evenly over the ranks, are results that fail validation. Where the calls
+    tell their stall gaps, each entry also has its gap (``gap_table``, 0 for an entry that did
+    not stall and for a failure) and the age of its last chunk before the gap
+    (``stall_start_table``, ``inf`` where it did not stall): `stall_cut` reads them.
 
     Args:
         total_s: Seconds from the start of an attempt to its last token, sorted ascending;
@@ -61,9 +64,8 @@ class RouteSample:
             a call that did not stall); ``None`` when the calls cannot tell (no output
             tokens or no TTFT, or a fitted model).
         stalls: What the calls show of stalls (``None``: not read).
-        error_ttft_s: Time to first token of each failure (aligned with ``error_s``; a stall
-            cut after its first token has one); ``None``: the failure's own time.
-        base: The sample before `with_stall_cutoff` (``None``: this is it).
+        error_ttft_s: Time to first token of each failure (aligned with ``error_s``; a
+            failure after its first token has one); ``None``: the failure's own time.
         stall_at: Where in a stalled call's normal generation its stall is taken to begin,
             as a share of it (0: right after the first token, 1: at its end). The record
             does not say: 0.5 where a stall is as likely anywhere; bootstrap replicates draw
@@ -83,13 +85,14 @@ class RouteSample:
     gap_s: Array | None = field(default=None, repr=False)
     stalls: Stalls | None = None
     error_ttft_s: Array | None = field(default=None, repr=False)
-    base: RouteSample | None = field(default=None, repr=False)
     stall_at: float = 0.5
     ok_entries: int = field(init=False, repr=False)
     end_table: Array = field(init=False, repr=False)
     good_table: Array = field(init=False, repr=False)
     ttft_table: Array = field(init=False, repr=False)
     invalid_table: npt.NDArray[np.bool_] = field(init=False, repr=False)
+    gap_table: Array | None = field(init=False, repr=False)
+    stall_start_table: Array | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.total_s.size == 0 or self.ttft_s.shape != self.total_s.shape:
@@ -121,6 +124,19 @@ class RouteSample:
         object.__setattr__(self, "good_table", good)
         object.__setattr__(self, "ttft_table", np.concatenate([self.ttft_s[rank], failed_ttft]))
         object.__setattr__(self, "invalid_table", invalid)
+        gap, stall = None, None
+        if self.gap_s is not None and bool((self.gap_s > 0.0).any()):
+            # each finished outcome's stall: its gap, and the age its last chunk before the
+            # gap came (`stall_at` of its normal generation after the first token); failures
+            # and streams that did not stall have a gap of 0
+            first, last, gaps = self.ttft_s[rank], self.total_s[rank], self.gap_s[rank]
+            gap = np.concatenate([gaps, np.zeros(fails.size)])
+            before = first + self.stall_at * np.maximum(last - gaps - first, 0.0)
+            stall = np.concatenate(
+                [np.where(gaps > 0.0, before, np.inf), np.full(fails.size, np.inf)]
+            )
+        object.__setattr__(self, "gap_table", gap)
+        object.__setattr__(self, "stall_start_table", stall)
 
     @classmethod
     def from_latencies(
@@ -283,47 +299,26 @@ class RouteSample:
             bucket=f"{self.bucket} (lognormal fit)",
         )  # fmt: skip
 
-    def with_stall_cutoff(self, stall_cutoff_s: float) -> RouteSample:
+    def stall_cut(self, index: Index, stall_cutoff_s: float) -> Array | None:
         """
-        The route as a step with a stall cutoff of ``stall_cutoff_s`` seconds sees it.
+        The age at which a stall cutoff of ``stall_cutoff_s`` cuts each drawn outcome.
 
-        A call whose stall gap is longer than the cutoff is cut: no chunk came for
-        ``stall_cutoff_s`` after ``stall_at`` of its normal generation (``total - gap -
-        ttft``), so the attempt ends at ``ttft + stall_at x (total - gap - ttft) +
-        stall_cutoff_s``, having had its first token. Such calls become failures at that age
-        (with their TTFT), beside the measured ones: the engine then plays what the executor
-        does for an idempotent step whose action starts a fresh attempt -- the stalled attempt
-        given up and a fresh one started at once, counted among the recovery attempts (the
-        executor counts it as the step's action, on the step's action's route). The sample
-        before the cut is ``base``.
+        An outcome whose stream stalls longer than the cutoff goes ``stall_cutoff_s`` without
+        a chunk after its last chunk before the gap (``ttft + stall_at x (total - gap -
+        ttft)``, see `stall_at`): the executor's stall cutoff passes there, before the stream
+        resumes, and the step acts as at any other cutoff. ``inf`` where it never passes (no
+        stall that long, a failure); ``None`` when no outcome can be cut (the calls cannot
+        tell, no gap that long, or no cutoff).
 
-        Returns:
-            ``self`` when the calls cannot tell (``gap_s`` is ``None``), no gap is that long,
-            or the cutoff is ``inf``.
+        Args:
+            index: Table indexes of the outcomes drawn.
+            stall_cutoff_s: The step's stall cutoff in seconds (``inf``: none).
         """
-        gaps = self.gap_s
-        if gaps is None or not math.isfinite(stall_cutoff_s):
-            return self
-        cut = gaps > stall_cutoff_s
-        if not cut.any() or cut.all():
-            return self
-        ttft = self.ttft_s[cut]
-        at = ttft + self.stall_at * (self.total_s[cut] - gaps[cut] - ttft) + stall_cutoff_s
-        order = np.argsort(at, kind="stable")
-        at, at_ttft = at[order], ttft[order]
-        rate = self.error_rate + (1.0 - self.error_rate) * float(cut.mean())
-        stalls = max(TABLE - round(TABLE * self.error_rate / rate), 1)
-        errors = TABLE - stalls
-        own = ((np.arange(errors) + 0.5) * (self.error_s.size / max(errors, 1))).astype(np.intp)
-        mine = ((np.arange(stalls) + 0.5) * (at.size / stalls)).astype(np.intp)
-        own_ttft = self.error_s if self.error_ttft_s is None else self.error_ttft_s
-        fail_s = np.concatenate([self.error_s[own], at[mine]])
-        fail_ttft = np.concatenate([own_ttft[own], at_ttft[mine]])
-        by_age = np.argsort(fail_s, kind="stable")
-        return dataclasses.replace(
-            self, total_s=self.total_s[~cut], ttft_s=self.ttft_s[~cut], gap_s=gaps[~cut],
-            error_rate=rate, error_s=fail_s[by_age], error_ttft_s=fail_ttft[by_age], base=self,
-        )  # fmt: skip
+        gaps, before = self.gap_table, self.stall_start_table
+        if gaps is None or before is None or not math.isfinite(stall_cutoff_s):
+            return None
+        gap = gaps[index]
+        return np.where(gap > stall_cutoff_s, before[index] + stall_cutoff_s, np.inf)
 
     def generation_tail(self) -> float:
         """
