@@ -158,9 +158,19 @@ def _plan(budget: float = 0.5, deadline_s: float = DEADLINE_S) -> Plan:
 class Twin:
     """The simulator's draws for ``runs`` runs, and an attempt function that plays them."""
 
-    def __init__(self, plan: Plan, runs: int, seed: int = 3) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        runs: int,
+        seed: int = 3,
+        *,
+        samples: dict[tuple[str, str], RouteSample] | None = None,
+        chunk_s: float | None = None,
+    ) -> None:
         self.plan, self.runs = plan, runs
-        self.model = with_failover(workflow_model(plan, SAMPLES), plan)
+        self.samples = SAMPLES if samples is None else samples
+        self.chunk_s = chunk_s  # streams in chunks this far apart, stalling where drawn
+        self.model = with_failover(workflow_model(plan, self.samples), plan, self.samples)
         self.draws = Draws(runs, seed=seed, keep=True)
         self.names = [step.name for step in self.model.steps]
         self.index = {name: self.draws.stack(name) for name in self.names}
@@ -173,13 +183,18 @@ class Twin:
     def attempt(self, a: Attempt) -> Any:
         """Play the drawn outcome of this (run, step, slot)."""
         r = int(a.run_id[1:]) if a.run_id else 0
-        route = SAMPLES[(a.step, a.route)]
+        route = self.samples[(a.step, a.route)]
         k = int(self.index[a.step][self.slot(a), r])
         end_s, ttft_s = float(route.end_table[k]), float(route.ttft_table[k])
         if k >= route.ok_entries:
             return _fail_after(end_s)
         text = "refused" if route.invalid_table[k] else "fine"
-        return _stream(ttft_s, end_s, text)
+        if self.chunk_s is None:
+            return _stream(ttft_s, end_s, text)
+        stall = (math.inf, 0.0)
+        if route.gap_table is not None and route.stall_start_table is not None:
+            stall = (float(route.stall_start_table[k]), float(route.gap_table[k]))
+        return _chunked(ttft_s, end_s, text, self.chunk_s, stall)
 
     def slot(self, a: Attempt) -> int:
         """The simulator's slot of this attempt: the first, the upgrade, or the next repeat's."""
@@ -205,7 +220,9 @@ class Twin:
         self.used.clear()  # a new executor replays the runs afresh
         sink = MemorySink()
         # the simulator retries an error at once; the executor's jitter is turned off to match
-        valid = StepPolicy(validator=lambda result: result.text == "fine", retry_jitter_s=0.0)
+        valid = StepPolicy(
+            validator=lambda result: result.text.startswith("fine"), retry_jitter_s=0.0
+        )
         policies = dict.fromkeys(self.names, valid)
         executor = Executor(
             self.plan, ledger=Ledger(sink), budget=budget, throttle=throttle, policies=policies
@@ -213,20 +230,23 @@ class Twin:
         return executor, sink
 
 
-def with_failover(model: WorkflowModel, plan: Plan) -> WorkflowModel:
+def with_failover(
+    model: WorkflowModel, plan: Plan, samples: dict[tuple[str, str], RouteSample] | None = None
+) -> WorkflowModel:
     """
     The model with each step's failover route: its hedge route when on another provider.
 
     The rule of `tailkit.simulate._couple.repeat_route`; a model built before the builder
     sets it gets it here (setting it again changes nothing).
     """
+    samples = SAMPLES if samples is None else samples
     steps = []
     for step in model.steps:
         planned = plan.steps[step.name]
         other = planned.hedge_route
         own = plan.routes[planned.route].provider
         if other is not None and plan.routes[other].provider != own:
-            steps.append(dataclasses.replace(step, failover=SAMPLES[(step.name, other)]))
+            steps.append(dataclasses.replace(step, failover=samples[(step.name, other)]))
         else:
             steps.append(step)
     return dataclasses.replace(model, steps=tuple(steps))
@@ -244,6 +264,28 @@ async def _stream(ttft_s: float, end_s: float, text: str) -> AsyncIterator[Any]:
     await asyncio.sleep(ttft_s)
     yield text
     await asyncio.sleep(end_s - ttft_s)
+    yield FINAL
+
+
+async def _chunked(
+    ttft_s: float, end_s: float, text: str, chunk_s: float, stall: tuple[float, float]
+) -> AsyncIterator[Any]:
+    """
+    A stream in chunks ``chunk_s`` apart, that stalls where the simulator's draw says.
+
+    ``stall``: the age of the last chunk before the stall and the stall's gap (``inf``: the
+    stream does not stall). Its first token at ``ttft_s``, its end at ``end_s``.
+    """
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    at, gap = stall
+    times = [*np.arange(ttft_s, min(at, end_s), chunk_s)]
+    if math.isfinite(at):  # the last chunk before the gap, the first after it
+        times += [at, *np.arange(at + gap, end_s, chunk_s)]
+    for i, t in enumerate(times):
+        await asyncio.sleep(max(began + float(t) - loop.time(), 0.0))
+        yield text if i == 0 else "."
+    await asyncio.sleep(max(began + end_s - loop.time(), 0.0))
     yield FINAL
 
 
@@ -404,3 +446,105 @@ def test_a_throttled_hedge_provider_is_a_visible_denial() -> None:
     assert denied
     assert all(r.attrs["action_skipped"] == "provider b throttled" for r in denied)
     assert not any(r.role == "hedge" and r.provider == "b" for r in sink.records)
+
+
+STALL_PLAN = """\
+tailkit_plan: 1
+workflow: stalls
+deadline_s: 12.0
+hedge_budget: 0.5
+routes:
+  s/m: {provider: s, model: m}
+  t/m: {provider: t, model: m}
+  d/small: {provider: d, model: small}
+steps:
+  ask:
+    route: s/m
+    cutoff_s: 6.0
+    stall_cutoff_s: 0.8
+    on_cutoff: hedge
+    hedge_route: t/m
+    predicted: {p50_s: 2.2, p99_s: 7.0, hedge_rate: 0.1}
+  read:
+    route: t/m
+    depends_on: [ask]
+    cutoff_s: 7.0
+    stall_cutoff_s: 0.7
+    on_cutoff: retry
+    upgrade_route: s/m
+    predicted: {p50_s: 2.2, p99_s: 7.0, hedge_rate: 0.1}
+  cut:
+    route: s/m
+    depends_on: [ask]
+    signal: ttft
+    ttft_cutoff_s: 1.4
+    cutoff_s: 6.5
+    stall_cutoff_s: 0.9
+    on_cutoff: downgrade
+    downgrade_route: d/small
+    hedge_route: t/m
+    predicted: {p50_s: 2.2, p99_s: 7.0, hedge_rate: 0.1}
+  tag:
+    route: t/m
+    depends_on: [ask]
+    required: false
+    cutoff_s: 5.0
+    stall_cutoff_s: 0.8
+    on_cutoff: fail
+    predicted: {p50_s: 2.2, p99_s: 5.0, hedge_rate: 0.0}
+"""
+
+
+def _stalling(
+    rng: np.random.Generator, *, stall: float, error_rate: float = 0.0, invalid_rate: float = 0.0
+) -> RouteSample:
+    """A streamed route whose calls tell their stalls: tokens at a pace, some stalled 1-8 s."""
+    n = 3000
+    tokens = rng.integers(60, 160, n).astype(float)
+    ttft = 0.8 * np.exp(0.3 * rng.standard_normal(n))
+    total = ttft + (tokens - 1) * 0.015 * np.exp(0.15 * rng.standard_normal(n))
+    stalled = rng.random(n) < stall
+    total[stalled] += rng.uniform(1.0, 8.0, int(stalled.sum()))
+    return RouteSample.from_latencies(
+        total, ttft_s=ttft, output_tokens=tokens, error_rate=error_rate,
+        error_s=rng.uniform(0.2, 2.0, 50), invalid_rate=invalid_rate,
+    )  # fmt: skip
+
+
+def test_a_stall_cut_plays_as_the_simulator_plays_it() -> None:
+    """
+    Streams in chunks that stall where drawn: the executor's stall cutoff acts as simulated.
+
+    It fires the step's action where the simulator's does (a hedge racing the stalled stream,
+    a retry or downgrade replacing it, a fail giving up), on error retries and upgrades too.
+    """
+    rng = np.random.default_rng(11)
+    routes = {
+        "s/m": _stalling(rng, stall=0.12, error_rate=0.08, invalid_rate=0.05),
+        "t/m": _stalling(rng, stall=0.1, error_rate=0.05, invalid_rate=0.05),
+        "d/small": _route(rng, 1.2, 0.3),
+    }
+    samples = {
+        (step, name): r for step in ("ask", "read", "cut", "tag") for name, r in routes.items()
+    }
+    runs = 300
+    twin = Twin(parse_plan(STALL_PLAN), runs, seed=8, samples=samples, chunk_s=0.1)
+    assert {s.name: s.stall_cutoff_s for s in twin.model.steps} == {
+        "ask": 0.8, "read": 0.7, "cut": 0.9, "tag": 0.8,
+    }  # fmt: skip
+    executor, sink = twin.executor()
+    results = _sequential(twin, executor, sink)
+    engine = run_workflow(twin.model, twin.draws)
+    extras = _extras(sink)
+    traces = [reference_trace(twin.model, twin.per_run(r)) for r in range(runs)]
+    for r, (result, trace) in enumerate(zip(results, traces, strict=True)):
+        _same(result, trace, extras.get(f"r{r}", 0), 12.0)
+        assert engine.end_s[r] == pytest.approx(trace.end_s, rel=1e-12, abs=1e-12)
+        assert bool(engine.ok[r]) == trace.ok
+        assert sum(int(o.extra[r]) for o in engine.steps) == trace.extras
+        assert sum(int(o.recovery[r]) for o in engine.steps) == trace.recoveries
+    # the stall cutoff fired every action, on first attempts and on watched recoveries
+    stalled = [r for r in sink.records if r.attrs.get("cutoff") == "stall"]
+    assert {r.step for r in stalled} == {"ask", "read", "cut", "tag"}
+    assert {r.role for r in stalled} == {"primary", "retry", "upgrade"}
+    assert sum(not t.ok for t in traces) > 0
