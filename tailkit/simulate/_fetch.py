@@ -26,6 +26,7 @@ __all__ = ["Counts", "Need", "RouteData", "fetch"]
 CUT = "coalesce(isfinite(censored_at_s) AND censored_at_s > 0, FALSE)"
 OK = f"coalesce(status = 'ok' AND isfinite(total_s) AND total_s > 0, FALSE) AND NOT {CUT}"
 FAILED = "coalesce(status IN ('error', 'rate_limited'), FALSE)"
+UNSIZED = "?"  # the bucket of a call without a token count (`tailkit.record.bucket_label`)
 _Array = npt.NDArray[np.float64]
 
 
@@ -50,10 +51,17 @@ class Need:
     def sql(self, *, output: bool = True) -> str:
         """
         SQL true for the calls of this route and input bucket (and output bucket).
+
+        Without the output bucket (failures and cut calls) a call of unknown input size is
+        the route's too: an attempt that failed or was cut before the provider reported its
+        usage (every such line of an executor's ledger) has no input tokens, and leaving it
+        out would make a route look as if it never failed. `_counts` gives a bucket its
+        share of them.
         """
         parts = [f"provider = {lit(self.provider)}", f"model = {lit(self.model)}"]
         if self.input_bucket is not None:
-            parts.append(f"input_bucket = {lit(self.input_bucket)}")
+            known = f"input_bucket = {lit(self.input_bucket)}"
+            parts.append(known if output else f"({known} OR input_bucket = {lit(UNSIZED)})")
         if output and self.output_bucket is not None:
             parts.append(f"output_bucket = {lit(self.output_bucket)}")
         return "(" + " AND ".join(parts) + ")"
@@ -153,16 +161,29 @@ def _counts(store: Store, base: str, needs: list[Need]) -> dict[Need, Counts]:
     out = {}
     for need in needs:
         total = np.zeros(5, dtype=np.int64)
+        unsized = np.zeros(5, dtype=np.int64)  # failed or cut before the input was counted
+        known = 0  # the route's finished calls of known input size, any input bucket
         bucket = 0
         for provider, model, in_label, out_label, *n in rows:
-            if (provider, model) != (need.provider, need.model) or (
-                need.input_bucket is not None and in_label != need.input_bucket
-            ):
+            if (provider, model) != (need.provider, need.model):
+                continue
+            known += int(n[1]) if in_label != UNSIZED else 0
+            if need.input_bucket is not None and in_label == UNSIZED:
+                unsized += np.asarray(n, dtype=np.int64)
+                continue
+            if need.input_bucket is not None and in_label != need.input_bucket:
                 continue
             total += np.asarray(n, dtype=np.int64)
             if need.output_bucket is None or out_label == need.output_bucket:
                 bucket += int(n[1])
         attempts, ok, cut, failed, invalid = (int(v) for v in total)
+        if unsized[1:].any() and known:  # this input bucket's share of the unsized ones
+            share = ok / known
+            cut, failed, invalid = (
+                v + round(share * int(u))
+                for v, u in zip((cut, failed, invalid), unsized[2:], strict=True)
+            )
+            attempts = ok + cut + failed + invalid + (attempts - int(total[1:].sum()))
         out[need] = Counts(attempts, ok, cut, bucket, failed, invalid)
     return out
 
