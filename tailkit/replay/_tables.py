@@ -33,7 +33,7 @@ from tailkit.simulate import RouteSample, SampleKey, step_routes
 from tailkit.store import Store
 
 
-__all__ = ["CHUNKS_PER_ANSWER", "ServedModels", "served_models"]
+__all__ = ["CHUNKS_PER_ANSWER", "ServedModels", "chunk_tokens", "served_models"]
 
 CHUNKS_PER_ANSWER = 8  # content events per streamed answer: the same timing, little CPU
 _DEFAULT_OUTPUT_TOKENS = 200
@@ -59,6 +59,11 @@ class ServedModels:
 def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
     """
     The sample's outcome table, each run of identical slots stored once with its count.
+
+    A call that stalled mid-stream (the sample's ``gap_table``) is served with its gap as a
+    pause, after its last chunk before the gap where the simulator places it
+    (``stall_start_table``), so a stall cutoff fires on the served stream where the simulator
+    has it fire.
     """
     ttft = np.asarray(sample.ttft_table, dtype=np.float64)
     end = np.asarray(sample.end_table, dtype=np.float64)
@@ -69,6 +74,12 @@ def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
     ttft = np.where(kinds == "e", end, np.minimum(ttft, end))
     change = np.ones(end.size, dtype=np.bool_)
     change[1:] = (ttft[1:] != ttft[:-1]) | (end[1:] != end[:-1]) | (kinds[1:] != kinds[:-1])
+    pause = pause_at = None
+    if sample.gap_table is not None and sample.stall_start_table is not None:
+        stalled = sample.gap_table > 0.0
+        pause = np.where(stalled, sample.gap_table, 0.0)
+        pause_at = np.where(stalled, np.clip(sample.stall_start_table, ttft, end - pause), 0.0)
+        change[1:] |= (pause[1:] != pause[:-1]) | (pause_at[1:] != pause_at[:-1])
     starts = np.flatnonzero(change)
     counts = np.diff(np.append(starts, end.size))
     return Outcomes(
@@ -77,7 +88,33 @@ def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
         kinds="".join(kinds[starts].tolist()),
         output_tokens=output_tokens,
         counts=tuple(int(c) for c in counts),
+        pause_s=None if pause is None else tuple(float(v) for v in pause[starts]),
+        pause_at_s=None if pause_at is None else tuple(float(v) for v in pause_at[starts]),
     )
+
+
+def chunk_tokens(sample: RouteSample, output_tokens: int, stall_cutoff_s: float | None) -> int:
+    """
+    Tokens per streamed chunk: `CHUNKS_PER_ANSWER` chunks, or more under a stall cutoff.
+
+    A served stream goes silent between chunks; under a step's stall cutoff, a gap as long as
+    the cutoff would be cut as a stall where the measured stream did not stall. So the chunks
+    come at most half the cutoff apart over the generation (less any stall) of all but the
+    slowest 0.1 % of the route's calls: the stall cutoff fires on the served streams where the
+    calls stalled, as the simulator has it.
+    """
+    tokens = max(1, math.ceil(output_tokens / CHUNKS_PER_ANSWER))
+    if stall_cutoff_s is None or not math.isfinite(stall_cutoff_s):
+        return tokens
+    ok = sample.ok_entries
+    gen = sample.end_table[:ok] - sample.ttft_table[:ok]
+    if sample.gap_table is not None:
+        gen = gen - sample.gap_table[:ok]
+    slowest = float(np.quantile(gen, 0.999)) if gen.size else 0.0
+    if slowest <= 0.0:
+        return tokens
+    fits = math.floor(0.5 * stall_cutoff_s * output_tokens / slowest)
+    return max(1, min(tokens, fits))
 
 
 def served_models(
@@ -109,7 +146,6 @@ def served_models(
     basis: dict[str, str] = {}
     for name, step in plan.steps.items():
         tokens = step.expected_tokens.output or _DEFAULT_OUTPUT_TOKENS
-        chunk_tokens = max(1, math.ceil(tokens / CHUNKS_PER_ANSWER))
         aligned = None
         if store is not None:
             aligned = align_step(store, plan, name, samples, buckets=buckets, seed=seed)
@@ -125,5 +161,6 @@ def served_models(
                     a.ttft_s, a.total_s, a.kinds, output_tokens=tokens, group=name,
                     rows=a.rows, repeats=a.repeats,
                 )  # fmt: skip
-            tables[model] = (table, chunk_tokens)
+            chunk = chunk_tokens(samples[(name, route)], tokens, step.stall_cutoff_s)
+            tables[model] = (table, chunk)
     return ServedModels(ids, tables, basis)

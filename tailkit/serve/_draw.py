@@ -45,6 +45,10 @@ class Draw:
         intended_ttft_s: Real seconds from receipt to the first token the draw intends, as
             the client should see it (what a replay's timing error is measured against).
         intended_total_s: The same for the end.
+        pause_after: Tokens sent before the stream pauses (replayed outcomes that stalled:
+            the chunks from this token on are due ``pause_s`` later); 0: no pause.
+        pause_s: Real seconds of the pause, part of ``gen_s`` (the rest of the generation is
+            sent at an even pace).
     """
 
     fault: str | None
@@ -58,6 +62,8 @@ class Draw:
     invalid: bool = False
     intended_ttft_s: float | None = None
     intended_total_s: float | None = None
+    pause_after: int = 0
+    pause_s: float = 0.0
 
 
 def draw(
@@ -132,6 +138,15 @@ def _replayed(
     if max_tokens is not None and tokens > max_tokens:
         tokens, finish_reason = max_tokens, "length"
     failed = kind == "e"
+    pause_after, pause = 0, 0.0
+    if table.pause_s is not None and table.pause_at_s is not None and not failed:
+        gap = table.pause_s[i]
+        normal = table.total_s[i] - table.ttft_s[i] - gap  # the generation less the pause
+        if gap > 0.0 and tokens > 1 and normal > 0.0:
+            # the tokens due by the last chunk before the stall, at the even pace of the rest
+            share = (table.pause_at_s[i] - table.ttft_s[i]) / normal
+            pause_after = min(max(round(share * tokens), 0), tokens - 2) + 1
+            pause = gap * time_scale
     return Draw(
         fault="error_5xx" if failed else None,
         stalled=False,
@@ -144,6 +159,8 @@ def _replayed(
         invalid=kind == "i",
         intended_ttft_s=first,
         intended_total_s=first if failed else end,
+        pause_after=pause_after,
+        pause_s=pause,
     )
 
 

@@ -6,8 +6,9 @@ the simulator draws from instead: the route's measured calls in a step's token b
 their time to first token, their total, their failures and their invalid outputs. `Outcomes`
 holds that table; each request picks one entry uniformly (one draw from the server's
 generator) and is answered on its schedule: the first content token at its TTFT, the rest
-spread evenly until its total, an error at its failure time, or a whole answer whose text
-carries `INVALID_MARK` when the measured call's output failed validation.
+spread evenly until its total (a call that stalled mid-stream, silent for its gap where it
+stalled: ``pause_s``), an error at its failure time, or a whole answer whose text carries
+`INVALID_MARK` when the measured call's output failed validation.
 
 Repeat attempts do the same job, so the tables of one step's routes can be *aligned*: they
 share a ``group`` and a number of rows, row ``j`` being job ``j`` (its measured call on each
@@ -80,11 +81,20 @@ class Outcomes:
             that brings no key seen before draws a row uniformly.
         repeats: With ``group``: per entry, the entry a repeat on this same model gets (a
             retry: another call of the same job, size and moment); ``None``: the same entry.
+        pause_s: Per entry, the profile seconds its stream stalls mid-way (0: it does not);
+            ``None``: no entry stalls. A streamed answer is then sent at an even pace over
+            its generation less the pause, silent for the pause after its chunk due at
+            ``pause_at_s`` (the measured call's stall, so that a stall cutoff fires on it
+            as on the provider's stream); ``total_s`` includes the pause.
+        pause_at_s: With ``pause_s``: per entry, profile seconds from receipt to the last
+            chunk before the pause (between ``ttft_s`` and ``total_s - pause_s``).
 
     Raises:
         ConfigError: The columns differ in length, are empty, hold a negative, NaN or
             infinite time, a total before its TTFT, an unknown kind, or a count below 1;
-            ``group`` and ``rows`` do not come together, or a row or repeat is no entry.
+            ``group`` and ``rows`` do not come together, or a row or repeat is no entry;
+            ``pause_s`` and ``pause_at_s`` do not come together, or a pause does not fit its
+            entry's generation.
     """
 
     ttft_s: tuple[float, ...]
@@ -96,6 +106,8 @@ class Outcomes:
     group: str | None = None
     rows: tuple[int, ...] | None = None
     repeats: tuple[int, ...] | None = None
+    pause_s: tuple[float, ...] | None = None
+    pause_at_s: tuple[float, ...] | None = None
     _ends: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +144,32 @@ class Outcomes:
             msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
             raise ConfigError(msg)
         self._check_alignment(n)
+        self._check_pauses(n)
+
+    def _check_pauses(self, n: int) -> None:
+        if (self.pause_s is None) != (self.pause_at_s is None):
+            msg = (
+                "paused outcomes need both pause_s and pause_at_s (one each per entry), or neither"
+            )
+            raise ConfigError(msg)
+        if self.pause_s is None or self.pause_at_s is None:
+            return
+        if len(self.pause_s) != n or len(self.pause_at_s) != n:
+            msg = f"pause_s and pause_at_s must hold one value per outcome ({n})"
+            raise ConfigError(msg)
+        for i, (gap, at) in enumerate(zip(self.pause_s, self.pause_at_s, strict=True)):
+            if gap == 0.0:
+                continue
+            first, total = self.ttft_s[i], self.total_s[i]
+            # a pause fits its entry: after the first token, its generation resumed before
+            # the end (to a microsecond: the file keeps six decimals)
+            if not (0.0 < gap < math.inf and first - 1e-6 <= at <= total - gap + 1e-6):
+                msg = (
+                    f"outcome {i}: a pause needs 0 < pause_s and ttft_s <= pause_at_s <= "
+                    f"total_s - pause_s, got pause_s={gap!r}, pause_at_s={at!r} "
+                    f"(ttft_s={first!r}, total_s={total!r})"
+                )
+                raise ConfigError(msg)
 
     def _check_alignment(self, n: int) -> None:
         if (self.group is None) != (self.rows is None):
@@ -227,6 +265,7 @@ def dump_outcomes(
                 "total_s": [round(v, 6) for v in table.total_s],
                 "counts": list(table.counts or (1,) * len(table.kinds)),
                 **_aligned(table),
+                **_paused(table),
             }
             for name, (table, chunk_tokens) in models.items()
         },
@@ -246,6 +285,18 @@ def _aligned(table: Outcomes) -> dict[str, Any]:
     return out
 
 
+def _paused(table: Outcomes) -> dict[str, Any]:
+    """
+    A table's pauses as the file keeps them (nothing for a table whose streams never stall).
+    """
+    if table.pause_s is None or table.pause_at_s is None:
+        return {}
+    return {
+        "pause_s": [round(v, 6) for v in table.pause_s],
+        "pause_at_s": [round(v, 6) for v in table.pause_at_s],
+    }
+
+
 def _floats(where: str, value: object) -> tuple[float, ...]:
     if not isinstance(value, Sequence) or isinstance(value, str):
         msg = f"{where} must be a list of seconds, got {type(value).__name__}"
@@ -257,6 +308,10 @@ def _floats(where: str, value: object) -> tuple[float, ...]:
             raise ConfigError(msg)
         out.append(float(item))
     return tuple(out)
+
+
+def _optional_floats(where: str, value: object) -> tuple[float, ...] | None:
+    return None if value is None else _floats(where, value)
 
 
 def read_json(source: str, what: str, fix: str) -> Any:
@@ -324,6 +379,8 @@ def load_outcomes(
                 group=raw.get("group"),
                 rows=_counts(f"{where}.rows", raw.get("rows"), "an entry per job"),
                 repeats=_counts(f"{where}.repeats", raw.get("repeats"), "an entry per entry"),
+                pause_s=_optional_floats(f"{where}.pause_s", raw.get("pause_s")),
+                pause_at_s=_optional_floats(f"{where}.pause_at_s", raw.get("pause_at_s")),
             )
         except ConfigError as exc:
             msg = f"{where}: {exc}"

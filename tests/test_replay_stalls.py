@@ -1,0 +1,116 @@
+"""
+`tailkit replay` serves calls that stalled mid-stream with their gap as a pause.
+
+The simulator cuts a stalled stream a stall cutoff after its last chunk before the gap
+(`tailkit.simulate.RouteSample.stall_cut`); a replay that served every call at an even pace
+would never let a stall cutoff fire. So the outcome table keeps each call's gap and where it
+sat, the file carries them, a request that draws a stalled call is told where to pause, and
+the chunks come close enough together that a stream that did not stall is never cut.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailkit.errors import ConfigError
+from tailkit.replay._tables import _outcomes, chunk_tokens
+from tailkit.serve import ModelProfile, Outcomes, dump_outcomes, serve_outcomes
+from tailkit.serve._draw import draw
+from tailkit.simulate import RouteSample
+
+
+TOKENS = 200
+PACE_S = 0.02
+
+
+def _stalling() -> RouteSample:
+    """Calls of 200 tokens at about 20 ms a token; 8 % stall 5-10 s mid-stream."""
+    rng = np.random.default_rng(4)
+    n = 1000
+    ttft = rng.lognormal(0.0, 0.2, n)
+    total = ttft + (TOKENS - 1) * PACE_S * np.exp(0.1 * rng.standard_normal(n))
+    total[:80] += rng.uniform(5.0, 10.0, 80)
+    return RouteSample.from_latencies(
+        total, ttft_s=ttft, output_tokens=np.full(n, float(TOKENS)), error_rate=0.05,
+        error_s=np.full(5, 0.5),
+    )  # fmt: skip
+
+
+def test_a_stalled_call_is_served_with_its_gap_as_a_pause(tmp_path: Path) -> None:
+    """Slot for slot the simulator's stalls; through the file; a draw says where to pause."""
+    sample = _stalling()
+    assert sample.gap_table is not None
+    assert sample.stall_start_table is not None
+    table = _outcomes(sample, TOKENS)
+    assert table.counts is not None
+    assert table.pause_s is not None
+    assert table.pause_at_s is not None
+    pause = np.repeat(table.pause_s, table.counts)
+    at = np.repeat(table.pause_at_s, table.counts)
+    stalled = sample.gap_table > 0.0
+    assert stalled.mean() == pytest.approx(0.08 * 0.95, abs=0.002)  # of the finished slots
+    assert np.array_equal(pause > 0.0, stalled)
+    assert np.array_equal(pause[stalled], sample.gap_table[stalled])
+    assert np.allclose(at[stalled], sample.stall_start_table[stalled])
+    # the file carries the pauses
+    path = tmp_path / "outcomes.json"
+    path.write_text(dump_outcomes({"m": (table, 5)}, time_scale=1.0, seed=0), encoding="utf-8")
+    served = serve_outcomes(path).models["m"].outcomes
+    assert served is not None
+    assert served.pause_s is not None
+    assert served.pause_at_s is not None
+    assert np.allclose(served.pause_s, table.pause_s, atol=1e-6)
+    assert np.allclose(served.pause_at_s, table.pause_at_s, atol=1e-6)
+    # a request that draws a stalled call pauses for its gap after the tokens due by then
+    profile = ModelProfile(outcomes=served)
+    scale = 0.5
+    rng = random.Random(0)  # noqa: S311 - a seeded draw, not cryptography
+    entry = next(i for i, gap in enumerate(served.pause_s) if gap > 0.0)
+    d = draw(rng, profile, time_scale=scale, max_tokens=None, entry=entry)
+    gap, first, total = served.pause_s[entry], served.ttft_s[entry], served.total_s[entry]
+    assert d.pause_s == pytest.approx(scale * gap)
+    assert d.gen_s == pytest.approx(scale * (total - first))  # the pause is in the generation
+    normal = total - first - gap
+    last = first + normal * (d.pause_after - 1) / TOKENS  # the last token before the pause
+    assert abs(last - served.pause_at_s[entry]) <= normal / TOKENS + 1e-6
+    # one that did not stall does not pause
+    calm = next(i for i, g in enumerate(served.pause_s) if g == 0.0 and served.kinds[i] == "o")
+    d = draw(rng, profile, time_scale=scale, max_tokens=None, entry=calm)
+    assert (d.pause_after, d.pause_s) == (0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pause_s": (0.0,)}, "both pause_s and pause_at_s"),
+        ({"pause_s": (0.5, 0.0), "pause_at_s": (0.2,)}, "one value per outcome"),
+        ({"pause_s": (2.0,), "pause_at_s": (0.2,)}, "a pause needs"),
+        ({"pause_s": (0.5,), "pause_at_s": (0.05,)}, "a pause needs"),
+    ],
+)
+def test_a_pause_that_does_not_fit_is_refused(kwargs: dict[str, object], message: str) -> None:
+    """A pause before the first token or past the end names what is wrong."""
+    with pytest.raises(ConfigError, match=message):
+        Outcomes((0.1,), (1.0,), "o", **kwargs)  # type: ignore[arg-type]
+
+
+def test_chunks_under_a_stall_cutoff_leave_normal_streams_uncut() -> None:
+    """Under a stall cutoff, chunks come at most half of it apart on normal streams."""
+    sample = _stalling()
+    assert chunk_tokens(sample, TOKENS, None) == math.ceil(TOKENS / 8)
+    ok = sample.ok_entries
+    assert sample.gap_table is not None
+    gen = sample.end_table[:ok] - sample.ttft_table[:ok] - sample.gap_table[:ok]
+    for cutoff in (0.25, 0.6, 3.0):
+        size = chunk_tokens(sample, TOKENS, cutoff)
+        gaps = gen * size / TOKENS  # seconds between chunks, at each stream's even pace
+        assert float(np.quantile(gaps, 0.999)) <= 0.5 * cutoff + 1e-9
+        assert size <= math.ceil(TOKENS / 8)
+    # at 8 chunks an answer, a chunk would come later than a short cutoff on most streams
+    assert float(np.median(gen * math.ceil(TOKENS / 8) / TOKENS)) > 0.25
