@@ -63,7 +63,8 @@ UNITLESS: dict[str, tuple[str, ...]] = {
     "Basis": ("calls", "bucket", "quantile", "censored", "shared"),
     "Shared": ("other_provider", "same_provider", "source", "evidence", "pairs"),
     "Step": (
-        "name", "route", "depends_on", "required", "expected_tokens", "idempotent", "signal",
+        "name", "route", "depends_on", "required", "expected_tokens", "idempotent", "tool",
+        "signal",
         "on_cutoff", "hedge_route", "downgrade_route", "upgrade_route", "predicted", "basis",
     ),
     "PlanPrediction": ("miss_rate", "extra_attempts", "interval"),

@@ -79,8 +79,10 @@ def dump_plan(plan: Plan) -> str:
             "route name -> where its latency sample comes from",
         ),
     ]
+    implied = {step.route for step in plan.steps.values() if step.tool}
     for name, route in plan.routes.items():
-        lines += _entry(2, name, _route(route))
+        if name not in implied:  # a tool step's own route is implied by ``tool: true``
+            lines += _entry(2, name, _route(route))
     lines.append("steps:" + ("" if plan.steps else " {}"))
     for i, (name, step) in enumerate(plan.steps.items()):
         lines += _entry(2, name, None)
@@ -93,7 +95,7 @@ def _step(step: Step, *, notes: dict[str, str]) -> list[str]:
     fields: list[tuple[str, str]] = [
         ("depends_on", "[" + ", ".join(_scalar(d) for d in step.depends_on) + "]"),
         ("required", _scalar(step.required)),
-        ("route", _scalar(step.route)),
+        ("tool", _scalar(True)) if step.tool else ("route", _scalar(step.route)),
         ("expected_tokens", _tokens(step.expected_tokens)),
         ("idempotent", _scalar(step.idempotent)),
         ("", "# --- filled in by calibrate ---"),

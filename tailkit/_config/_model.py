@@ -161,6 +161,11 @@ class Step:
         required: False when the run may succeed without this step.
         expected_tokens: Expected tokens; they pick the bucket.
         idempotent: False when the step must never be hedged or retried blindly.
+        tool: True for a step that calls no model (a plain coroutine: a search, a database):
+            the file names no route for it; its route is `tool_route` of its name (provider
+            ``tool``, model the step's name), which names its ledger lines and, once those are
+            ingested, its latency sample. It has no other route to hedge, downgrade or upgrade
+            to.
         signal: Which clock the cutoff watches, one of `SIGNALS`.
         ttft_cutoff_s: No first token by then: the attempt is stuck.
         stall_cutoff_s: No chunk for this long mid-stream: the attempt is stuck.
@@ -180,6 +185,7 @@ class Step:
     required: bool = True
     expected_tokens: Tokens = Tokens()
     idempotent: bool = True
+    tool: bool = False
     signal: str = "total"
     ttft_cutoff_s: float | None = None
     stall_cutoff_s: float | None = None
@@ -190,6 +196,17 @@ class Step:
     upgrade_route: str | None = None
     predicted: StepPrediction | None = None
     basis: Basis | None = None
+
+
+TOOL_PROVIDER = "tool"
+"""The provider of a tool step's route."""
+
+
+def tool_route(step: str) -> str:
+    """
+    The route of tool step ``step``: ``tool/<step>`` (provider ``tool``, model the step name).
+    """
+    return f"{TOOL_PROVIDER}/{step}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

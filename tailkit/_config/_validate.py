@@ -19,6 +19,7 @@ from tailkit._config._model import (
     ACTIONS,
     PLAN_VERSION,
     SIGNALS,
+    TOOL_PROVIDER,
     Basis,
     Plan,
     PlanPrediction,
@@ -26,6 +27,7 @@ from tailkit._config._model import (
     Step,
     StepPrediction,
     Tokens,
+    tool_route,
 )
 from tailkit._config._predicted import read_basis, read_plan_prediction, read_step_prediction
 from tailkit._config._report import Report, did_you_mean, format_float
@@ -66,7 +68,24 @@ def build_plan(data: object, report: Report) -> Plan | None:
         deadline_s if top.ok("deadline_s") else None,
     )
     predicted = record(top, "predicted", read_plan_prediction, PlanPrediction)
+    _add_tool_routes(top, routes, steps)
     return Plan(workflow, deadline_s, routes, steps, hedge_budget=hedge_budget, predicted=predicted)
+
+
+def _add_tool_routes(top: Fields, routes: dict[str, Route], steps: dict[str, Step]) -> None:
+    """
+    Each tool step's route, ``tool/<step>``, unless the routes already name it the same way.
+    """
+    for name, step in steps.items():
+        if not step.tool:
+            continue
+        own = Route(TOOL_PROVIDER, name)
+        if routes.setdefault(step.route, own) != own:
+            top.report.add(
+                ("routes", step.route),
+                f"is tool step {name!r}'s route (provider {TOOL_PROVIDER}, model {name}): "
+                "rename this route",
+            )
 
 
 def _version_is_readable(data: dict[str, object], report: Report) -> bool:
@@ -147,13 +166,20 @@ def _step(
     fix: str,
     deadline_s: float | None,
 ) -> Step:
+    tool = f.get("tool", conv.flag, False)
+    if tool and "route" in f.raw:
+        f.problem(
+            "route",
+            f"a tool step calls no route: drop route (its ledger lines are {tool_route(name)})",
+        )
     step = Step(
         name,
-        f.need("route", route, "", fix),
+        tool_route(name) if tool else f.need("route", route, "", fix),
         depends_on=_depends_on(f, name, names),
         required=f.get("required", conv.flag, True),
         expected_tokens=record(f, "expected_tokens", _tokens, Tokens) or Tokens(),
         idempotent=f.get("idempotent", conv.flag, True),
+        tool=tool,
         signal=f.get("signal", conv.one_of(SIGNALS, "signals"), "total"),
         ttft_cutoff_s=f.get("ttft_cutoff_s", conv.optional(conv.seconds), None),
         stall_cutoff_s=f.get("stall_cutoff_s", conv.optional(conv.seconds), None),
@@ -237,6 +263,10 @@ def _check_actions(f: Fields, step: Step) -> None:
                 "side effects; use fail or wait (a downgrade re-sends too: the executor runs "
                 "it only for a StepPolicy with resend_non_idempotent=True)",
             )
+    if step.tool:
+        for key in ("hedge_route", "downgrade_route", "upgrade_route"):
+            if f.ok(key) and getattr(step, key) is not None:
+                f.problem(key, "a tool step has no other route to go to: drop it")
     if f.ok("route", "hedge_route") and step.hedge_route == step.route:
         f.problem("hedge_route", "hedge routes go to an independent provider: pick another route")
 
