@@ -22,8 +22,10 @@ import httpx
 import numpy as np
 import pytest
 
+from tailkit.config import parse_plan
 from tailkit.errors import ConfigError
-from tailkit.replay._tables import _outcomes, chunk_tokens
+from tailkit.ingest import ingest_paths
+from tailkit.replay._tables import _outcomes, chunk_tokens, served_models
 from tailkit.serve import (
     ModelProfile,
     Outcomes,
@@ -33,7 +35,8 @@ from tailkit.serve import (
     serve_outcomes,
 )
 from tailkit.serve._draw import draw
-from tailkit.simulate import RouteSample
+from tailkit.simulate import RouteSample, load_samples
+from tailkit.store import Store
 
 
 TOKENS = 200
@@ -157,3 +160,56 @@ def test_a_served_stream_pauses_where_its_call_stalled() -> None:
     longest = int(np.argmax(gaps))
     assert longest == 10  # after the 11th token: where the call stalled
     assert gaps[longest] >= 0.5 * 0.8  # the server never sends early; only lateness shrinks it
+
+
+STALL_WORKFLOW = """
+tailkit_plan: 1
+workflow: stalls
+deadline_s: 30
+hedge_budget: 0.15
+routes:
+  a/m: {provider: a, model: m}
+  b/m: {provider: b, model: m}
+steps:
+  ask:
+    route: a/m
+    expected_tokens: {input: 2000, output: 400}
+    cutoff_s: 20.0
+    stall_cutoff_s: 1.0
+    on_cutoff: hedge
+    hedge_route: b/m
+"""
+
+
+def test_the_replays_aligned_tables_pause_the_stalled_calls(tmp_path: Path) -> None:
+    """What `tailkit replay` serves (tables aligned by job): each stalled call pauses."""
+    rng = np.random.default_rng(5)
+    lines = []
+    for provider in ("a", "b"):
+        for i in range(800):
+            ttft = round(float(rng.lognormal(0.0, 0.3)), 4)
+            k = int(rng.integers(360, 440))
+            total = ttft + (k - 1) * PACE_S * float(np.exp(0.15 * rng.standard_normal()))
+            total += float(rng.uniform(10.0, 25.0)) if rng.random() < 0.08 else 0.0
+            lines.append(json.dumps({
+                "call_id": f"{provider}-{i}", "provider": provider, "model": "m",
+                "input_tokens": 2000, "output_tokens": k, "status": "ok",
+                "ttft_s": ttft, "total_s": round(total, 4),
+            }))  # fmt: skip
+    (tmp_path / "calls.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    plan = parse_plan(STALL_WORKFLOW)
+    with Store.open(tmp_path / "calls.duckdb") as store:
+        assert ingest_paths(store, [tmp_path / "calls.jsonl"]).ok
+        samples = load_samples(store, plan, seed=1)
+        served = served_models(plan, samples, store=store, seed=1)
+    for route in ("a/m", "b/m"):
+        table, chunk = served.tables[served.ids[("ask", route)]]
+        assert table.group == "ask"  # aligned by job (here: by size)
+        assert table.pause_s is not None
+        assert table.pause_at_s is not None
+        sample = samples[("ask", route)]
+        assert sample.gap_s is not None
+        paused = sum(g > 0.0 for g in table.pause_s) / len(table.pause_s)
+        assert paused == pytest.approx(float((sample.gap_s > 0.0).mean()), abs=0.02)
+        assert all(g == 0.0 or g > 5.0 for g in table.pause_s)  # the 10-25 s stalls
+        assert chunk < math.ceil(400 / 8)  # chunks close enough for a 1 s stall cutoff

@@ -93,6 +93,37 @@ def _outcomes(sample: RouteSample, output_tokens: int) -> Outcomes:
     )
 
 
+def _pauses(
+    sample: RouteSample, ttft_s: tuple[float, ...], total_s: tuple[float, ...], kinds: str
+) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """
+    The pauses of an aligned table's entries: each measured call's stall, as the sample has it.
+
+    An aligned entry is a measured call of the route; the sample holds the same calls with
+    their stall gaps, so a finished entry whose (TTFT, total) is a sample call's gets that
+    call's gap, after ``stall_at`` of its normal generation (the simulator's place for it).
+    ``(None, None)``: the sample tells no stall.
+    """
+    if sample.gap_s is None or not bool((sample.gap_s > 0.0).any()):
+        return None, None
+    stalled = sample.gap_s > 0.0
+    gaps = {
+        (float(f), float(t)): float(g)
+        for f, t, g in zip(
+            sample.ttft_s[stalled], sample.total_s[stalled], sample.gap_s[stalled], strict=True
+        )
+    }
+    pause, pause_at = [], []
+    for first, total, kind in zip(ttft_s, total_s, kinds, strict=True):
+        gap = gaps.get((first, total), 0.0) if kind != "e" else 0.0
+        normal = max(total - gap - first, 0.0)
+        pause.append(gap)
+        pause_at.append(first + sample.stall_at * normal if gap > 0.0 else 0.0)
+    if not any(pause):
+        return None, None
+    return tuple(pause), tuple(pause_at)
+
+
 def chunk_tokens(sample: RouteSample, output_tokens: int, stall_cutoff_s: float | None) -> int:
     """
     Tokens per streamed chunk: `CHUNKS_PER_ANSWER` chunks, or more under a stall cutoff.
@@ -157,9 +188,10 @@ def served_models(
                 table = _outcomes(samples[(name, route)], tokens)
             else:
                 a = aligned.tables[route]
+                pause, pause_at = _pauses(samples[(name, route)], a.ttft_s, a.total_s, a.kinds)
                 table = Outcomes(
                     a.ttft_s, a.total_s, a.kinds, output_tokens=tokens, group=name,
-                    rows=a.rows, repeats=a.repeats,
+                    rows=a.rows, repeats=a.repeats, pause_s=pause, pause_at_s=pause_at,
                 )  # fmt: skip
             chunk = chunk_tokens(samples[(name, route)], tokens, step.stall_cutoff_s)
             tables[model] = (table, chunk)
