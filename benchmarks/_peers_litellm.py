@@ -57,6 +57,11 @@ providers do):
   mapped to a 408 that no fallback takes over.)
 - 429 with Retry-After: LiteLLM reads ``Retry-After`` with ``int()`` (whole seconds only); the
   OpenAI SDK's retries, the only reader of ``retry-after-ms``, are off.
+- an outage (provider a answers 5xx to every request for a window; peers.py's ``outage``):
+  the fallback variant tries a first on every call (its one-deployment group is never cooled
+  down), then b; the group variants cool a down after ``allowed_fails`` failures, for the
+  scaled ``cooldown_time``, so a is tried again many times in a long window, and a call whose
+  two tries both land on a fails.
 - Client CPU: 14-17 ms a call non-streamed, 33-38 ms streamed, 20-55 ms for the race (measured
   by peers.py, 6 calls a second per variant on 2 shared cores).
 """
