@@ -262,3 +262,9 @@ def test_breaker_names_a_bad_parameter(kwargs: dict[str, Any], message: str) -> 
     """A parameter out of range is a ConfigError naming it and its value."""
     with pytest.raises(ConfigError, match=message):
         Breaker(**kwargs)
+
+
+def test_the_default_breaker_cools_down_in_plan_seconds() -> None:
+    """A rehearsal at time scale 0.01 cools a provider down for 30 plan seconds: 0.3 s."""
+    executor = Executor(plan(), time_scale=0.01)
+    assert executor._state.shared.breaker.cooldown_s == pytest.approx(0.3)

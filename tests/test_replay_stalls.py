@@ -130,11 +130,6 @@ def test_chunks_under_a_stall_cutoff_leave_normal_streams_uncut() -> None:
     assert float(np.median(gen * math.ceil(TOKENS / 8) / TOKENS)) > 0.25
 
 
-# The server streams a draw's pause once `tailkit.serve._stream._streamed` reads it (the
-# change is named in the replay's hand-off: due times at the pace of the generation less the
-# pause, the chunks from `Draw.pause_after` on due `Draw.pause_s` later). Strict: when it
-# does, this fails as passing, and the marker goes.
-@pytest.mark.xfail(strict=True, reason="tailkit.serve._stream does not read Draw.pause_s yet")
 def test_a_served_stream_pauses_where_its_call_stalled() -> None:
     """Over HTTP, a stalled call's stream goes silent for its gap after the tokens due by then."""
     # 20 tokens over 0.2 s of generation, silent for 0.8 s after the 11th (half-way)

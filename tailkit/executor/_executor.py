@@ -62,7 +62,8 @@ class Executor:
             0.2; see `HedgeBudget`).
         throttle: The per-provider throttle (``None``: 10 tokens, 0.1 per success).
         breaker: The per-provider circuit breaker (``None``: ``Breaker()``: open after 5
-            failures in a row or half of the last 20, for 30 s; see `Breaker`). It outlives
+            failures in a row or half of the last 20, for 30 plan seconds, scaled by
+            ``time_scale``; see `Breaker`; one you pass counts real seconds). It outlives
             `replace_plan`.
         policies: Per step name, a validator and what happens to losing attempts.
         seed: Seed of the retry jitter (``None``: fresh randomness).
@@ -123,7 +124,7 @@ class Executor:
                 dict(policies or {}),
                 rng=random.Random(seed),  # noqa: S311 - jitter, not cryptography
                 observer=Observer() if observer is None else observer,
-                breaker=Breaker() if breaker is None else breaker,
+                breaker=Breaker(cooldown_s=30.0 * self.time_scale) if breaker is None else breaker,
                 time_scale=self.time_scale,
                 origin=datetime.fromtimestamp(time.time(), UTC),
             ),

@@ -53,10 +53,11 @@ route (when that is on another provider whose breaker is closed), and the ledger
 This is the simulator's model, attempt for attempt (``tests/test_twin.py`` replays the
 simulator's own draws through it): slot 0 is the first attempt, slot 1 the attempt a cutoff or
 an error starts, slot 3 the cutoff's attempt when slot 1 went to an error's retry, slot 2 the
-upgrade. The breaker is not simulated (see `tailkit.executor._breaker`). Two guards go beyond
-what the simulator's draws can see, because they have no chunk timings: the stall cutoff
-(``stall_cutoff_s``) and, only with ``StepPolicy(project_overrun=True)``, a downgrade as soon
-as a stream's projected finish overruns the cutoff.
+upgrade. The breaker is not simulated (see `tailkit.executor._breaker`). The stall cutoff
+is, where the logged calls tell their stalls (placed half-way through the stream's normal
+generation: `RouteSample.stall_cut`). One guard goes beyond what the simulator's draws can
+see, as they have no chunk timings: only with ``StepPolicy(project_overrun=True)``, a
+downgrade as soon as a stream's projected finish overruns the cutoff.
 
 Every attempt gets the same run deadline and idempotency key; nothing starts a fresh clock.
 Every attempt gets exactly one ledger line, whatever ends it; an attempt other than the first

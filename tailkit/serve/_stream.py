@@ -156,8 +156,11 @@ async def _streamed(
     first = ex.received + d.ttft_s
     stop = d.cut_after if d.fault in ("stall_mid", "cut_stream") else d.tokens
     size = max(chunk_tokens, 1)
+    normal = d.gen_s - d.pause_s  # the even pace; a replayed stall pauses the stream mid-way
     for k in range(0, stop, size):
-        due = first + d.gen_s * k / d.tokens
+        due = first + normal * k / d.tokens
+        if d.pause_after and k >= d.pause_after:
+            due += d.pause_s
         if due > loop.time():
             if k > 0:
                 await events.flush()
