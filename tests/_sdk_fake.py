@@ -12,8 +12,36 @@ from __future__ import annotations
 import asyncio
 import json
 
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from tailkit.config import Plan, parse_plan
+from tailkit.serve import ModelProfile
+
+
+T = TypeVar("T")
+FAST = ModelProfile(
+    ttft_median_s=0.0, ttft_sigma=0.0, tokens_per_s=1000.0, gen_sigma=0.0, output_tokens=5
+)
+"""A profile that answers at once: what a fault test needs around its fault."""
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a test's coroutine on a real event loop (the SDKs do real I/O)."""
+    return asyncio.run(coro)
+
+
+def plan(hedge: bool = False) -> Plan:
+    """One step on route fake/a, with a hedge route on another provider when ``hedge``."""
+    step = "    hedge_route: other/b\n" if hedge else ""
+    text = (
+        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 30\nhedge_budget: 0.05\nroutes:\n"
+        "  fake/a: {provider: fake, model: a}\n  other/b: {provider: other, model: b}\n"
+        f"steps:\n  s:\n    route: fake/a\n{step}"
+    )
+    return parse_plan(text)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anthropic
 import pytest
@@ -36,29 +36,10 @@ from tailkit.executor import (
 )
 from tailkit.executor._chunks import read_chunk
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
-from tests._sdk_fake import FakeSDKServer, Reply
+from tests._sdk_fake import FAST, MESSAGES, FakeSDKServer, Reply, plan, run
 
 
-T = TypeVar("T")
-FAST = ModelProfile(
-    ttft_median_s=0.0, ttft_sigma=0.0, tokens_per_s=1000.0, gen_sigma=0.0, output_tokens=5
-)
-MESSAGES = [{"role": "user", "content": "hi"}]
 Call = Callable[[anthropic.AsyncAnthropic], Callable[[Attempt], Any]]
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
-
-
-def plan(hedge: bool = False) -> Plan:
-    step = "    hedge_route: other/b\n" if hedge else ""
-    text = (
-        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 30\nhedge_budget: 0.05\nroutes:\n"
-        "  fake/a: {provider: fake, model: a}\n  other/b: {provider: other, model: b}\n"
-        f"steps:\n  s:\n    route: fake/a\n{step}"
-    )
-    return parse_plan(text)
 
 
 def adapter(client: anthropic.AsyncAnthropic) -> Callable[[Attempt], Any]:

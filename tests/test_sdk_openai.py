@@ -14,8 +14,8 @@ import dataclasses
 import importlib
 import importlib.util
 
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anthropic
 import openai
@@ -43,29 +43,10 @@ from tailkit.executor import (
 from tailkit.executor._chunks import UnreadableChunk, read_chunk
 from tailkit.executor._types import classify
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
-from tests._sdk_fake import FakeSDKServer, Reply
+from tests._sdk_fake import FAST, MESSAGES, FakeSDKServer, Reply, plan, run
 
 
-T = TypeVar("T")
-FAST = ModelProfile(
-    ttft_median_s=0.0, ttft_sigma=0.0, tokens_per_s=1000.0, gen_sigma=0.0, output_tokens=5
-)
-MESSAGES = [{"role": "user", "content": "hi"}]
 Call = Callable[[openai.AsyncOpenAI], Callable[[Attempt], Any]]
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
-
-
-def plan(hedge: bool = False) -> Plan:
-    step = "    hedge_route: other/b\n" if hedge else ""
-    text = (
-        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 30\nhedge_budget: 0.05\nroutes:\n"
-        "  fake/a: {provider: fake, model: a}\n  other/b: {provider: other, model: b}\n"
-        f"steps:\n  s:\n    route: fake/a\n{step}"
-    )
-    return parse_plan(text)
 
 
 def adapter(client: openai.AsyncOpenAI) -> Callable[[Attempt], Any]:
