@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.config import Plan, dump_plan, parse_plan
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store

@@ -7,7 +7,7 @@ the total. ``extract`` hedges to ``b/fast`` at a total-age cutoff, ``draft`` to 
 TTFT cutoff; the others wait.
 
 A plan is calibrated as ``tailkit calibrate`` fills in its predictions: ``--basis`` calls per
-route are drawn from the world and `tailkit.calibrate.predict` simulates the plan on them,
+route are drawn from the world and `tailkit.calibration.predict` simulates the plan on them,
 with its bootstrap intervals (``--replicates``), writing ``predicted`` and ``basis``. Each
 plan is then checked against ``--ledgers`` production ledgers of ``--runs`` runs, written as
 the executor writes them (one JSON line per attempt: hedges, cut losers, winners) by playing
@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from tailkit.calibrate import predict
+from tailkit.calibration import predict
 from tailkit.check import DRIFTED, CheckReport, check_observation, observe
 from tailkit.config import Basis, Plan, parse_plan
-from tailkit.simulate import RouteSample, workflow_model
+from tailkit.simulation import RouteSample, workflow_model
 
 
 WORKFLOW_YAML = """\

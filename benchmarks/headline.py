@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.adapters.openai import chat_attempt
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.config import Plan, parse_plan
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor import Executor, HedgeBudget, JsonlSink, Ledger, now

@@ -5,10 +5,10 @@ A known workflow model stands for the world: two steps in sequence, the first on
 route with a 3 s cutoff that hedges to a second lognormal route, the second on a heavier-tailed
 route (a lognormal body with 6 % of calls ×5 slower), 1 % errors on the first route, a 14 s
 deadline. Each replicate draws ``n`` calls per route from the model (50, 300, 3,000), builds
-the route samples as the store would hand them over, and asks `tailkit.calibrate.predict` for
+the route samples as the store would hand them over, and asks `tailkit.calibration.predict` for
 the plan's figures with their intervals (100 bootstrap replicates of 4,000 runs each, as
 calibrate does; ``--quick``: 40). The truth is a large Monte Carlo of the true model through
-`tailkit.simulate` (400,000 calls per route, 400,000 runs). A figure's coverage is the share
+`tailkit.simulation` (400,000 calls per route, 400,000 runs). A figure's coverage is the share
 of replicates whose interval holds the truth, with a Clopper-Pearson 95 % interval for the
 Monte Carlo error of the study itself; an interval that calibrate refuses (``.inf`` high end,
 stated in the prediction's ``interval_notes``) is counted apart, as refused, not as covering.
@@ -58,11 +58,11 @@ import numpy.typing as npt
 
 from scipy import stats
 
-from tailkit.calibrate import predict
+from tailkit.calibration import predict
 from tailkit.config import Plan, Shared, parse_plan
 from tailkit.demo._paired import PairedRoute, PairedWorld, truth_result
-from tailkit.simulate import DEFAULT_MOMENT, RouteSample, SampleKey, independent_sharing, simulate
-from tailkit.simulate._sharing import SLOW_RANK, paired_tail_correlation
+from tailkit.simulation import DEFAULT_MOMENT, RouteSample, SampleKey, independent_sharing, simulate
+from tailkit.simulation._sharing import SLOW_RANK, paired_tail_correlation
 
 
 PLAN = """

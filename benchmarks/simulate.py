@@ -8,7 +8,7 @@ hedge at p95 on every step so every code path runs), then times in the same proc
 - tailkit: ``simulate_model`` over ``--runs`` runs (default 1,000,000), draws included, with
   what the log shows a repeat shares (each hedge's draw coupled to its first attempt's, as
   calibrate runs it), and again with independent repeats (``sharing_cost``: the ratio);
-- baseline: a plain-Python loop over the same model (``tailkit.simulate._reference``, one
+- baseline: a plain-Python loop over the same model (``tailkit.simulation._reference``, one
   run at a time with ``random.getrandbits(16)`` draws) over ``--loop-runs`` runs, scaled per sample.
 
 The process is pinned to one CPU first. Targets: at least 10M step-samples/s, and at least
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tailkit.config import load_plan
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import (
+from tailkit.simulation import (
     WorkflowModel,
     estimate_sharing,
     load_samples,
@@ -43,7 +43,7 @@ from tailkit.simulate import (
     simulate_model,
     workflow_model,
 )
-from tailkit.simulate._reference import reference_step
+from tailkit.simulation._reference import reference_step
 from tailkit.store import Store
 
 

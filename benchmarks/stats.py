@@ -25,10 +25,10 @@ import time
 
 from pathlib import Path
 
-from tailkit._stats import TableQuery, tail_report
 from tailkit.ingest import ingest_paths
 from tailkit.record import Buckets
 from tailkit.store import Store, bucket_columns_sql
+from tailkit.tails import TableQuery, tail_report
 
 
 TARGET = 3.0

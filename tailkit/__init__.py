@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
-    from tailkit._stats import stats
-    from tailkit.calibrate import calibrate
+    from tailkit.calibration import calibrate
     from tailkit.config import Plan, dump_plan, load_plan
     from tailkit.errors import TailkitError
     from tailkit.executor import Executor
     from tailkit.ingest import IngestReport, ScanOptions, ingest_paths
     from tailkit.record import Buckets
-    from tailkit.simulate import simulate
+    from tailkit.simulation import simulate
     from tailkit.store import Store
+    from tailkit.tails import stats
 
 __all__ = [
     "Buckets",
@@ -42,16 +42,16 @@ _WHERE = {
     "Buckets": "tailkit.record",
     "Executor": "tailkit.executor",
     "Plan": "tailkit.config",
-    "calibrate": "tailkit.calibrate",
+    "calibrate": "tailkit.calibration",
     "dump_plan": "tailkit.config",
     "load_plan": "tailkit.config",
-    "simulate": "tailkit.simulate",
+    "simulate": "tailkit.simulation",
     "IngestReport": "tailkit.ingest",
     "ScanOptions": "tailkit.ingest",
     "Store": "tailkit.store",
     "TailkitError": "tailkit.errors",
     "ingest_paths": "tailkit.ingest",
-    "stats": "tailkit._stats",
+    "stats": "tailkit.tails",
 }
 
 

@@ -3,12 +3,21 @@ The one error tree of tailkit.
 
 Every error a user can cause derives from `TailkitError`; the CLI prints its message as
 ``Error: …`` and exits 1. Messages say what was wrong, show the value, and name the fix.
+
+An error about one parameter carries it: ``field`` (the parameter's name as the library spells
+it, e.g. ``budget``), ``value`` (what was given) and ``fix``. The library never names a command-line
+flag; a message refers to its parameter as ``{field}``, which `TailkitError.render` fills in with
+the parameter's name (``str(error)``) or, from the CLI, with the flag that sets it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 __all__ = [
+    "MISSING",
     "AllAttemptsFailed",
     "ConfigError",
     "IngestError",
@@ -25,10 +34,70 @@ __all__ = [
 ]
 
 
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""The ``value`` of an error that has no value to show."""
+
+
 class TailkitError(Exception):
     """
     Base of every error tailkit raises on purpose.
+
+    Args:
+        message: What was wrong. ``{field}`` in it stands for the parameter's name, so that the
+            CLI can show its flag instead.
+        field: The parameter the error is about, as the library names it (``None``: not one).
+        value: The value given for it.
+        fix: What to do instead; appended to the message when given.
+
+    Attributes:
+        field, value, fix: As given.
     """
+
+    field: str | None = None
+    value: Any = MISSING
+    fix: str | None = None
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        field: str | None = None,
+        value: Any = MISSING,
+        fix: str | None = None,
+    ) -> None:
+        self.template, self.field, self.value, self.fix = message, field, value, fix
+        super().__init__(self.render())
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        """
+        The message, its ``{field}`` spelt by ``name`` (default: the parameter's own name).
+        """
+        template: str | None = getattr(self, "template", None)
+        if template is None:  # a subclass that set args itself
+            return super().__str__()
+        field = self.field or ""
+        text = template.replace("{field}", name(field) if name and field else field)
+        if self.fix and self.fix not in text:
+            text = f"{text.rstrip()} {self.fix}".strip()
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[TailkitError], args: tuple[Any, ...], state: dict[str, Any]) -> TailkitError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class MissingExtraError(TailkitError):

@@ -15,11 +15,11 @@ import yaml
 
 from typer.testing import CliRunner
 
-from tailkit.calibrate import QUANTILES, calibrate, predict, workflow_of
+from tailkit.calibration import QUANTILES, calibrate, predict, workflow_of
 from tailkit.cli import app
 from tailkit.config import Plan, Route, Step, Tokens, dump_plan, load_plan, parse_plan
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import (
+from tailkit.simulation import (
     ThinSampleError,
     compare_policies,
     load_samples,

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tailkit.calibrate import Calibration, calibrate, predict
+from tailkit.calibration import Calibration, calibrate, predict
 from tailkit.check._estimate import rate
 from tailkit.config import Plan, parse_plan
 from tailkit.executor import FINAL, Attempt, Executor, HedgeBudget, Ledger, MemorySink
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import (
+from tailkit.simulation import (
     Draws,
     RouteSample,
     StepModel,
@@ -33,8 +33,8 @@ from tailkit.simulate import (
     run_workflow,
     workflow_model,
 )
-from tailkit.simulate._couple import step_indexes
-from tailkit.simulate._reference import reference_trace
+from tailkit.simulation._couple import step_indexes
+from tailkit.simulation._reference import reference_trace
 from tailkit.store import Store
 from tests._fakeloop import VirtualLoop
 
@@ -114,7 +114,7 @@ def stalling(tmp_path_factory: pytest.TempPathFactory) -> Calibration:
 
 def test_stalls_are_read_from_pace_and_tokens() -> None:
     """Calls far slower than their tokens imply are stalls; the gap is their excess."""
-    from tailkit.simulate._stall import stall_gaps
+    from tailkit.simulation._stall import stall_gaps
 
     rng = np.random.default_rng(0)
     n = 2000

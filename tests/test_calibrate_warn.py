@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tailkit.calibrate._warn import CONFIRM, evidence_warnings
+from tailkit.calibration._warn import CONFIRM, evidence_warnings
 from tailkit.config import Plan, Route, Step, Tokens
 from tailkit.fit import TailKind, hedge_evidence, tail_kind
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.config import Step, Tokens
-from tailkit.simulate import widen_fixes
+from tailkit.simulation import widen_fixes
 
 
 @pytest.fixture(scope="module")

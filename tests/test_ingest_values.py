@@ -16,7 +16,6 @@ import pytest
 
 from typer.testing import CliRunner
 
-from tailkit._stats import TableQuery, tail_report
 from tailkit.cli import app
 from tailkit.errors import MappingError
 from tailkit.formats import check_options
@@ -24,6 +23,7 @@ from tailkit.formats._providers import infer_provider_sql
 from tailkit.formats._sql import RawColumn, normalize_sql
 from tailkit.ingest import ScanOptions, ingest_paths
 from tailkit.store import Store, summarize
+from tailkit.tails import TableQuery, tail_report
 
 
 runner = CliRunner()

@@ -12,7 +12,7 @@ import pytest
 
 from tailkit.config import parse_plan
 from tailkit.ingest import ingest_paths
-from tailkit.simulate import load_samples
+from tailkit.simulation import load_samples
 from tailkit.store import Store
 
 

@@ -4,8 +4,8 @@ One definition of a finished ("ok") call, shared by the store summary and the ta
 
 from __future__ import annotations
 
-from tailkit._stats._query import TableQuery, groups_sql
 from tailkit.store import OK_CALL
+from tailkit.tails._query import TableQuery, groups_sql
 
 
 def test_the_tail_table_counts_ok_with_the_summarys_definition() -> None:

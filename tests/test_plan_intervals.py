@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from tailkit.calibrate import predict
-from tailkit.calibrate._resample import Thinnest, honest_bounds
+from tailkit.calibration import predict
+from tailkit.calibration._resample import Thinnest, honest_bounds
 from tailkit.config import dump_plan, parse_plan
 from tailkit.fit import min_calls_for_quantile
-from tailkit.simulate import RouteSample
+from tailkit.simulation import RouteSample
 
 
 PLAN = """

@@ -12,11 +12,11 @@ import pytest
 
 from scipy import stats
 
-from tailkit.calibrate import Prediction, predict, prediction_warnings, workflow_of
-from tailkit.calibrate._resample import replicate, resample
+from tailkit.calibration import Prediction, predict, prediction_warnings, workflow_of
+from tailkit.calibration._resample import replicate, resample
 from tailkit.config import Plan, Route, Step, dump_plan, parse_plan
 from tailkit.errors import ConfigError
-from tailkit.simulate import RouteSample, SampleKey, simulate_model, workflow_model
+from tailkit.simulation import RouteSample, SampleKey, simulate_model, workflow_model
 
 
 ROUTES = {"p/m": Route("p", "m"), "q/m": Route("q", "m")}

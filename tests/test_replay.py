@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tailkit.calibrate import calibrate, workflow_of
+from tailkit.calibration import calibrate, workflow_of
 from tailkit.check._estimate import rate
 from tailkit.cli import app
 from tailkit.cli._replay import render_replay
@@ -39,7 +39,7 @@ from tailkit.serve import (
     dump_outcomes,
     serve_outcomes,
 )
-from tailkit.simulate import (
+from tailkit.simulation import (
     RouteSample,
     default_as_independent,
     load_samples,

@@ -24,7 +24,7 @@ from tailkit.replay._aligned import _nearest_size, _repeats
 from tailkit.replay._pool import Calls
 from tailkit.replay._tables import ServedModels, served_models
 from tailkit.serve import ServeConfig, Server, dump_outcomes, serve_outcomes
-from tailkit.simulate import load_samples
+from tailkit.simulation import load_samples
 from tailkit.store import Store
 
 from .test_serve import CHAT, PROMPT, read_reply, request_bytes

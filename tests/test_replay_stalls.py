@@ -2,7 +2,7 @@
 `tailkit replay` serves calls that stalled mid-stream with their gap as a pause.
 
 The simulator cuts a stalled stream a stall cutoff after its last chunk before the gap
-(`tailkit.simulate.RouteSample.stall_cut`); a replay that served every call at an even pace
+(`tailkit.simulation.RouteSample.stall_cut`); a replay that served every call at an even pace
 would never let a stall cutoff fire. So the outcome table keeps each call's gap and where it
 sat, the file carries them, a request that draws a stalled call is told where to pause, and
 the chunks come close enough together that a stream that did not stall is never cut.
@@ -35,7 +35,7 @@ from tailkit.serve import (
     serve_outcomes,
 )
 from tailkit.serve._draw import draw
-from tailkit.simulate import RouteSample, load_samples
+from tailkit.simulation import RouteSample, load_samples
 from tailkit.store import Store
 
 

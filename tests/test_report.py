@@ -21,7 +21,7 @@ import pytest
 
 from typer.testing import CliRunner
 
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.cli import app
 from tailkit.config import dump_plan, load_plan
 from tailkit.executor._ledger import AttemptRecord, JsonlSink, Ledger

@@ -23,7 +23,7 @@ from tailkit.ingest import ingest_paths
 from tailkit.report import write_report_result
 from tailkit.report._common import finish
 from tailkit.report._routes import load_tail_data
-from tailkit.simulate import DEFAULT_MIN_CALLS
+from tailkit.simulation import DEFAULT_MIN_CALLS
 from tailkit.store import Store
 
 

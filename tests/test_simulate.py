@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from tailkit.errors import ConfigError
-from tailkit.simulate import (
+from tailkit.simulation import (
     Draws,
     RouteSample,
     StepModel,
@@ -25,9 +25,9 @@ from tailkit.simulate import (
     simulate_model,
     summarize,
 )
-from tailkit.simulate import _api as api
-from tailkit.simulate._couple import step_indexes
-from tailkit.simulate._reference import reference_run
+from tailkit.simulation import _api as api
+from tailkit.simulation._couple import step_indexes
+from tailkit.simulation._reference import reference_run
 
 
 Z = 4.5
@@ -319,7 +319,7 @@ def test_an_error_is_retried_only_on_an_idempotent_step() -> None:
 def test_workflow_model_reserves_from_the_plans_predicted_medians() -> None:
     """Like the executor, the reserve reads predicted.p50_s; before calibration, sample medians."""
     from tailkit.config import parse_plan
-    from tailkit.simulate import workflow_model
+    from tailkit.simulation import workflow_model
 
     text = """\
 tailkit_plan: 1

@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from tailkit.simulate import Draws, RouteSample, StepModel, WorkflowModel, run_workflow
-from tailkit.simulate._couple import AFTER_RETRY, RETRY, action_route, repeat_route, step_indexes
-from tailkit.simulate._reference import reference_run
+from tailkit.simulation import Draws, RouteSample, StepModel, WorkflowModel, run_workflow
+from tailkit.simulation._couple import AFTER_RETRY, RETRY, action_route, repeat_route, step_indexes
+from tailkit.simulation._reference import reference_run
 
 
 def _route(rng: np.random.Generator, error_rate: float) -> RouteSample:

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 import tailkit
 
-from tailkit._stats import TableQuery, tail_report
 from tailkit.cli import app
 from tailkit.errors import ConfigError
 from tailkit.fit import empirical_quantiles
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tailkit.tails import TableQuery, tail_report
 
 from .conftest import LLMPERF, PRODUCTION
 

@@ -16,9 +16,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tailkit._stats import TableQuery, tail_report
-from tailkit._stats import _bands as bands_module
-from tailkit._stats import _table as table_module
 from tailkit.errors import OutOfMemoryError
 from tailkit.fit import (
     KaplanMeierStream,
@@ -31,6 +28,9 @@ from tailkit.fit import (
 from tailkit.fit._quantiles import KaplanMeier
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tailkit.tails import TableQuery, tail_report
+from tailkit.tails import _bands as bands_module
+from tailkit.tails import _table as table_module
 
 
 QS = (0.5, 0.9, 0.95, 0.99)

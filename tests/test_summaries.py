@@ -23,7 +23,11 @@ import pytest
 
 from typer.testing import CliRunner
 
-from tailkit._stats import (
+from tailkit.cli import app
+from tailkit.engines import Reading, aggregate_file, summarize_local
+from tailkit.ingest import ingest_paths, open_in_place
+from tailkit.store import Store
+from tailkit.tails import (
     RELATIVE_ACCURACY,
     TableQuery,
     aggregate,
@@ -32,10 +36,6 @@ from tailkit._stats import (
     summary_report,
     tail_report,
 )
-from tailkit.cli import app
-from tailkit.engines import Reading, aggregate_file, summarize_local
-from tailkit.ingest import ingest_paths, open_in_place
-from tailkit.store import Store
 from tests.conftest import PRODUCTION
 from tests.test_stats_exact import _group
 
@@ -318,7 +318,7 @@ def test_nothing_but_the_dask_engine_imports_dask() -> None:
     The CLI, the stats and the local engine load without Dask (an optional extra).
     """
     code = (
-        "import sys, tailkit.cli, tailkit._stats, tailkit.engines; "
+        "import sys, tailkit.cli, tailkit.tails, tailkit.engines; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))"
     )
     out = subprocess.run(

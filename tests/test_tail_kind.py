@@ -18,13 +18,13 @@ import yaml
 
 from typer.testing import CliRunner
 
-from tailkit._stats import TableQuery, tail_report
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.cli import app
 from tailkit.config import load_plan
 from tailkit.fit import hedge_evidence, tail_kind
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
+from tailkit.tails import TableQuery, tail_report
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.config import Route, dump_plan, parse_plan
 from tailkit.errors import ConfigError
 from tailkit.executor import Attempt, Executor, JsonlSink, Ledger

@@ -39,7 +39,7 @@ from tailkit.executor import (
     RunResult,
     StepPolicy,
 )
-from tailkit.simulate import (
+from tailkit.simulation import (
     Draws,
     RouteSample,
     WorkflowModel,
@@ -47,7 +47,7 @@ from tailkit.simulate import (
     simulate_model,
     workflow_model,
 )
-from tailkit.simulate._reference import RunTrace, reference_trace
+from tailkit.simulation._reference import RunTrace, reference_trace
 from tests._fakeloop import run
 
 
@@ -236,7 +236,7 @@ def with_failover(
     """
     The model with each step's failover route: its hedge route when on another provider.
 
-    The rule of `tailkit.simulate._couple.repeat_route`; a model built before the builder
+    The rule of `tailkit.simulation._couple.repeat_route`; a model built before the builder
     sets it gets it here (setting it again changes nothing).
     """
     samples = SAMPLES if samples is None else samples

@@ -15,11 +15,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tailkit._stats import TableQuery, tail_report
 from tailkit.fit import hedge_evidence, tail_kind
 from tailkit.fit._tailkind import SPELL_RETRY, UNCONFIRMED
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store, paired_calls_sql
+from tailkit.tails import TableQuery, tail_report
 
 
 SEEDS = range(3)

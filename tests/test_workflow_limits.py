@@ -15,12 +15,12 @@ import pytest
 
 from typer.testing import CliRunner
 
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.cli import app
 from tailkit.cli._workflow import write_atomically
 from tailkit.config import load_plan
 from tailkit.errors import ConfigError
-from tailkit.simulate import MAX_RUNS, compare_policies, simulate
+from tailkit.simulation import MAX_RUNS, compare_policies, simulate
 from tailkit.store import Store
 
 from .conftest import ROOT
@@ -151,13 +151,13 @@ def test_a_plan_that_cannot_be_written_is_an_error_line(
     """
     An --out under a file (not a folder) ends in one Error: line naming it, not a traceback.
     """
-    import tailkit.calibrate
-    import tailkit.simulate
+    import tailkit.calibration
+    import tailkit.simulation
 
     store.close()
     found = SimpleNamespace(plan=load_plan(WORKFLOW), samples={})
-    monkeypatch.setattr(tailkit.calibrate, "calibrate", lambda *a, **k: found)
-    monkeypatch.setattr(tailkit.simulate, "compare_policies", lambda *a, **k: {})
+    monkeypatch.setattr(tailkit.calibration, "calibrate", lambda *a, **k: found)
+    monkeypatch.setattr(tailkit.simulation, "compare_policies", lambda *a, **k: {})
     (tmp_path / "file").write_text("", encoding="utf-8")
     out = tmp_path / "file" / "plan.yaml"
 

@@ -12,7 +12,7 @@ import tempfile
 
 from pathlib import Path
 
-from tailkit.calibrate import calibrate
+from tailkit.calibration import calibrate
 from tailkit.config import load_plan
 from tailkit.ingest import ingest_paths
 from tailkit.report import write_report

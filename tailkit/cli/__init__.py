@@ -375,7 +375,6 @@ def stats(
     """
     from rich.console import Console
 
-    from tailkit._stats import TableQuery, tail_report
     from tailkit.cli import _stats_view
     from tailkit.cli._stats_engine import check_engine, summary_tables
     from tailkit.cli._stats_source import (
@@ -384,6 +383,7 @@ def stats(
         selected_calls,
         stats_store,
     )
+    from tailkit.tails import TableQuery, tail_report
 
     check_source_options(ctx, source)
     summaries = engine == "dask" or sketch

@@ -18,7 +18,7 @@ from tailkit.errors import TailkitError
 
 
 if TYPE_CHECKING:
-    from tailkit._stats import TailReport
+    from tailkit.tails import TailReport
 
 
 OutOption = Annotated[

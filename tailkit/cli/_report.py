@@ -63,7 +63,7 @@ def report(
             "(--plan).",
             min=2,
         ),
-    ] = 200,  # tailkit.simulate.DEFAULT_MIN_CALLS, without importing numpy for --help
+    ] = 200,  # tailkit.simulation.DEFAULT_MIN_CALLS, without importing numpy for --help
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     quiet: Annotated[

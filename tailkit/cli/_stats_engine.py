@@ -14,12 +14,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tailkit._stats import TableQuery, TailReport, summarize, summary_report
 from tailkit.cli._common import fail
 from tailkit.cli._stats_source import reading_options
 from tailkit.engines import EngineRun, Partition, Reading, peak_rss_bytes, summarize_local
 from tailkit.ingest import InPlace, expand_paths
 from tailkit.store import Store
+from tailkit.tails import TableQuery, TailReport, summarize, summary_report
 
 
 ENGINES = ("duckdb", "dask")

@@ -14,8 +14,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tailkit._stats import TailReport
 from tailkit.fit import min_calls_for_quantile
+from tailkit.tails import TailReport
 
 
 def _missing(value: Any) -> bool:

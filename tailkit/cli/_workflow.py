@@ -33,9 +33,9 @@ from tailkit.store import DEFAULT_DB, Store
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tailkit.calibrate import Calibration, Prediction
+    from tailkit.calibration import Calibration, Prediction
     from tailkit.config import Plan
-    from tailkit.simulate import SimResult
+    from tailkit.simulation import SimResult
 
 
 RunsOption = Annotated[int, typer.Option("--runs", help="Simulated workflow runs.", min=1)]
@@ -168,9 +168,9 @@ def calibrate(
 
         tailkit calibrate data_samples/workflow.yaml --out plan.yaml --budget 0.05 --deadline 90
     """
-    from tailkit.calibrate import calibrate as run_calibration
+    from tailkit.calibration import calibrate as run_calibration
     from tailkit.config import dump_plan, load_plan
-    from tailkit.simulate import compare_policies
+    from tailkit.simulation import compare_policies
 
     buckets = buckets_of(input_edges, output_edges)
     try:
@@ -256,7 +256,7 @@ def simulate(
         tailkit simulate plan.yaml --runs 200000 --deadline 45
     """
     from tailkit.config import load_plan
-    from tailkit.simulate import check_run_count, compare_policies, load_samples, with_overrides
+    from tailkit.simulation import check_run_count, compare_policies, load_samples, with_overrides
 
     buckets = buckets_of(input_edges, output_edges)
     try:
@@ -283,7 +283,7 @@ def policy_line(plan: Plan, policies: dict[str, SimResult]) -> str:
     """
     The plan's (else no cutoffs') simulated figures in one line, for ``--quiet``.
     """
-    from tailkit.simulate import POLICY_TITLES
+    from tailkit.simulation import POLICY_TITLES
 
     key = "plan" if "plan" in policies else next(iter(policies))
     result = policies[key]
@@ -376,7 +376,7 @@ def _policy_table(
 ) -> None:
     from rich.table import Table
 
-    from tailkit.simulate import POLICY_TITLES
+    from tailkit.simulation import POLICY_TITLES
 
     some = next(iter(policies.values()))
     table = Table(

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
-from tailkit._stats import TailReport
 from tailkit.check import CheckReport
 from tailkit.config import Plan, dump_plan, load_plan
 from tailkit.errors import TailkitError
 from tailkit.replay import PlanEffect, ReplayResult, plan_effect
+from tailkit.tails import TailReport
 
 
 PACKAGED = Path(__file__).resolve().parent / "data"  # in a wheel: see pyproject's force-include
@@ -104,13 +104,13 @@ def run_demo(
         replay_progress: Called with (phase, runs done, runs) during the replay.
         show_table: Called with the tail report (table and verdicts) once it is computed.
     """
-    from tailkit._stats import TableQuery, tail_report
-    from tailkit.calibrate import REPLICATES, calibrate
+    from tailkit.calibration import REPLICATES, calibrate
     from tailkit.check import check_plan
     from tailkit.ingest import ingest_paths
     from tailkit.replay import replay
     from tailkit.report import write_report
     from tailkit.store import Store
+    from tailkit.tails import TableQuery, tail_report
 
     say = progress or (lambda _: None)
     out = Path(out_dir)

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.config import Plan
-from tailkit.simulate import (
+from tailkit.simulation import (
     Draws,
     RouteSample,
     RunOutcome,

@@ -2,9 +2,9 @@
 Engines for the tail table of files read in place: one mergeable summary per file, merged.
 
 A file is a partition, read through ingest's readers (``--format``, ``--map``, ``--set`` as
-for ingest) in two passes: `aggregate_file` gives its `tailkit._stats.Summary` without
+for ingest) in two passes: `aggregate_file` gives its `tailkit.tails.Summary` without
 samples, and once all are merged (`merge_partitions`), `draw_file` its share of the samples
-(`tailkit._stats.draw`). `summarize_local` does both in this process, file after file;
+(`tailkit.tails.draw`). `summarize_local` does both in this process, file after file;
 `summarize_dask` (`_dask.py`, the ``distributed`` extra) spreads the files over a
 Dask cluster's workers and merges in a tree. Both give the same summary of the same files.
 """
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import polars as pl
 
-from tailkit._stats import (
+from tailkit.ingest import InPlace, ScanOptions, open_in_place
+from tailkit.store import Store
+from tailkit.tails import (
     Summary,
     TableQuery,
     aggregate,
@@ -30,8 +32,6 @@ from tailkit._stats import (
     merge,
     merge_samples,
 )
-from tailkit.ingest import InPlace, ScanOptions, open_in_place
-from tailkit.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ def _opened(path: str, reading: Reading) -> Iterator[tuple[Store, InPlace]]:
 
 def aggregate_file(path: str, query: TableQuery, reading: Reading) -> Partition:
     """
-    The first pass over one file: its summary without samples (`tailkit._stats.aggregate`).
+    The first pass over one file: its summary without samples (`tailkit.tails.aggregate`).
 
     The file's good rows are read once into memory (spilling beyond the limit), not once per
     query of the pass.
@@ -132,7 +132,7 @@ def draw_file(
     path: str, query: TableQuery, reading: Reading, counts: Summary, min_group: int
 ) -> pl.DataFrame:
     """
-    The second pass over one file: its share of the samples (`tailkit._stats.draw`).
+    The second pass over one file: its share of the samples (`tailkit.tails.draw`).
     """
     with _opened(path, reading) as (store, _):
         return draw(store, query, counts, min_group=min_group)
@@ -140,7 +140,7 @@ def draw_file(
 
 def merge_partitions(parts: Sequence[Partition]) -> Partition:
     """
-    One partition of all of ``parts`` (`tailkit._stats.merge`); the files' results in order.
+    One partition of all of ``parts`` (`tailkit.tails.merge`); the files' results in order.
     """
     return Partition(
         merge([p.summary for p in parts]), InPlace([f for p in parts for f in p.read.files])

@@ -22,7 +22,6 @@ from typing import Any
 
 import polars as pl
 
-from tailkit._stats import Summary, TableQuery, merge_samples
 from tailkit.engines import (
     EngineRun,
     Partition,
@@ -34,6 +33,7 @@ from tailkit.engines import (
     peak_rss_bytes,
 )
 from tailkit.errors import ConfigError
+from tailkit.tails import Summary, TableQuery, merge_samples
 
 
 FAN_IN = 4  # summaries merged by one task

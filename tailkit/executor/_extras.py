@@ -18,7 +18,7 @@ Retry-After on the full pool, and needs no grant from the hedge budget (the refu
 did no work: the failover is the call's one real attempt). While a provider rests after a
 429's Retry-After, or its breaker is open, the step's first attempt starts on that hedge route
 and no immediate extra attempt goes to it: its hedges go to the first attempt's own route
-instead. The simulator plays the same rule (`tailkit.simulate._couple.repeat_route`); it has
+instead. The simulator plays the same rule (`tailkit.simulation._couple.repeat_route`); it has
 no throttle, no 429 rest and no breaker (see the executor's docs).
 """
 

@@ -21,10 +21,12 @@ from tailkit.fit._phase import TokenRate as TokenRate
 from tailkit.fit._phase import phase_split as phase_split
 from tailkit.fit._phase import project_finish_s as project_finish_s
 from tailkit.fit._phase import token_rate as token_rate
+from tailkit.fit._quantiles import QUANTILE_METHODS as QUANTILE_METHODS
 from tailkit.fit._quantiles import OrderStatisticRanks as OrderStatisticRanks
 from tailkit.fit._quantiles import QuantileEstimate as QuantileEstimate
 from tailkit.fit._quantiles import empirical_quantiles as empirical_quantiles
 from tailkit.fit._quantiles import min_calls_for_quantile as min_calls_for_quantile
+from tailkit.fit._quantiles import quantile as quantile
 from tailkit.fit._quantiles import quantile_warning as quantile_warning
 from tailkit.fit._quantiles import sorted_quantiles as sorted_quantiles
 from tailkit.fit._size import ResidualTail as ResidualTail
@@ -45,6 +47,7 @@ from tailkit.fit._types import Interval as Interval
 
 
 __all__ = [
+    "QUANTILE_METHODS",
     "TAIL_KINDS",
     "FamilyFit",
     "GoodnessOfFit",
@@ -73,6 +76,7 @@ __all__ = [
     "min_calls_for_quantile",
     "phase_split",
     "project_finish_s",
+    "quantile",
     "quantile_warning",
     "residual_tail",
     "size_model",

@@ -483,3 +483,57 @@ def quantile_warning(n: int, q: float = 0.99, *, level: float = 0.95) -> str | N
     if n >= needed:
         return None
     return f"{label(q)} from {n} calls is not bounded above: it needs at least {needed} calls"
+
+
+QUANTILE_METHODS = ("linear", "inverted_cdf", "lower", "higher", "nearest")
+"""The sample-quantile definitions `quantile` knows, named as numpy names them."""
+
+
+def quantile(
+    values: ArrayLike, q: float, *, method: str = "linear", presorted: bool = False
+) -> float:
+    """
+    The ``q`` sample quantile of ``values``: the one quantile function of tailkit.
+
+    ``"linear"`` (the default) is Hyndman and Fan's type 7, numpy's default and DuckDB's
+    ``quantile_cont``: the number `tailkit stats` prints, the cutoff grid `calibrate` searches
+    and the quantiles `replay` compares all use it, so a p95 is one number everywhere.
+    ``"inverted_cdf"`` (type 1) is the smallest value whose empirical CDF reaches ``q``.
+
+    Args:
+        values: The sample (any order unless ``presorted``); must not be empty.
+        q: The probability, in [0, 1].
+        method: One of `QUANTILE_METHODS`.
+        presorted: ``values`` is already sorted ascending (read in O(1), not partitioned).
+
+    Returns:
+        The quantile, a float.
+
+    Raises:
+        ValueError: ``values`` is empty, ``q`` is outside [0, 1], or ``method`` is unknown.
+    """
+    if method not in QUANTILE_METHODS:
+        msg = f"unknown quantile method {method!r}: use one of {', '.join(QUANTILE_METHODS)}"
+        raise ValueError(msg)
+    if not 0.0 <= q <= 1.0:
+        msg = f"quantile probability {q!r} is outside [0, 1]"
+        raise ValueError(msg)
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        msg = "the quantile of an empty sample is undefined"
+        raise ValueError(msg)
+    if not presorted:
+        return float(np.quantile(x, q, method=method))  # type: ignore[call-overload]
+    n = x.size
+    if method == "inverted_cdf":
+        return float(x[min(max(math.ceil(q * n) - 1, 0), n - 1)])
+    h = (n - 1) * q
+    below = min(math.floor(h), n - 1)
+    if method == "lower":
+        return float(x[below])
+    above = min(below + 1, n - 1)
+    if method == "higher":
+        return float(x[above if h > below else below])
+    if method == "nearest":
+        return float(x[int(np.round(h))])
+    return float(x[below] + (h - below) * (x[above] - x[below]))

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from tailkit.config import Plan
 from tailkit.record import Buckets
 from tailkit.replay._pool import Calls, job_calls, pool
-from tailkit.simulate import RouteSample, SampleKey, step_routes
+from tailkit.simulation import RouteSample, SampleKey, step_routes
 from tailkit.store import Store
 
 

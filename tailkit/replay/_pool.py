@@ -6,7 +6,7 @@ to serve a repeat the same job (or a call of the same size and moment) the repla
 calls themselves. A step's route *pool* is what the simulator draws from: its finished calls
 in the step's token bucket (a seeded sample of at most ``max_rows``), with its cut, failed and
 invalid calls of the input bucket in their measured proportion to the finished ones (they have
-no output tokens, so no output bucket), as `tailkit.simulate.route_sample` takes them.
+no output tokens, so no output bucket), as `tailkit.simulation.route_sample` takes them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from tailkit.config import Route, Step
 from tailkit.record import Buckets
-from tailkit.simulate._fetch import CUT, FAILED, OK
+from tailkit.simulation._fetch import CUT, FAILED, OK
 from tailkit.store import Store, calls_with_buckets_sql
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailkit.calibrate import workflow_of
+from tailkit.calibration import workflow_of
 from tailkit.check import Estimate, observe
 from tailkit.check._estimate import rate
 from tailkit.config import Plan
@@ -45,7 +45,7 @@ from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
 from tailkit.replay._tables import ServedModels, served_models
 from tailkit.serve import dump_outcomes
-from tailkit.simulate import (
+from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
     DEFAULT_SOURCE,
     RouteSample,
@@ -237,7 +237,7 @@ def _prediction(
     """
     The side's predicted figures and their intervals (Monte Carlo error for the miss rate).
 
-    Not `tailkit.calibrate.predict`'s bootstrap interval: the replay serves the measured
+    Not `tailkit.calibration.predict`'s bootstrap interval: the replay serves the measured
     sample itself, so the sample's own uncertainty is not part of what it can disagree with.
     A step whose sharing is a default (no evidence) is a range: each figure's interval spans
     the prediction with its repeats independent too, so the served data, which has nothing to

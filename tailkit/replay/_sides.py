@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from tailkit.config import Plan
 from tailkit.executor import Attempt, Executor, JsonlSink, Ledger, StepPolicy
 from tailkit.serve import INVALID_MARK
-from tailkit.simulate import SampleKey
+from tailkit.simulation import SampleKey
 
 
 __all__ = ["MESSAGES", "SideRun", "run_counted", "run_side"]

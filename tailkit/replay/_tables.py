@@ -2,7 +2,7 @@
 What the replay serves: each step's routes as the simulator draws them, as outcome tables.
 
 The simulator draws an attempt as one slot of a route's 65,536-slot outcome table
-(`tailkit.simulate.RouteSample`): the route's measured calls in the step's token bucket, each
+(`tailkit.simulation.RouteSample`): the route's measured calls in the step's token bucket, each
 repeated over neighbouring slots, with its TTFT, cut calls filled in beyond their cut, the
 failures and the invalid outputs. Without the store, the replay serves the same table, so a
 served attempt and a simulated one are draws from one distribution: run-length encoded (each
@@ -29,7 +29,7 @@ from tailkit.config import Plan
 from tailkit.record import Buckets
 from tailkit.replay._aligned import align_step
 from tailkit.serve import Outcomes
-from tailkit.simulate import RouteSample, SampleKey, step_routes
+from tailkit.simulation import RouteSample, SampleKey, step_routes
 from tailkit.store import Store
 
 

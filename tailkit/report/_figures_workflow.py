@@ -22,7 +22,7 @@ from tailkit.report._common import (
     seconds,
     seconds_axis,
 )
-from tailkit.simulate import POLICY_TITLES, SimResult
+from tailkit.simulation import POLICY_TITLES, SimResult
 
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from tailkit.report._html import render_html
 from tailkit.report._races import RaceFindings, races_section
 from tailkit.report._replay import replay_section
 from tailkit.report._result import PlanFinding, ReportResult, RouteFinding
-from tailkit.simulate import DEFAULT_MIN_CALLS, SimResult
+from tailkit.simulation import DEFAULT_MIN_CALLS, SimResult
 from tailkit.store import Store
 
 
@@ -252,7 +252,7 @@ def _workflow_section(
     say: Callable[[str], None],
 ) -> tuple[Section, PlanFinding | None]:
     from tailkit.report import _figures_workflow as wf
-    from tailkit.simulate import ThinSampleError, compare_policies, load_samples
+    from tailkit.simulation import ThinSampleError, compare_policies, load_samples
 
     if plan is None:
         return Section("Workflow", note="No plan given (--plan): no workflow section."), None

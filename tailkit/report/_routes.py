@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailkit._stats import TableQuery, tail_report
 from tailkit.record import Buckets
 from tailkit.report._common import label
 from tailkit.store import OK_CALL, Store
+from tailkit.tails import TableQuery, tail_report
 
 
 _Array = npt.NDArray[np.float64]

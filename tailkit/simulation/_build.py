@@ -1,0 +1,228 @@
+"""
+From a plan to the simulator's model, and the policies a calibrated plan is compared with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from collections.abc import Mapping
+
+from tailkit.config import Plan, Shared, Step
+from tailkit.errors import ConfigError
+from tailkit.simulation._model import ACTING, StepModel, WorkflowModel
+from tailkit.simulation._sample import RouteSample
+
+
+SampleKey = tuple[str, str]  # (step name, route name): a route's sample in that step's bucket
+POLICIES = ("none", "retry_p95", "hedge_p95", "plan")
+POLICY_TITLES = {
+    "none": "no cutoffs",
+    "retry_p95": "sequential retry at p95",
+    "hedge_p95": "hedge at p95 everywhere",
+    "plan": "the plan",
+}
+
+
+def step_routes(step: Step) -> tuple[str, ...]:
+    """
+    Every route a step may send an attempt to, its own first.
+    """
+    routes = [step.route]
+    for name in (step.hedge_route, step.downgrade_route, step.upgrade_route):
+        if name is not None and name not in routes:
+            routes.append(name)
+    return tuple(routes)
+
+
+def _sample(
+    samples: Mapping[SampleKey, RouteSample], step: str, route: str | None
+) -> RouteSample | None:
+    if route is None:
+        return None
+    try:
+        return samples[(step, route)]
+    except KeyError:
+        msg = f"no latency sample for route {route!r} of step {step!r}"
+        raise ConfigError(msg) from None
+
+
+def workflow_model(
+    plan: Plan,
+    samples: Mapping[SampleKey, RouteSample],
+    *,
+    error_retries: int = 1,
+    sharing: Mapping[str, Shared] | None = None,
+) -> WorkflowModel:
+    """
+    The simulator's model of ``plan``, each route drawn from its sample.
+
+    Args:
+        plan: A loaded plan (a workflow without cutoffs is a plan whose steps all wait).
+        samples: Latency per (step, route) for every route the steps use.
+        error_retries: Immediate retries after an attempt fails before its cutoff.
+        sharing: Per step, what a repeat attempt shares with the first
+            (`tailkit.simulation.estimate_sharing`); a step not in it reads its plan's
+            ``basis.shared``, and with neither its repeats are independent draws.
+
+    Raises:
+        ConfigError: A route of a step has no sample.
+    """
+    order = plan.order()
+    index = {name: i for i, name in enumerate(order)}
+    medians = {name: step_median(samples, plan.steps[name]) for name in order}
+    reserve = _reserves(plan, order, medians)
+    steps = []
+    for name in order:
+        step = plan.steps[name]
+        # the executor never re-sends a step that is not idempotent: its action is a wait
+        action = step.on_cutoff if step.idempotent or step.on_cutoff not in ACTING else "wait"
+        second = {"hedge": step.hedge_route, "downgrade": step.downgrade_route}.get(action)
+        cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+        model = StepModel(
+            name=name,
+            deps=tuple(index[d] for d in step.depends_on),
+            required=step.required,
+            primary=_sample(samples, name, step.route),  # type: ignore[arg-type]
+            signal=step.signal,
+            cutoff_s=math.inf if cutoff is None else cutoff,
+            action=action,
+            second=_sample(samples, name, second),
+            upgrade=_sample(samples, name, step.upgrade_route),
+            hedge=_sample(samples, name, step.hedge_route),
+            idempotent=step.idempotent,
+            reserve_s=reserve[name],
+            tokens=float((step.expected_tokens.input or 0) + (step.expected_tokens.output or 0)),
+            ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
+            total_cutoff_s=_or_inf(step.cutoff_s),
+            stall_cutoff_s=_or_inf(step.stall_cutoff_s),
+            shares=_shares(plan, name, samples, sharing),
+            failover=_sample(samples, name, failover_route(plan, step)),
+        )
+        steps.append(model)
+    return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def failover_route(plan: Plan, step: Step) -> str | None:
+    """
+    Where the executor sends an error's retry (``None``: it stays on the step's route).
+
+    The step's hedge route when it is on another provider than the step's route: another
+    pool, which the executor fails over to (`tailkit.simulation._couple.repeat_route`).
+    """
+    other = step.hedge_route
+    if other is None or plan.routes[other].provider == plan.routes[step.route].provider:
+        return None
+    return other
+
+
+def _shares(
+    plan: Plan,
+    name: str,
+    samples: Mapping[SampleKey, RouteSample],
+    sharing: Mapping[str, Shared] | None,
+) -> tuple[tuple[RouteSample, float], ...]:
+    """
+    The correlation of a repeat on each route the step may use (candidates included).
+    """
+    shared = shared_of(plan, name, sharing)
+    if shared is None:
+        return ()
+    own = plan.routes[plan.steps[name].route].provider
+    return tuple(
+        (
+            sample,
+            shared.same_provider if plan.routes[route].provider == own else shared.other_provider,
+        )
+        for (step, route), sample in samples.items()
+        if step == name and route in plan.routes
+    )
+
+
+def shared_of(plan: Plan, name: str, sharing: Mapping[str, Shared] | None) -> Shared | None:
+    """
+    A step's sharing: from ``sharing``, else its plan's ``basis`` (``None``: neither says).
+    """
+    if sharing is not None and name in sharing:
+        return sharing[name]
+    basis = plan.steps[name].basis
+    return None if basis is None else basis.shared
+
+
+def _or_inf(seconds: float | None) -> float:
+    return math.inf if seconds is None else seconds
+
+
+def step_median(samples: Mapping[SampleKey, RouteSample], step: Step) -> float:
+    """
+    A step's median seconds, for the deadline reserve of the steps before it.
+
+    The plan's prediction, as the executor reads it (``predicted.p50_s``); before calibration,
+    the median of the step's route sample.
+    """
+    if step.predicted is not None:
+        return step.predicted.p50_s
+    sample = _sample(samples, step.name, step.route)
+    assert sample is not None  # noqa: S101 - a step always has a route
+    return sample.quantile(0.5)
+
+
+def _reserves(plan: Plan, order: tuple[str, ...], medians: Mapping[str, float]) -> dict[str, float]:
+    """
+    Per step, the median seconds of the longest chain of steps still waiting on it.
+
+    The same sum, in the same order, as the executor's ``reserves``: the two agree to the bit.
+    """
+    reserve: dict[str, float] = {}
+    for name in reversed(order):
+        after = [medians[d] + reserve[d] for d in plan.dependents(name)]
+        reserve[name] = max(after, default=0.0)
+    return reserve
+
+
+def _one_clock(
+    step: StepModel,
+    *,
+    action: str,
+    cutoff_s: float,
+    signal: str | None = None,
+    second: RouteSample | None = None,
+) -> StepModel:
+    """
+    ``step`` under a reference policy: one cutoff, on one clock, and no other (no stall).
+    """
+    return dataclasses.replace(
+        step, signal=signal or step.signal, cutoff_s=cutoff_s, action=action, second=second,
+        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, stall_cutoff_s=math.inf,
+    )  # fmt: skip
+
+
+def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -> WorkflowModel:
+    """
+    The same workflow under a reference policy.
+
+    Args:
+        model: The workflow (as planned).
+        policy: ``none`` (no cutoffs), ``retry_p95`` (sequential retry on the same route at
+            each step's p95), ``hedge_p95`` (hedge at each step's p95, on its hedge route or
+            else its own), ``plan`` (as given).
+        quantile: The cutoff quantile of the two fixed policies.
+    """
+    if policy == "plan":
+        return model
+    if policy not in POLICIES:
+        msg = f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}"
+        raise ConfigError(msg)
+    steps = []
+    for step in model.steps:
+        if policy == "none" or not step.idempotent:
+            steps.append(_one_clock(step, action="wait", cutoff_s=math.inf, second=step.second))
+            continue
+        cutoff = step.primary.quantile(quantile)
+        action = "retry" if policy == "retry_p95" else "hedge"
+        second = step.hedge if action == "hedge" else None
+        steps.append(
+            _one_clock(step, signal="total", cutoff_s=cutoff, action=action, second=second)
+        )
+    return dataclasses.replace(model, steps=tuple(steps))

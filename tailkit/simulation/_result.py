@@ -1,0 +1,188 @@
+"""
+What a simulation says: the end-to-end distribution, the miss rate and what each step cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tailkit.simulation._engine import RunOutcome, WorkflowModel
+
+
+STEP_QUANTILE_RUNS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """
+    One step over every run.
+
+    Args:
+        name: Step name.
+        p50_s: Median seconds from the step's start to its result (over at most the first
+            65,536 runs: 655 beyond its p99; the end-to-end quantiles use every run).
+        p99_s: 99th percentile of the same.
+        action_rate: Share of runs in which its cutoff fired.
+        hedge_rate: Share of runs in which it started an extra attempt at its cutoff.
+        recovery_rate: Attempts per run started to recover from errors or invalid output.
+        failure_rate: Share of runs in which it produced no valid result.
+        extra_tokens: Tokens per run billed to its extra attempts.
+    """
+
+    name: str
+    p50_s: float
+    p99_s: float
+    action_rate: float
+    hedge_rate: float
+    recovery_rate: float
+    failure_rate: float
+    extra_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """
+    A workflow over many simulated runs.
+
+    Args:
+        runs: Number of runs.
+        deadline_s: The deadline in seconds (``math.inf``: none).
+        miss_rate: Share of runs that failed or ended after the deadline.
+        miss_rate_se: Monte Carlo standard error of ``miss_rate``.
+        p50_s: Median end-to-end seconds.
+        p90_s: 90th percentile.
+        p99_s: 99th percentile.
+        extra_attempts: Extra attempts started at cutoffs per first attempt, a run's steps being
+            its first attempts (what the executor's hedge budget counts).
+        recovery_attempts: Attempts started after errors or invalid output, per first attempt.
+        extra_tokens: Tokens per run billed to extra attempts.
+        steps: Per step.
+        end_s: End-to-end seconds of every run (for plots and tests).
+    """
+
+    runs: int
+    deadline_s: float
+    miss_rate: float
+    miss_rate_se: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    extra_attempts: float
+    recovery_attempts: float
+    extra_tokens: float
+    steps: tuple[StepSummary, ...]
+    end_s: np.ndarray[Any, np.dtype[np.float64]]
+
+    def as_dict(self, *, runs: bool = False) -> dict[str, Any]:
+        """
+        Plain data for JSON (``runs``: include every run's end-to-end seconds).
+        """
+        out: dict[str, Any] = {
+            "runs": self.runs,
+            "deadline_s": None if math.isinf(self.deadline_s) else self.deadline_s,
+            "miss_rate": self.miss_rate,
+            "miss_rate_se": self.miss_rate_se,
+            "p50_s": self.p50_s,
+            "p90_s": self.p90_s,
+            "p99_s": self.p99_s,
+            "extra_attempts": self.extra_attempts,
+            "recovery_attempts": self.recovery_attempts,
+            "extra_tokens": self.extra_tokens,
+            "steps": [{k: getattr(s, k) for k in StepSummary.__slots__} for s in self.steps],
+        }
+        if runs:
+            out["end_s"] = self.end_s.tolist()
+        return out
+
+
+class Tally:
+    """
+    Adds up runs chunk by chunk (`run_workflow` outcomes) into a `SimResult`.
+
+    Keeps every run's end-to-end time (for exact quantiles), each step's durations over the
+    first 65,536 runs, and running counts of everything else.
+    """
+
+    def __init__(self, model: WorkflowModel) -> None:
+        self._model = model
+        self._ends: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+        self._durations: list[list[np.ndarray[Any, np.dtype[np.float64]]]] = [
+            [] for _ in model.steps
+        ]
+        self._counts = np.zeros((len(model.steps), 4))  # fired, extra, recovery, failed
+        self._runs = self._missed = 0
+
+    def add(self, outcome: RunOutcome) -> Tally:
+        """
+        Count one chunk of runs.
+        """
+        room = STEP_QUANTILE_RUNS - self._runs
+        self._ends.append(outcome.end_s)
+        self._missed += int(
+            np.count_nonzero(~outcome.ok | (outcome.end_s > self._model.deadline_s))
+        )
+        self._runs += outcome.end_s.size
+        for i, o in enumerate(outcome.steps):
+            fired = np.count_nonzero(o.fired)
+            self._counts[i] += (
+                fired,
+                fired if o.extra is o.fired else np.count_nonzero(o.extra),
+                int(o.recovery.sum()),
+                np.count_nonzero(o.failed),
+            )
+            if room > 0:
+                self._durations[i].append(o.duration_s[:room])
+        return self
+
+    def result(self) -> SimResult:
+        """
+        The numbers a plan is judged by, over every run added.
+        """
+        runs = self._runs
+        rates = self._counts / runs
+        steps = []
+        for i, step in enumerate(self._model.steps):
+            p50, p99 = np.quantile(np.concatenate(self._durations[i]), [0.5, 0.99])
+            fired, extra, recovery, failed = (float(x) for x in rates[i])
+            steps.append(
+                StepSummary(
+                    name=step.name,
+                    p50_s=float(p50),
+                    p99_s=float(p99),
+                    action_rate=fired,
+                    hedge_rate=extra,
+                    recovery_rate=recovery,
+                    failure_rate=failed,
+                    extra_tokens=extra * step.tokens,
+                )
+            )
+        end = np.concatenate(self._ends) if len(self._ends) > 1 else self._ends[0]
+        p50, p90, p99 = np.quantile(end, [0.5, 0.9, 0.99])
+        first = max(len(steps), 1)
+        miss = self._missed / runs
+        return SimResult(
+            runs=runs,
+            deadline_s=self._model.deadline_s,
+            miss_rate=miss,
+            miss_rate_se=math.sqrt(max(miss * (1.0 - miss), 1.0 / runs) / runs),
+            p50_s=float(p50),
+            p90_s=float(p90),
+            p99_s=float(p99),
+            extra_attempts=sum(s.hedge_rate for s in steps) / first,
+            recovery_attempts=sum(s.recovery_rate for s in steps) / first,
+            extra_tokens=sum(s.extra_tokens for s in steps),
+            steps=tuple(steps),
+            end_s=end,
+        )
+
+
+def summarize(model: WorkflowModel, outcome: RunOutcome) -> SimResult:
+    """
+    Reduce the runs of one `run_workflow` to the numbers a plan is judged by.
+    """
+    return Tally(model).add(outcome).result()

@@ -1,0 +1,90 @@
+"""
+How tailkit writes numbers for people: one spelling of a duration, a share, a ratio and a range.
+
+Every command, report and message formats its figures here, so that the same number reads the
+same everywhere: an unbounded value is ``∞`` (an upper bound nothing limits, a ratio over zero),
+an absent one is ``-`` (no calls, not measured). Standard library only: the executor and serve
+may use it too.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+__all__ = ["ABSENT", "INFINITE", "count", "number", "percent", "percent_span", "seconds", "times"]
+
+INFINITE = "∞"
+"""How an infinite value is written."""
+
+ABSENT = "-"
+"""How a missing value (``None`` or NaN) is written."""
+
+
+def _special(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return ABSENT
+    return INFINITE if value > 0 else f"-{INFINITE}"
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """
+    ``3.14`` with a fixed number of decimals; ``∞`` and ``-`` for infinite and missing values.
+    """
+    if value is None or not math.isfinite(value):
+        return _special(value)
+    return f"{value:.{digits}f}"
+
+
+def seconds(value: float | None, *, unit: bool = True) -> str:
+    """
+    ``0.42 s``, ``3.1 s``, ``42 s``, ``1,234 s``: as many digits as a reader needs.
+
+    Args:
+        value: Seconds.
+        unit: Append `` s`` (a table whose header names the unit passes ``False``).
+    """
+    if value is None or not math.isfinite(value):
+        return _special(value)
+    size = abs(value)
+    text = f"{value:.2f}" if size < 1 else f"{value:.1f}" if size < 10 else f"{value:,.0f}"
+    return f"{text} s" if unit else text
+
+
+def percent(share: float | None) -> str:
+    """
+    A share as a percentage: ``41%``, ``4.1%``, ``0.25%``, ``0%``.
+    """
+    if share is None or not math.isfinite(share):
+        return _special(share)
+    if share == 0:
+        return "0%"
+    size = abs(share)
+    return f"{share:.0%}" if size >= 0.1 else f"{share:.1%}" if size >= 0.001 else f"{share:.2%}"
+
+
+def percent_span(low: float, high: float) -> str:
+    """
+    An interval of shares with the digits its upper end needs: ``1.2–3.4%``, ``0.05–0.20%``.
+    """
+    if math.isnan(low) or math.isnan(high):
+        return ABSENT
+    digits = 2 if high < 0.01 else 1 if high < 0.1 else 0
+    return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"
+
+
+def times(ratio: float | None) -> str:
+    """
+    A ratio: ``34×``, ``1.8×``, ``∞×``.
+    """
+    if ratio is None or not math.isfinite(ratio):
+        special = _special(ratio)
+        return special if special == ABSENT else f"{special}×"
+    return f"{ratio:.0f}×" if abs(ratio) >= 10 else f"{ratio:.1f}×"
+
+
+def count(n: int | None) -> str:
+    """
+    A count with thousands separators: ``12,345``.
+    """
+    return ABSENT if n is None else f"{n:,}"
