@@ -17,10 +17,8 @@ from tailkit.calibration._calibrate import Calibration as Calibration
 from tailkit.calibration._calibrate import calibrate as calibrate
 from tailkit.calibration._calibrate import hedge_candidates as hedge_candidates
 from tailkit.calibration._calibrate import workflow_of as workflow_of
-from tailkit.calibration._predict import LEVEL as LEVEL
 from tailkit.calibration._predict import REPLICATE_RUNS as REPLICATE_RUNS
 from tailkit.calibration._predict import REPLICATES as REPLICATES
-from tailkit.calibration._predict import Estimate as Estimate
 from tailkit.calibration._predict import Prediction as Prediction
 from tailkit.calibration._predict import StepEstimate as StepEstimate
 from tailkit.calibration._predict import predict as predict
@@ -31,6 +29,8 @@ from tailkit.calibration._search import StepOptions as StepOptions
 from tailkit.calibration._search import candidates as candidates
 from tailkit.calibration._search import search as search
 from tailkit.calibration._warn import prediction_warnings as prediction_warnings
+from tailkit.estimate import LEVEL as LEVEL
+from tailkit.estimate import Estimate as Estimate
 
 
 __all__ = [

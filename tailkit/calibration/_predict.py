@@ -39,6 +39,8 @@ from tailkit.config import (
     StepPrediction,
 )
 from tailkit.errors import ConfigError
+from tailkit.estimate import LEVEL, Estimate
+from tailkit.fit import quantile
 from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
     Draws,
@@ -64,7 +66,6 @@ if TYPE_CHECKING:
     from tailkit.store import Store
 
 
-LEVEL = 0.95
 REPLICATES = 100
 REPLICATE_RUNS = 4_000
 STEP_QUANTILE_RUNS = 65_536  # a step's quantiles come from at most this many runs (StepSummary)
@@ -73,29 +74,10 @@ _DECIMALS = {"p50_s": 3, "p99_s": 3, "miss_rate": 5, "extra_attempts": 4, "hedge
 _PLAN_KEYS = ("miss_rate", "p50_s", "p99_s", "extra_attempts")  # Prediction's field order
 _STEP_KEYS = ("p50_s", "p99_s", "hedge_rate")
 QUANTILE_OF = {"p50_s": 0.5, "p99_s": 0.99}
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """
-    A predicted value and its interval (``low <= value <= high``).
-
-    Args:
-        value: The point estimate, from the prediction's fresh runs.
-        low: Lower end of the interval.
-        high: Upper end of the interval.
-    """
-
-    value: float
-    low: float
-    high: float
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        """
-        ``(low, high)``.
-        """
-        return (self.low, self.high)
+# How a prediction's interval was found (`Estimate.method`): a bootstrap over the measured
+# calls, widened by Monte Carlo error; or, with no replicates, none (the value at both ends).
+_BOOTSTRAP = "bootstrap"
+_RUNS_ONLY = "no replicates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,7 +332,7 @@ class _Spread:
 
         value = pick(self.result)
         if not self.replicas:
-            return Estimate(value, value, value)
+            return Estimate(value, value, value, self.result.runs, _RUNS_ONLY, self.level)
         bootstrap = self._bootstrap(key, step, pick, value)
         thin = self.thin.get(None if step is None else self.result.steps[step].name)
         low, high, why = honest_bounds(
@@ -358,7 +340,7 @@ class _Spread:
         )
         if why is not None:
             self.notes.append(why)
-        return Estimate(value, low, high)
+        return Estimate(value, low, high, self.result.runs, _BOOTSTRAP, self.level)
 
     def _bootstrap(
         self, key: str, step: int | None, pick: Callable[[SimResult], float], value: float
@@ -370,16 +352,16 @@ class _Spread:
         values = np.asarray([pick(x) for x in self.replicas], dtype=np.float64)
         center = pick(self.base_result)
         if not (math.isfinite(value) and math.isfinite(center) and np.isfinite(values).all()):
-            low = float(np.quantile(values, alpha, method="lower"))
-            high = float(np.quantile(values, 1.0 - alpha, method="higher"))
-            return Estimate(value, min(low, value), max(high, value))
-        below = max(center - float(np.quantile(values, alpha, method="lower")), 0.0)
-        above = max(float(np.quantile(values, 1.0 - alpha, method="higher")) - center, 0.0)
+            low = quantile(values, alpha, method="lower")
+            high = quantile(values, 1.0 - alpha, method="higher")
+            return Estimate(value, min(low, value), max(high, value), level=self.level)
+        below = max(center - quantile(values, alpha, method="lower"), 0.0)
+        above = max(quantile(values, 1.0 - alpha, method="higher") - center, 0.0)
         noise = self.z * self._monte_carlo_se(key, step)
         ceiling = 1.0 if key in ("miss_rate", "hedge_rate") else math.inf
         low = max(value - math.hypot(below, noise), 0.0)
         high = min(value + math.hypot(above, noise), max(ceiling, value))
-        return Estimate(value, low, high)
+        return Estimate(value, low, high, level=self.level)
 
     def _monte_carlo_se(self, key: str, step: int | None) -> float:
         """
@@ -410,8 +392,8 @@ class _Spread:
             return 0.0
         se_q = math.sqrt(q * (1.0 - q) / runs)
         band = min(max(10.0 / values.size, self.z * se_q), q, 1.0 - q)
-        low, high = np.quantile(values, [q - band, q + band])
-        return se_q * float(high - low) / (2.0 * band)
+        low, high = (quantile(values, p) for p in (q - band, q + band))
+        return se_q * (high - low) / (2.0 * band)
 
 
 def _check(*, runs: int, replicates: int, replicate_runs: int, level: float) -> None:

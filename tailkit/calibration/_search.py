@@ -48,8 +48,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
+from tailkit.fit import quantile
 from tailkit.simulation import (
     Draws,
     RouteSample,
@@ -230,7 +229,7 @@ def score(model: WorkflowModel, outcome: RunOutcome, budget: float) -> Score:
     """
     missed = ~outcome.ok | (outcome.end_s > model.deadline_s)
     miss = float(missed.mean())
-    p99 = float(np.quantile(outcome.end_s, 0.99))
+    p99 = quantile(outcome.end_s, 0.99)
     steps = len(outcome.steps)
     extra = sum(float(o.extra.mean()) for o in outcome.steps) / steps
     recovery = sum(float(o.recovery.mean()) for o in outcome.steps) / steps

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tailkit.fit import quantile
 from tailkit.simulation import Draws, run_workflow, widen_fixes, workflow_model
 
 
@@ -198,7 +199,7 @@ def _hopeless(plan: Plan, prediction: Prediction) -> str:
     seed = zlib.crc32(b"deadline needed")
     outcome = run_workflow(model, Draws(_DEADLINE_RUNS, seed=seed))
     ends = np.where(outcome.ok, outcome.end_s, np.inf)
-    needed = float(np.quantile(ends, 1.0 - TARGET_MISS_RATE, method="higher"))
+    needed = quantile(ends, 1.0 - TARGET_MISS_RATE, method="higher")
     if not math.isfinite(needed):
         failed = 1.0 - float(outcome.ok.mean())
         return text + (

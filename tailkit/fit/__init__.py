@@ -43,7 +43,6 @@ from tailkit.fit._trend import TailGrowth as TailGrowth
 from tailkit.fit._trend import TimeClustering as TimeClustering
 from tailkit.fit._trend import tail_growth as tail_growth
 from tailkit.fit._trend import time_clustering as time_clustering
-from tailkit.fit._types import Interval as Interval
 
 
 __all__ = [
@@ -52,7 +51,6 @@ __all__ = [
     "FamilyFit",
     "GoodnessOfFit",
     "HedgeEvidence",
-    "Interval",
     "KaplanMeierStream",
     "LognormalFit",
     "OrderStatisticRanks",

@@ -12,13 +12,15 @@ import numpy as np
 
 from numpy.typing import ArrayLike, NDArray
 
+from tailkit.estimate import Estimate
 from tailkit.fit._quantiles import KaplanMeier, split_censored
-from tailkit.fit._types import Interval
 
 
 __all__ = ["LognormalFit", "fit_lognormal", "fit_lognormal_moments"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_WALD = "Wald (censored maximum likelihood)"
+_NO_FIT = "no fit"
 
 Matrix2 = tuple[tuple[float, float], tuple[float, float]]
 
@@ -74,8 +76,8 @@ class LognormalFit:
     sigma: float
     n: int
     n_censored: int
-    mu_interval: Interval
-    sigma_interval: Interval
+    mu_interval: Estimate
+    sigma_interval: Estimate
     loglik: float
     cov: Matrix2
     note: str | None = None
@@ -99,7 +101,7 @@ class LognormalFit:
         """
         return math.exp(self.mu + _z(q) * self.sigma)
 
-    def quantile_interval(self, q: float, *, level: float | None = None) -> Interval:
+    def quantile_interval(self, q: float, *, level: float | None = None) -> Estimate:
         """
         Confidence interval for the q-quantile in seconds.
 
@@ -114,7 +116,8 @@ class LognormalFit:
             level: Confidence level; ``None`` uses the level the fit was made with.
 
         Returns:
-            The interval in seconds; ``(0, inf)`` when the fit has no estimate.
+            The quantile with its interval in seconds; ``(0, inf)`` when the fit has no
+            estimate.
         """
         from scipy import stats
 
@@ -122,19 +125,22 @@ class LognormalFit:
         level = self.mu_interval.level if level is None else level
         alpha = _alpha(level)
         if self.note is not None:
-            return Interval(0.0, math.inf, level)
+            return Estimate(math.nan, 0.0, math.inf, self.n, method=_NO_FIT, level=level)
         if self.n_censored == 0:
             n = self.n
             s = self.sigma * math.sqrt(n / (n - 1))
             k = stats.nct.ppf([alpha / 2.0, 1.0 - alpha / 2.0], n - 1, z * math.sqrt(n))
             low, high = self.mu + k * s / math.sqrt(n)
+            method = "noncentral t"
         else:
             (v_mu, c), (_, v_sigma) = self.cov
             se = math.sqrt(max(v_mu + z * z * v_sigma + 2.0 * z * c, 0.0))
             half = float(stats.norm.ppf(1.0 - alpha / 2.0)) * se
             centre = self.mu + z * self.sigma
             low, high = centre - half, centre + half
-        return Interval(math.exp(low), math.exp(high), level)
+            method = "delta method"
+        value = self.quantile(q)
+        return Estimate(value, math.exp(low), math.exp(high), self.n, method=method, level=level)
 
     def ratio(self, q_hi: float = 0.99, q_lo: float = 0.5) -> float:
         """
@@ -149,7 +155,7 @@ class LognormalFit:
         """
         return math.exp(self.sigma * (_z(q_hi) - _z(q_lo)))
 
-    def ratio_interval(self, q_hi: float = 0.99, q_lo: float = 0.5) -> Interval:
+    def ratio_interval(self, q_hi: float = 0.99, q_lo: float = 0.5) -> Estimate:
         """
         Confidence interval for `ratio`: the ``sigma`` interval pushed through the ratio.
 
@@ -160,11 +166,13 @@ class LognormalFit:
             q_lo: Lower quantile by the CDF.
 
         Returns:
-            The interval, at the level of ``sigma_interval``.
+            The ratio with its interval, at the level of ``sigma_interval``.
         """
         dz = _z(q_hi) - _z(q_lo)
         ends = sorted(math.exp(s * dz) for s in (self.sigma_interval.low, self.sigma_interval.high))
-        return Interval(ends[0], ends[1], self.sigma_interval.level)
+        sigma = self.sigma_interval
+        value = self.ratio(q_hi, q_lo)
+        return Estimate(value, ends[0], ends[1], self.n, method=sigma.method, level=sigma.level)
 
 
 def _calls(n: int) -> str:
@@ -181,8 +189,8 @@ def no_fit(n: int, n_censored: int, level: float, note: str) -> LognormalFit:
         sigma=nan,
         n=n,
         n_censored=n_censored,
-        mu_interval=Interval(-math.inf, math.inf, level),
-        sigma_interval=Interval(0.0, math.inf, level),
+        mu_interval=Estimate(nan, -math.inf, math.inf, n, method=_NO_FIT, level=level),
+        sigma_interval=Estimate(nan, 0.0, math.inf, n, method=_NO_FIT, level=level),
         loglik=nan,
         cov=((nan, nan), (nan, nan)),
         note=note,
@@ -239,8 +247,10 @@ def fit_lognormal_moments(
         sigma=sigma,
         n=n,
         n_censored=0,
-        mu_interval=Interval(mean_log - half, mean_log + half, level),
-        sigma_interval=Interval(math.sqrt(sum_sq / chi_hi), math.sqrt(sum_sq / chi_lo), level),
+        mu_interval=Estimate(mean_log, mean_log - half, mean_log + half, n, "t", level),
+        sigma_interval=Estimate(
+            sigma, math.sqrt(sum_sq / chi_hi), math.sqrt(sum_sq / chi_lo), n, "chi-square", level
+        ),
         loglik=loglik,
         cov=((var_log / n, 0.0), (0.0, var_log / (2.0 * n))),
     )
@@ -336,8 +346,8 @@ def _fit_censored(y: NDArray[np.float64], y_cut: NDArray[np.float64], level: flo
         sigma=sigma,
         n=n_all,
         n_censored=y_cut.size,
-        mu_interval=Interval(mu - z * se_mu, mu + z * se_mu, level),
-        sigma_interval=Interval(sigma / spread, sigma * spread, level),
+        mu_interval=Estimate(mu, mu - z * se_mu, mu + z * se_mu, n_all, _WALD, level),
+        sigma_interval=Estimate(sigma, sigma / spread, sigma * spread, n_all, _WALD, level),
         loglik=loglik - float(y.sum()),
         cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
     )

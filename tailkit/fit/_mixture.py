@@ -4,6 +4,7 @@ The two-part latency model: a lognormal body plus a rare, slower transient tail.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.estimate import Estimate
 from tailkit.fit._mixture_em import (
     BINS,
     MAX_ITERATIONS,
@@ -27,7 +29,6 @@ from tailkit.fit._mixture_em import (
     stack,
 )
 from tailkit.fit._mixture_profile import JUMP, profile_share_intervals
-from tailkit.fit._types import Interval
 
 
 __all__ = ["TransientTailFit", "fit_transient_tail", "fit_transient_tails"]
@@ -77,7 +78,7 @@ class TransientTailFit:
             hull of every share within it (calibrated by simulation, see
             `fit_transient_tail`), and starts at 0: no tail-shaped fit beat the single
             lognormal, so the data do not exclude a share of 0. ``0`` or ``1`` at an end the
-            data cannot bound; ``Interval(0, 1)`` with no slower minority.
+            data cannot bound; ``(0, 1)`` with no slower minority.
         tail_mu: Log-scale mean of the tail part (always ``>= body_mu``).
         tail_sigma: Log-scale standard deviation of the tail part.
         tail_scale: Median of the tail part / median of the body. When (nearly) every tail
@@ -104,7 +105,7 @@ class TransientTailFit:
     body_mu: float
     body_sigma: float
     tail_share: float
-    tail_share_interval: Interval
+    tail_share_interval: Estimate
     tail_mu: float
     tail_sigma: float
     tail_scale: float
@@ -286,7 +287,7 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
             body_sigma=float(sigma[0] if minority else sigma[int(np.argmax(weight))]),
             tail_share=shape.share if minority else nan,
             tail_share_interval=_no_floor(intervals[i], real) if minority
-            else Interval(0.0, 1.0, level),
+            else Estimate(nan, 0.0, 1.0, y_obs.size + y_cens.size, level=level),
             tail_mu=float(mu[1]) if minority else nan,
             tail_sigma=float(sigma[1]) if minority else nan,
             tail_scale=shape.scale if minority else nan, n=y_obs.size + y_cens.size,
@@ -299,11 +300,11 @@ def _fit_many(todo: list[tuple[_Array, _Array]], level: float) -> list[Transient
     return fits
 
 
-def _no_floor(interval: Interval, real: bool) -> Interval:
+def _no_floor(interval: Estimate, real: bool) -> Estimate:
     """
     Without a transient tail, the share's interval starts at 0 (the data do not exclude it).
     """
-    return interval if real else Interval(0.0, interval.high, interval.level)
+    return interval if real else dataclasses.replace(interval, low=0.0)
 
 
 def _ages(latency_s: npt.ArrayLike, censored_at_s: npt.ArrayLike | None) -> tuple[_Array, _Array]:
@@ -379,7 +380,8 @@ def _too_few(n: int, n_censored: int, level: float) -> TransientTailFit:
     """
     nan, finished = math.nan, n - n_censored
     return TransientTailFit(
-        body_mu=nan, body_sigma=nan, tail_share=nan, tail_share_interval=Interval(0, 1, level),
+        body_mu=nan, body_sigma=nan, tail_share=nan,
+        tail_share_interval=Estimate(nan, 0.0, 1.0, n, level=level),
         tail_mu=nan, tail_sigma=nan, tail_scale=nan, n=n, n_censored=n_censored, bic_gain=nan,
         has_transient_tail=False,
         verdict=f"too few calls to look for a transient tail (n={n}, {finished} finished; "

@@ -13,14 +13,15 @@ import numpy.typing as npt
 
 from scipy import special, stats
 
+from tailkit.estimate import Estimate
 from tailkit.fit._mixture_em import MAX_ITERATIONS, Data, Params, em, split_start
-from tailkit.fit._types import Interval
 
 
 _Array = npt.NDArray[np.float64]
 _BoolArray = npt.NDArray[np.bool_]
 _IntArray = npt.NDArray[np.intp]
 
+PROFILE_LIKELIHOOD = "profile likelihood"
 ROUNDS = 8  # secant rounds per bound; each is one batched EM over every row and side
 CLOSE = 0.02  # stop when the signed root is this close to its target (in sqrt of deviance)
 GRID = 16  # shares at which a loose row's whole profile is seen, from one call to GRID_TOP
@@ -38,7 +39,7 @@ def profile_share_intervals(
     level: float,
     local: _BoolArray,
     loose: _BoolArray,
-) -> list[Interval]:
+) -> list[Estimate]:
     """
     The interval ``{w : 2 (ll_max - ll_p(w)) <= cut}`` of the weight of part 1, per row.
 
@@ -108,7 +109,10 @@ def profile_share_intervals(
             g[above] = search.signed_root(row, ll_max[row] - ll)
         low[todo], high[todo] = _hull(low[todo], high[todo], eta, g)
         low[todo] = 0.0  # no tail beat one lognormal: the data do not exclude a share of 0
-    return [Interval(float(lo), float(hi), level) for lo, hi in zip(low, high, strict=True)]
+    return [
+        Estimate(float(w), float(lo), float(hi), int(k), PROFILE_LIKELIHOOD, level)
+        for w, lo, hi, k in zip(fit.weight[:, 1], low, high, n, strict=True)
+    ]
 
 
 def _profile(

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.fit._quantiles import quantile
+
 
 __all__ = ["PhaseSplit", "TokenRate", "phase_split", "project_finish_s", "token_rate"]
 
@@ -114,7 +116,7 @@ def phase_split(
     gen = total - ttft
     n = int(total.size)
     q = (*_quantiles(ttft), *_quantiles(gen))
-    threshold = float(np.quantile(total, tail_q)) if n else math.nan
+    threshold = quantile(total, tail_q) if n else math.nan
     tail = total >= threshold
     if n < MIN_CALLS:
         return _split(n, tail, threshold, ttft_share=math.nan, phase="unknown", q=q)
@@ -158,7 +160,7 @@ def token_rate(gen_s: npt.ArrayLike, output_tokens: npt.ArrayLike) -> TokenRate:
     rate = (tokens[usable] - 1.0) / gen[usable]
     if rate.size == 0:
         return TokenRate(tokens_per_s_p50=math.nan, tokens_per_s_p10=math.nan, n=0)
-    p10, p50 = np.quantile(rate, [0.10, 0.50])
+    p10, p50 = (quantile(rate, q) for q in (0.10, 0.50))
     return TokenRate(tokens_per_s_p50=float(p50), tokens_per_s_p10=float(p10), n=int(rate.size))
 
 
@@ -223,7 +225,7 @@ def _quantiles(x: npt.NDArray[np.float64]) -> tuple[float, float]:
     """
     if x.size == 0:
         return math.nan, math.nan
-    p50, p99 = np.quantile(x, [0.50, 0.99])
+    p50, p99 = (quantile(x, q) for q in (0.50, 0.99))
     return float(p50), float(p99)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from numpy.typing import ArrayLike, NDArray
 
-from tailkit.fit._types import Interval
+from tailkit.estimate import Estimate
 
 
 __all__ = [
@@ -48,7 +48,7 @@ class QuantileEstimate:
 
     q: float
     value: float
-    interval: Interval
+    interval: Estimate
     n: int
     method: str
 
@@ -224,9 +224,7 @@ class OrderStatisticRanks:
         # At tiny n or low levels the rank interval can miss the type-7 point estimate (which
         # interpolates between neighbours); it is widened to contain it. The point estimate is
         # numpy's default "linear" = type 7 = DuckDB quantile_cont, computed as numpy does.
-        gamma = self.gamma
-        diff = x_above - x_below
-        value = np.where(gamma >= 0.5, x_above - diff * (1.0 - gamma), x_below + diff * gamma)
+        value = _lerp(x_below, x_above, self.gamma)
         low = np.where(self.low >= 0, x_low, 0.0)
         high = np.where(self.high < self.n, x_high, math.inf)
         return value, np.minimum(low, value), np.maximum(high, value)
@@ -413,7 +411,7 @@ def empirical_quantiles(
         QuantileEstimate(
             q=float(qi),
             value=float(v),
-            interval=Interval(float(lo), float(hi), level),
+            interval=Estimate(float(v), float(lo), float(hi), n, method, level),
             n=n,
             method=method,
         )
@@ -536,4 +534,15 @@ def quantile(
         return float(x[above if h > below else below])
     if method == "nearest":
         return float(x[int(np.round(h))])
-    return float(x[below] + (h - below) * (x[above] - x[below]))
+    return float(_lerp(x[below], x[above], h - below))
+
+
+def _lerp(
+    below: NDArray[np.float64] | np.float64,
+    above: NDArray[np.float64] | np.float64,
+    gamma: NDArray[np.float64] | float,
+) -> NDArray[np.float64]:
+    # numpy's type-7 interpolation, step for step: from the nearer neighbour, so that the
+    # quantile of a sorted sample here is np.quantile's to the last bit
+    diff = above - below
+    return np.asarray(np.where(gamma >= 0.5, above - diff * (1.0 - gamma), below + diff * gamma))

@@ -18,8 +18,8 @@ import numpy.typing as npt
 
 from scipy import stats
 
+from tailkit.estimate import Estimate
 from tailkit.fit._quantiles import KaplanMeier
-from tailkit.fit._types import Interval
 
 
 __all__ = ["ResidualTail", "SizeModel", "residual_tail", "size_model"]
@@ -38,6 +38,7 @@ MIN_TAIL_SHARE = 0.003  # a tail is material: at least 0.3 % of calls (at large 
 TAIL_SHARE_MAX = 0.2  # beyond this the body's slow side is skewed: no separate tail to tell
 NULL_SLACK = 2.5  # the threshold's standard errors the null share allows for (see residual_tail)
 _MAD = 1.4826  # MAD x 1.4826 estimates a normal sigma
+_SHARE = "Kaplan-Meier share less the body's"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +213,7 @@ class ResidualTail:
     body_beyond: float
     null_beyond: float
     share: float
-    share_interval: Interval
+    share_interval: Estimate
     present: bool
     skewed: bool
     scale: float
@@ -282,7 +283,9 @@ def residual_tail(
         body_beyond=body_beyond,
         null_beyond=null_beyond,
         share=excess,
-        share_interval=Interval(max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), level),
+        share_interval=Estimate(
+            excess, max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), n, _SHARE, level
+        ),
         present=bool(
             test_low > null_beyond and excess >= MIN_TAIL_SHARE and excess <= TAIL_SHARE_MAX
         ),

@@ -38,9 +38,10 @@ import numpy.typing as npt
 
 from scipy import stats
 
+from tailkit.estimate import Estimate
+from tailkit.fit._quantiles import quantile
 from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
 from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
-from tailkit.fit._types import Interval
 
 
 __all__ = ["TAIL_KINDS", "HedgeEvidence", "TailKind", "hedge_evidence", "tail_kind"]
@@ -60,6 +61,7 @@ STREAMED_TTFT = 0.9  # ... and it is less than 90 % of the call (a non-streamed 
 SPELL_ALPHA = 0.01  # slow spells alone decide only at 1 % (the pooled chi-square runs a bit hot)
 MATERIAL_WAIT = 0.25  # a first-token stall must add a quarter of a typical call's latency
 _TIMES = "\u00d7"
+WILSON = "Wilson"
 REPEATS, PAIRED = "repeat attempts", "paired calls"
 UNCONFIRMED = (
     "looks transient in single calls; no repeat attempts or paired calls confirm a fresh "
@@ -88,7 +90,7 @@ class HedgeEvidence:
     pairs: int
     escaped: int
     share: float
-    interval: Interval
+    interval: Estimate
     says: str
 
 
@@ -97,13 +99,15 @@ def hedge_evidence(pairs: int, escaped: int, *, level: float = 0.95) -> HedgeEvi
     Judge ``escaped`` fresh attempts out of ``pairs`` slow calls (Wilson interval).
     """
     if pairs <= 0:
-        return HedgeEvidence(0, 0, math.nan, Interval(0.0, 1.0, level), "unknown")
+        none = Estimate(math.nan, 0.0, 1.0, 0, WILSON, level)
+        return HedgeEvidence(0, 0, math.nan, none, "unknown")
     share = escaped / pairs
     z = float(stats.norm.ppf((1.0 + level) / 2.0))
     centre = (share + z * z / (2 * pairs)) / (1 + z * z / pairs)
     half = z * math.sqrt(share * (1 - share) / pairs + z * z / (4 * pairs * pairs))
     half /= 1 + z * z / pairs
-    interval = Interval(max(centre - half, 0.0), min(centre + half, 1.0), level)
+    low, high = max(centre - half, 0.0), min(centre + half, 1.0)
+    interval = Estimate(share, low, high, pairs, WILSON, level)
     says = "unknown"
     if pairs >= MIN_PAIRS and interval.low > ESCAPE_SPLIT:
         says = "transient"
@@ -356,7 +360,7 @@ def _residual_top(residual: _Array) -> npt.NDArray[np.bool_]:
     """
     Calls in the top 5 % of residuals: the tail the clustering test places without a tail.
     """
-    return residual >= np.quantile(residual, 0.95)
+    return residual >= quantile(residual, 0.95)
 
 
 def _percent(x: float) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tailkit.fit import quantile
 from tailkit.simulation._engine import RunOutcome, WorkflowModel
 
 
@@ -147,7 +148,8 @@ class Tally:
         rates = self._counts / runs
         steps = []
         for i, step in enumerate(self._model.steps):
-            p50, p99 = np.quantile(np.concatenate(self._durations[i]), [0.5, 0.99])
+            durations = np.concatenate(self._durations[i])
+            p50, p99 = (quantile(durations, q) for q in (0.5, 0.99))
             fired, extra, recovery, failed = (float(x) for x in rates[i])
             steps.append(
                 StepSummary(
@@ -162,7 +164,7 @@ class Tally:
                 )
             )
         end = np.concatenate(self._ends) if len(self._ends) > 1 else self._ends[0]
-        p50, p90, p99 = np.quantile(end, [0.5, 0.9, 0.99])
+        p50, p90, p99 = (quantile(end, q) for q in (0.5, 0.9, 0.99))
         first = max(len(steps), 1)
         miss = self._missed / runs
         return SimResult(

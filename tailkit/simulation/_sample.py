@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.errors import ConfigError
+from tailkit.fit import quantile
 from tailkit.simulation._stall import Stalls, stall_gaps
 
 
@@ -329,17 +330,21 @@ class RouteSample:
         if self.streamed < 0.5:
             return math.nan
         gen = np.sort(self.total_s - self.ttft_s)
-        middle = float(gen[gen.size // 2])
+        middle = quantile(gen, 0.5, presorted=True)
         if middle <= 0.0:
             return math.nan
-        return float(gen[min(int(0.99 * gen.size), gen.size - 1)]) / middle
+        return quantile(gen, 0.99, presorted=True) / middle
 
     def quantile(self, q: float, *, signal: str = "total") -> float:
         """
         The ``q`` quantile of the sample's total latency (or of its TTFT), in seconds.
+
+        The type-7 sample quantile (`tailkit.fit.quantile`, ``"linear"``): the number
+        ``tailkit stats`` prints for the same calls, so the optimizer's p95 cutoff is the p95
+        of the tail table.
         """
         values = self.total_s if signal == "total" else np.sort(self.ttft_s)
-        return float(values[min(int(q * values.size), values.size - 1)])
+        return quantile(values, q, presorted=True)
 
     @property
     def fails(self) -> bool:

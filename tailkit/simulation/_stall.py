@@ -41,6 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.estimate import LEVEL
+from tailkit.fit import quantile
+
 
 __all__ = ["FACTOR", "MARGIN", "MIN_CALLS", "MIN_STALLED", "SIGMAS", "Stalls", "stall_gaps"]
 
@@ -50,7 +53,6 @@ MIN_STALLED = 5  # stalled calls before a share is called measured
 SIGMAS = 5.0  # robust log-spreads beyond the median pace that a normal stream does not go
 FACTOR = 2.0  # and at least this many times the median pace
 MARGIN = 25.0  # the cutoff, in the slowest normal pace's seconds per token
-LEVEL = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,7 @@ def stall_gaps(
     gap[np.flatnonzero(usable)[stalled]] = gen[stalled] - steps[stalled] * per_token
     k = int(stalled.sum())
     normal = np.exp(pace[~stalled])
-    slowest = float(np.quantile(normal, 0.999)) if normal.size else math.nan
+    slowest = quantile(normal, 0.999) if normal.size else math.nan
     median_gap = float(np.median(gap[gap > 0])) if k else math.nan
     low, high = _interval(k, n)
     cutoff = None

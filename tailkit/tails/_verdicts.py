@@ -21,7 +21,8 @@ from typing import Any
 
 import polars as pl
 
-from tailkit.fit import HedgeEvidence, Interval, TailKind, hedge_evidence, tail_kind
+from tailkit.estimate import Estimate
+from tailkit.fit import HedgeEvidence, TailKind, hedge_evidence, tail_kind
 from tailkit.tails._samples import Calls
 
 
@@ -124,7 +125,7 @@ def _record(v: TailKind) -> dict[str, Any]:
     """
     nan = math.nan
     size, tail, clustering, first = v.size, v.tail, v.clustering, v.first_token
-    none = HedgeEvidence(0, 0, nan, Interval(nan, nan), "unknown")
+    none = HedgeEvidence(0, 0, nan, Estimate(nan, nan, nan), "unknown")
     hedges, paired = v.hedges or none, v.paired or none
     return {
         "n": v.n,
