@@ -16,8 +16,8 @@ from tailkit.errors import TailkitError
 
 PACKAGED = Path(__file__).resolve().parent / "docs"  # in a wheel: see pyproject's force-include
 CLONE = Path(__file__).resolve().parents[1] / "docs"  # in a clone of the repository
-# - [Title](page.md): what it covers, up to the next item.
-_ITEM = re.compile(r"^- \[(?P<title>[^\]]+)\]\((?P<page>[\w-]+)\.md\): (?P<what>.*?)(?=^- |\Z)",
+# - [Title](page.md): what it covers, up to the next item, a blank line or the end.
+_ITEM = re.compile(r"^- \[(?P<title>[^\]]+)\]\((?P<page>[\w-]+)\.md\): (?P<what>.*?)(?=^- |^$|\Z)",
                    flags=re.MULTILINE | re.DOTALL)  # fmt: skip
 
 

@@ -54,7 +54,7 @@ def test_docs_path_and_json() -> None:
 
     assert str(ROOT / "docs" / "ledger.md") + "\n" == path.output
     assert all(Path(p["path"]).is_file() for p in listed["pages"])
-    assert "call-record" == listed["pages"][0]["name"]
+    assert "ingest" == listed["pages"][0]["name"]
 
 
 def test_docs_unknown_page_names_the_pages() -> None:
@@ -65,6 +65,29 @@ def test_docs_unknown_page_names_the_pages() -> None:
 
     assert 1 == result.exit_code
     assert (
-        "no reference page 'nope': the pages are call-record, plan, deadline, ledger, "
-        "formats, check, sdk, executor, operations (tailkit docs lists them)"
+        "no reference page 'nope': the pages are ingest, summary, rejects, stats, calibrate, "
+        "simulate, demo, serve, report, races, replay, check, docs, executor, call-record, plan, "
+        "deadline, ledger, formats, sdk, operations, package (tailkit docs lists them)"
     ) in result.output
+
+
+def test_every_command_has_a_page_by_its_name() -> None:
+    """
+    `tailkit docs NAME` prints the reference of command NAME, its options table included.
+    """
+    from tailkit.cli._reference import commands, render
+
+    for name in commands():
+        result = runner.invoke(app, ["docs", name])
+        assert 0 == result.exit_code, result.output
+        assert result.output.startswith(f"# `tailkit {name}`")
+        assert render(name) in result.output
+
+
+def test_the_index_summaries_stop_at_their_section() -> None:
+    """
+    The last item of a section of the index does not run on into the next heading.
+    """
+    listed = json.loads(runner.invoke(app, ["docs", "--json"]).output)
+
+    assert [p["name"] for p in listed["pages"] if "#" in p["summary"]] == []

@@ -1,11 +1,12 @@
 """
-The README's transcripts stay true: the documented commands print what the README shows.
+The transcripts of the README and the docs pages stay true: each command prints what they show.
 
 Run as written on the bundled samples, up to the numbers.
 A transcript line and an output line match when they read the same once table borders are
-dropped, every number is replaced by ``#`` and runs of spaces are one space. The README may
+dropped, every number is replaced by ``#`` and runs of spaces are one space. A page may
 leave lines out (``…``), never show a line the command does not print, nor show them in
-another order.
+another order. Each command runs once, and every page that shows it is checked against that
+one output.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
 BORDERS = re.compile(r"[┏┳┓┃┡╇┩│└┴┘━─╭╮╰╯┗┻┛┣╋┫]")
 NUMBER = re.compile(r"\d[\d,.]*")
 SPACES = re.compile(r"\s+")
@@ -35,11 +35,11 @@ def skeleton(line: str) -> str:
     return SPACES.sub(" ", NUMBER.sub("#", BORDERS.sub(" ", line))).strip()
 
 
-def transcript(command: str) -> list[str]:
+def transcript(command: str, page: str) -> list[str]:
     """
-    The lines the README shows after ``$ COMMAND`` in a console block (up to the next prompt).
+    The lines ``page`` shows after ``$ COMMAND`` in a console block (up to the next prompt).
     """
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
     start = lines.index(f"$ {command}")
     shown: list[str] = []
     for line in lines[start + 1 :]:
@@ -51,7 +51,7 @@ def transcript(command: str) -> list[str]:
 
 def missing_lines(shown: list[str], printed: str) -> list[str]:
     """
-    The README lines that the output does not print in the README's order (none when true).
+    The shown lines that the output does not print in the shown order (none when true).
     """
     real = [skeleton(line) for line in printed.splitlines()]
     missing: list[str] = []
@@ -106,36 +106,36 @@ def _run(command: str, where: Path, width: int) -> str:
     return done.stdout
 
 
-DOCUMENTED = [
-    "python3 -m tailkit ingest data_samples/",
+# Each documented command, run in this order, and the pages that show its transcript.
+DOCUMENTED = {
+    "python3 -m tailkit ingest data_samples/": ["docs/ingest.md"],
     "python3 -m tailkit stats --by model --bucket output --where "
-    "\"provider = 'openai' AND model = 'gpt-4.1'\"",
-    "python3 -m tailkit calibrate data_samples/workflow.yaml --out plan.yaml",
-]
+    "\"provider = 'openai' AND model = 'gpt-4.1'\"": ["docs/stats.md"],
+    "python3 -m tailkit calibrate data_samples/workflow.yaml --out plan.yaml": [
+        "README.md",
+        "docs/calibrate.md",
+    ],
+}
+
+
+def test_every_documented_transcript_is_on_its_pages() -> None:
+    """
+    Each page still shows the transcript this file re-runs, so none is checked by accident.
+    """
+    for command, pages in DOCUMENTED.items():
+        for page in pages:
+            assert transcript(command, page), f"{page}: no transcript of {command}"
 
 
 @pytest.mark.slow
-def test_documented_commands_print_what_the_readme_shows(samples: Path) -> None:
+def test_documented_commands_print_what_the_pages_show(samples: Path) -> None:
     """
-    Ingest, stats and calibrate, as the README runs them, print the README's lines in order.
+    Ingest, stats and calibrate, as the README and docs run them, print the pages' lines in order.
     """
-    for command in DOCUMENTED:
-        shown = transcript(command)
-        width = max(len(line) for line in shown)
+    for command, pages in DOCUMENTED.items():
+        shown = {page: transcript(command, page) for page in pages}
+        width = max(len(line) for lines in shown.values() for line in lines)
         printed = _run(command, samples, width)
 
-        assert missing_lines(shown, printed) == [], f"{command}\n{printed}"
-
-
-def test_readme_formats_name_every_format_ingest_lists() -> None:
-    """
-    The README's Formats section names every format of ``tailkit ingest --list-formats``.
-    """
-    from tailkit.formats import FORMATS
-
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### Formats") : text.index("### The store")]
-    row = next(line for line in text.splitlines() if line.startswith("| `--format NAME`"))
-    named = set(re.findall(r"`([\w-]+)`", section + row))
-
-    assert [name for name in FORMATS if name not in named] == []
+        for page, lines in shown.items():
+            assert missing_lines(lines, printed) == [], f"{page}: {command}\n{printed}"
