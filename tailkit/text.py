@@ -10,9 +10,23 @@ may use it too.
 from __future__ import annotations
 
 import math
+import re
+
+from collections.abc import Callable
 
 
-__all__ = ["ABSENT", "INFINITE", "count", "number", "percent", "percent_span", "seconds", "times"]
+__all__ = [
+    "ABSENT",
+    "INFINITE",
+    "Advice",
+    "count",
+    "name_parameters",
+    "number",
+    "percent",
+    "percent_span",
+    "seconds",
+    "times",
+]
 
 INFINITE = "∞"
 """How an infinite value is written."""
@@ -88,3 +102,45 @@ def count(n: int | None) -> str:
     A count with thousands separators: ``12,345``.
     """
     return ABSENT if n is None else f"{n:,}"
+
+
+_PARAMETER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
+def name_parameters(template: str, name: Callable[[str], str] | None = None) -> str:
+    """
+    ``template`` with each ``{parameter}`` token spelt by ``name`` (default: the bare name).
+
+    The library speaks in parameters, the command line in flags: a message that advises a
+    parameter writes it as ``{min_calls}``; a notebook reads ``min_calls``, the CLI passes
+    its field-to-flag function and its user reads ``--min-calls``. Only lower-case
+    identifiers in braces are tokens, so ``{input: 100}`` stays as written.
+    """
+    return _PARAMETER.sub(lambda m: name(m[1]) if name else m[1], template)
+
+
+class Advice(str):
+    """
+    A message for people that names library parameters, as its caller spells them.
+
+    A ``str`` (so it joins, prints and serialises as one) that reads with the parameters'
+    own names; `render` spells them another way: the CLI renders every warning and note
+    with ``render(flag_of)`` so that a command-line user reads flags. The tokens are
+    ``{parameter}``, as in `name_parameters`.
+
+    Args:
+        template: The message with its ``{parameter}`` tokens.
+    """
+
+    template: str
+
+    def __new__(cls, template: str) -> Advice:  # noqa: D102 - the class says it
+        advice = super().__new__(cls, name_parameters(template))
+        advice.template = template
+        return advice
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        """
+        The message with its parameters spelt by ``name`` (default: their own names).
+        """
+        return name_parameters(self.template, name)

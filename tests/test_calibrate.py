@@ -158,7 +158,8 @@ def test_thin_bucket_is_refused_with_the_fix(db: Path) -> None:
     expected = r"step 'huge': route openai/gpt-4.1 has \d+ calls in bucket in 64k\+ / out 2400\+"
     assert re.search(expected + r" \(needs 200\)", message)
     assert "Ingest more logs" in message
-    assert "--min-calls" in message
+    assert "lower min_calls" in message  # the parameter; the CLI spells it --min-calls
+    assert "lower --min-calls" in err.value.render(lambda field: "--" + field.replace("_", "-"))
 
 
 def test_cli_calibrate_writes_the_plan_and_json(db: Path, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from tailkit.calibration._warn import CONFIRM, evidence_warnings
 from tailkit.config import Plan, Route, Step, Tokens
 from tailkit.fit import TailKind, hedge_evidence, tail_kind
+from tailkit.text import name_parameters
 
 
 ROUTES = {
@@ -71,7 +72,10 @@ def test_an_unconfirmed_escape_is_named_with_what_would_confirm_it(seed: int) ->
         "step 'draft': the plan's hedge to azure/gpt-4.1 assumes a fresh attempt escapes the "
         "tail of route openai/gpt-4.1, but single calls only show that it looks transient"
     )
-    assert warning.endswith(f"{CONFIRM} would confirm it")
+    assert warning.endswith(f"{name_parameters(CONFIRM)} would confirm it")
+    assert "--" not in warning  # the library names parameters; the CLI renders flags
+    flag = warning.render(lambda field: "--" + field.replace("_", "-"))  # type: ignore[attr-defined]
+    assert flag.endswith("--map job_key=<your prompt id field>) would confirm it")
 
 
 @pytest.mark.parametrize("name", ["hedges", "paired"])

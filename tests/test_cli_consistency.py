@@ -196,5 +196,6 @@ def test_simulate_takes_deadline_and_budget_like_calibrate(tmp_path: Path) -> No
     bad = CliRunner().invoke(app, ["simulate", str(workflow), "--db", str(db), "--budget", "2"])
     assert 1 == bad.exit_code
     assert bad.output == (
-        "Error: --budget must be between 0 and 1 (extra attempts per first attempt), got 2.0\n"
+        "Error: --budget must be between 0 and 1 (extra attempts per first attempt), got 2.0. "
+        "Pass a share such as 0.05 (5 extra attempts per 100 first attempts).\n"
     )

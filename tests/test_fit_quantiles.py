@@ -25,6 +25,7 @@ from tailkit.fit._quantiles import (
     sorted_quantiles,
 )
 from tailkit.fit._tail_warning import tail_warning
+from tailkit.text import seconds
 
 
 MU, SIGMA = math.log(8.0), 0.8
@@ -506,8 +507,8 @@ def test_tail_warning_when_cuts_hide_the_p99() -> None:
     assert (
         f"p99 is hidden by cut calls ({n_cut} cut in all): {n_cut} of 2,000 calls were cut after "
         f"the last finished "
-        f"one ({last:.3g} s), so the survival curve stops at {n_cut / 2000:.1%}, above the "
-        f"p99's 1%; only calls followed past the p99 (more than {cap:.3g} s) can bound it"
+        f"one ({seconds(last)}), so the survival curve stops at {n_cut / 2000:.1%}, above the "
+        f"p99's 1%; only calls followed past the p99 (more than {seconds(cap)}) can bound it"
     ) == warning
 
 

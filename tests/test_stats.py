@@ -125,8 +125,9 @@ def test_bad_grouping_is_refused() -> None:
     """
     Grouping by a column that is not in the call record names the valid ones.
     """
-    with pytest.raises(ConfigError, match=r"--by 'modle' is not a call-record column"):
+    with pytest.raises(ConfigError, match=r"^by 'modle' is not a call-record column") as err:
         TableQuery(by=("modle",))
+    assert ("by", "modle") == (err.value.field, err.value.value)
 
 
 def test_cli_json_and_csv(llmperf_db: Path, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_a_billion_runs_are_refused_before_any_work(
     assert result.output == (
         f"Error: {option} must be at most 10,000,000, got 1,000,000,000: every run's end-to-end "
         "time is kept for exact quantiles (8 bytes a run, per policy); 10,000,000 runs already "
-        "give a 1% miss rate to ±0.006 percentage points\n"
+        "give a 1% miss rate to ±0.006 percentage points. Pass 10,000,000 runs or fewer.\n"
     )
     assert not (tmp_path / "plan.yaml").exists()
 

@@ -144,8 +144,8 @@ def calibrate(
         ThinSampleError: A step's route has too few calls in its bucket.
         ConfigError: An override is out of range, or a number of runs above `MAX_RUNS`.
     """
-    check_run_count(runs, name="--runs")
-    check_run_count(check_runs, name="--check-runs")
+    check_run_count(runs, name="runs")
+    check_run_count(check_runs, name="check_runs")
     check_run_count(replicate_runs, name="replicate_runs")
     plan = with_overrides(workflow_of(plan), deadline_s=deadline_s, budget=budget)
     hedges = {

@@ -8,13 +8,16 @@ import math
 
 from tailkit.calibration._search import GENERATION_TAIL, Choice
 from tailkit.simulation import RouteSample
+from tailkit.text import Advice
 
 
 def cutoff_note(name: str, sample: RouteSample, choice: Choice, *, idempotent: bool) -> str:
     """
     One line: the total cutoff beside a TTFT cutoff and the stall cutoff, set or not, and why.
+
+    An `Advice`: where it advises a parameter, the CLI renders it as a flag.
     """
-    return f"step {name!r}: {_total(sample, choice)}; {_stall(sample, choice, idempotent)}"
+    return Advice(f"step {name!r}: {_total(sample, choice)}; {_stall(sample, choice, idempotent)}")
 
 
 def _total(sample: RouteSample, choice: Choice) -> str:
@@ -48,7 +51,7 @@ def _stall(sample: RouteSample, choice: Choice, idempotent: bool) -> str:
             "token to end; a stream slow throughout looks the same as a stalled one)"
         )
     if sample.gap_s is None:
-        why = "a fitted lognormal has no calls to cut (use --latency empirical)"
+        why = "a fitted lognormal has no calls to cut (resample the calls: {latency} 'empirical')"
     elif not idempotent:
         why = "the step is not idempotent, so a stall could start nothing"
     else:

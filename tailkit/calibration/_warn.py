@@ -20,6 +20,7 @@ import numpy as np
 
 from tailkit.fit import quantile
 from tailkit.simulation import Draws, run_workflow, widen_fixes, workflow_model
+from tailkit.text import Advice, percent, percent_span
 
 
 if TYPE_CHECKING:
@@ -61,14 +62,14 @@ def prediction_warnings(plan: Plan, prediction: Prediction) -> tuple[str, ...]:
     thin_warning = _thin(plan, prediction)
     if thin_warning:
         out.append(thin_warning)
-    return tuple(out)
+    return tuple(Advice(warning) for warning in out)
 
 
 _REPEATS = ("hedge", "retry", "downgrade")  # actions that start a fresh attempt of the step
 CONFIRM = (
     "repeat attempts (hedges or retries of its slow calls, linked by idempotency key: ingest "
-    "an executor ledger with tailkit ingest --format trace) or paired calls (the same job on "
-    "other routes: a job_key column, or --map job_key=<your prompt id field>)"
+    "an executor ledger in its format, {format} trace) or paired calls (the same job on "
+    "other routes: a job_key column, or {map} job_key=<your prompt id field>)"
 )
 
 
@@ -133,7 +134,7 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
                 f"plan's {action} goes to the same provider ({provider}): a retry on the same "
                 f"provider does not escape a spell; {fix}"
             )
-    return tuple(out)
+    return tuple(Advice(warning) for warning in out)
 
 
 def _measured(step: Step) -> bool:
@@ -188,8 +189,8 @@ def _other_providers(plan: Plan, step: Step) -> list[str]:
 def _hopeless(plan: Plan, prediction: Prediction) -> str:
     miss = prediction.miss_rate
     text = (
-        f"the deadline is out of reach: {_pct(miss.value)} of runs miss {plan.deadline_s:g} s "
-        f"even with the plan (95% interval {_span(miss.low, miss.high)}); the median "
+        f"the deadline is out of reach: {percent(miss.value)} of runs miss {plan.deadline_s:g} s "
+        f"even with the plan (95% interval {percent_span(miss.low, miss.high)}); the median "
         f"run takes {prediction.p50_s.value:.1f} s. "
     )
     # the same plan without a deadline: how long its runs take when nothing cuts them short
@@ -203,13 +204,14 @@ def _hopeless(plan: Plan, prediction: Prediction) -> str:
     if not math.isfinite(needed):
         failed = 1.0 - float(outcome.ok.mean())
         return text + (
-            f"Even without a deadline {_pct(failed)} of runs fail (errors or invalid output): "
+            f"Even without a deadline {percent(failed)} of runs fail (errors or invalid output): "
             "no deadline brings misses down to 5%; give the failing steps an upgrade_route "
             "or make them optional"
         )
     return text + (
         f"A deadline of about {math.ceil(needed):d} s would miss {TARGET_MISS_RATE:.0%} with "
-        f"these cutoffs: raise deadline_s (or --deadline {math.ceil(needed):d}), or shorten "
+        f"these cutoffs: raise the plan's deadline_s (or calibrate with {{deadline_s}} "
+        f"{math.ceil(needed):d}), or shorten "
         "the workflow's longest chain of steps"
     )
 
@@ -219,12 +221,12 @@ def _over_budget(plan: Plan, prediction: Prediction) -> str | None:
     if extra.high <= budget + 1e-12:
         return None
     spent = (
-        f"{_pct(extra.value)} extra attempts per first attempt (95% interval "
-        f"{_span(extra.low, extra.high)}) against a hedge budget of {_pct(budget)}"
+        f"{percent(extra.value)} extra attempts per first attempt (95% interval "
+        f"{percent_span(extra.low, extra.high)}) against a hedge budget of {percent(budget)}"
     )
     margin = math.floor(max(budget - (extra.high - extra.value), 0.0) * 1000) / 1000
     fix = (
-        f"raise hedge_budget, or calibrate with --budget {margin:g} to keep a margin "
+        f"raise hedge_budget, or calibrate with {{budget}} {margin:g} to keep a margin "
         "(or move cutoffs later)"
     )
     if extra.value > budget + 1e-12:
@@ -257,16 +259,7 @@ def _thin(plan: Plan, prediction: Prediction) -> str | None:
     widen = widen_fixes(plan.steps[name] for name in thin_steps)
     fix = f"Ingest more calls of these routes, or {widen[:-2]}" if widen else "Ingest more calls"
     return (
-        f"the miss rate's 95% interval is wide, {_span(miss.low, miss.high)} around "
-        f"{_pct(miss.value)}, because the samples are thin: {named} (under {THIN_CALLS:,} "
+        f"the miss rate's 95% interval is wide, {percent_span(miss.low, miss.high)} around "
+        f"{percent(miss.value)}, because the samples are thin: {named} (under {THIN_CALLS:,} "
         f"calls, fewer than 10 lie beyond a p99). {fix}"
     )
-
-
-def _pct(share: float) -> str:
-    return f"{share:.1%}" if share < 0.1 else f"{share:.0%}"
-
-
-def _span(low: float, high: float) -> str:
-    digits = 2 if high < 0.01 else 1 if high < 0.1 else 0
-    return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"

@@ -19,6 +19,7 @@ from tailkit.fit._quantiles import (
     min_calls_for_quantile,
     split_censored,
 )
+from tailkit.text import seconds
 
 
 __all__ = ["tail_warning"]
@@ -86,10 +87,6 @@ def _what_bounds(km: KaplanMeier, n: int, q: float, level: float) -> tuple[int, 
     # these n calls do not bound it, whatever the filled-in steps suggest
     calls = max(math.ceil(scale * n) if math.isfinite(scale) else 0, floor, n + 1)
     return calls, _bounding_rank(n, q, z)
-
-
-def _seconds(x: float) -> str:
-    return f"{x:,.0f} s" if x >= 100.0 else f"{x:.3g} s"
 
 
 def tail_warning(
@@ -161,9 +158,9 @@ def tail_warning(
         after = int(np.count_nonzero(censored >= last))
         return (
             f"p99 is hidden by cut calls ({cut_in_all}): {after:,} of {n:,} calls were cut "
-            f"after the last finished one ({_seconds(last)}), so the survival curve stops at "
+            f"after the last finished one ({seconds(last)}), so the survival curve stops at "
             f"{float(km.survival[-1]):.1%}, above the p99's 1%; only calls followed past the "
-            f"p99 (more than {_seconds(p99_low)}) can bound it{also}"
+            f"p99 (more than {seconds(p99_low)}) can bound it{also}"
         )
     before = int(np.count_nonzero(censored < value))
     calls, rank = _what_bounds(km, n, 0.99, at)
@@ -179,10 +176,10 @@ def tail_warning(
         (far,) = km.quantiles(np.array([follow]), level)[0]
         # at the end of the curve the quantile is only known to be at least that far out
         end = float(km.times[-1])
-        where = f"at least {_seconds(end)}" if far >= end else _seconds(far)
+        where = f"at least {seconds(end)}" if far >= end else seconds(far)
         remedy += f", or no cut before the {label(follow)} ({where})"
     wide_note = f" (each end at {wide:.1%})" if subject == "p99/p50" else ""
     return (
         f"{subject}'s upper end is unbounded{wide_note}: {before:,} of {n:,} calls were cut "
-        f"before {_seconds(value)}, the p99 ({cut_in_all}); {remedy}"
+        f"before {seconds(value)}, the p99 ({cut_in_all}); {remedy}"
     )

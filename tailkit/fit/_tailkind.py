@@ -42,6 +42,7 @@ from tailkit.estimate import Estimate
 from tailkit.fit._quantiles import quantile
 from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
 from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
+from tailkit.text import percent
 
 
 __all__ = ["TAIL_KINDS", "HedgeEvidence", "TailKind", "hedge_evidence", "tail_kind"]
@@ -363,10 +364,6 @@ def _residual_top(residual: _Array) -> npt.NDArray[np.bool_]:
     return residual >= quantile(residual, 0.95)
 
 
-def _percent(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
 def _decide(
     size: SizeModel,
     tail: ResidualTail,
@@ -386,7 +383,7 @@ def _decide(
     """
     share = tail.share_interval
     explained = (
-        f"size explains {_percent(max(size.r2, 0.0))} of the spread"
+        f"size explains {percent(max(size.r2, 0.0))} of the spread"
         if size.features
         else "no call size to measure: token counts are missing or all alike"
     )
@@ -395,13 +392,13 @@ def _decide(
         parts = []
         if tail.present:
             parts.append(
-                f"{_percent(tail.share)} [{_percent(share.low)}–{_percent(share.high)}] of "
+                f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
                 f"calls are {tail.scale:.1f}{_TIMES} slower than a call of their size"
             )
         if first is not None and first.present:
             low, high = first.share_interval.low, first.share_interval.high
             parts.append(
-                f"{_percent(first.share)} [{_percent(low)}–{_percent(high)}] wait "
+                f"{percent(first.share)} [{percent(low)}–{percent(high)}] wait "
                 f"{first.scale:.1f}{_TIMES} longer for their first token"
             )
         what = " and ".join(parts)
@@ -438,18 +435,18 @@ def _decide(
         )
     if size.explains and share.high < WORK_SHARE_MAX and ttft_clear:
         return "work", (
-            f"work: {explained}, and at most {_percent(share.high)} of calls are materially "
+            f"work: {explained}, and at most {percent(share.high)} of calls are materially "
             "slower than their size predicts: a fresh attempt would be just as slow"
         )
     if size.explains:
         needed = math.ceil(-math.log((1.0 - share.level) / 2.0) / WORK_SHARE_MAX)
         return "unknown", (
             f"can't tell: {explained}, but {n} calls cannot rule out a transient tail of "
-            f"up to {_percent(share.high)} of calls (about {needed:,} calls with no slow "
+            f"up to {percent(share.high)} of calls (about {needed:,} calls with no slow "
             "outlier would)"
         )
     skewed = [
-        f"{_percent(t.share)} of {what} lie beyond 3 body spreads"
+        f"{percent(t.share)} of {what} lie beyond 3 body spreads"
         for t, what in ((tail, "calls"), (first, "first tokens"))
         if t is not None and t.skewed
     ]
@@ -476,8 +473,8 @@ def _seen(name: str, evidence: HedgeEvidence) -> str:
     What repeat attempts or paired calls showed, with the share's interval.
     """
     share = (
-        f"{_percent(evidence.share)} [{_percent(evidence.interval.low)}–"
-        f"{_percent(evidence.interval.high)}]"
+        f"{percent(evidence.share)} [{percent(evidence.interval.low)}–"
+        f"{percent(evidence.interval.high)}]"
     )
     if name == REPEATS:
         what = "fresh attempts of slow calls finished fast"

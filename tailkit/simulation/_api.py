@@ -30,18 +30,18 @@ def check_run_count(runs: int, *, name: str = "runs") -> None:
 
     Args:
         runs: The number asked for.
-        name: What to call it in the message (an option such as ``--check-runs``).
+        name: The parameter it was given as (``runs``, ``check_runs``): the error's field.
 
     Raises:
         ConfigError: ``runs`` is above `MAX_RUNS`.
     """
     if runs > MAX_RUNS:
         msg = (
-            f"{name} must be at most {MAX_RUNS:,}, got {runs:,}: every run's end-to-end time is "
-            f"kept for exact quantiles (8 bytes a run, per policy); {MAX_RUNS:,} runs already "
-            "give a 1% miss rate to ±0.006 percentage points"
+            f"{{field}} must be at most {MAX_RUNS:,}, got {runs:,}: every run's end-to-end time "
+            f"is kept for exact quantiles (8 bytes a run, per policy); {MAX_RUNS:,} runs already "
+            "give a 1% miss rate to ±0.006 percentage points."
         )
-        raise ConfigError(msg)
+        raise ConfigError(msg, field=name, value=runs, fix=f"Pass {MAX_RUNS:,} runs or fewer.")
 
 
 def with_overrides(plan: Plan, *, deadline_s: float | None, budget: float | None) -> Plan:
@@ -50,20 +50,30 @@ def with_overrides(plan: Plan, *, deadline_s: float | None, budget: float | None
 
     Args:
         plan: The plan (or workflow) as loaded.
-        deadline_s: ``--deadline``: end-to-end seconds (``None``: the plan's).
-        budget: ``--budget``: extra attempts per first attempt, in [0, 1] (``None``: the plan's).
+        deadline_s: End-to-end seconds (``None``: the plan's).
+        budget: Extra attempts per first attempt, in [0, 1] (``None``: the plan's).
 
     Raises:
-        ConfigError: A value out of range, with the option's name.
+        ConfigError: A value out of range, with the parameter as its field.
     """
     import dataclasses
 
     if budget is not None and not 0.0 <= budget <= 1.0:
-        msg = f"--budget must be between 0 and 1 (extra attempts per first attempt), got {budget}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be between 0 and 1 (extra attempts per first attempt), got {budget}."
+        raise ConfigError(
+            msg,
+            field="budget",
+            value=budget,
+            fix="Pass a share such as 0.05 (5 extra attempts per 100 first attempts).",
+        )
     if deadline_s is not None and not deadline_s > 0.0:
-        msg = f"--deadline must be a positive number of seconds, got {deadline_s}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be a positive number of seconds, got {deadline_s}."
+        raise ConfigError(
+            msg,
+            field="deadline_s",
+            value=deadline_s,
+            fix="Pass the workflow's end-to-end deadline in seconds, such as 60.",
+        )
     return dataclasses.replace(
         plan,
         hedge_budget=plan.hedge_budget if budget is None else budget,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from tailkit.simulation._build import SampleKey, step_routes
 from tailkit.simulation._fetch import CUT, Need, RouteData, _counts, fetch
 from tailkit.simulation._sample import RouteSample
 from tailkit.store import Store, calls_with_buckets_sql
+from tailkit.text import name_parameters
 
 
 DEFAULT_MIN_CALLS = 200
@@ -33,7 +34,13 @@ SAMPLE_CALLS = 100_000
 class ThinSampleError(ConfigError):
     """
     A step's route has too few calls in its bucket to calibrate on.
+
+    Its fixes name several parameters (``min_calls``, the bucket edges), each as a
+    ``{parameter}`` token that `render` spells as its caller does (`tailkit.text.Advice`).
     """
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        return name_parameters(super().render(name), name)
 
 
 def _bucket_filter(buckets: Buckets, step: Step) -> tuple[str | None, str | None, str]:
@@ -60,15 +67,16 @@ def widen_fixes(steps: Iterable[Step]) -> str:
     How to widen the buckets of ``steps``, only what applies to their expected tokens.
 
     Returns:
-        ``"widen the bucket (…), "``, naming ``drop expected_tokens.output`` and the edge
-        options of the token counts the steps set; ``""`` when none sets any (one bucket).
+        ``"widen the bucket (…), "``, naming ``drop expected_tokens.output`` and the bucket
+        edges of the token counts the steps set, as ``{input_edges}`` / ``{output_edges}``
+        tokens (`tailkit.text.Advice`); ``""`` when none sets any (one bucket).
     """
     steps = list(steps)
     has_input = any(step.expected_tokens.input is not None for step in steps)
     has_output = any(step.expected_tokens.output is not None for step in steps)
     edges = "/".join(
         option
-        for option, used in (("--input-edges", has_input), ("--output-edges", has_output))
+        for option, used in (("{input_edges}", has_input), ("{output_edges}", has_output))
         if used
     )
     if not edges:
@@ -178,8 +186,13 @@ def load_samples(
         ThinSampleError: A route a step uses has fewer than ``min_calls`` calls in its bucket.
     """
     if latency not in LATENCY_SOURCES:
-        msg = f"--latency must be one of {', '.join(LATENCY_SOURCES)}, got {latency!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be one of {', '.join(LATENCY_SOURCES)}, got {latency!r}."
+        raise ConfigError(
+            msg,
+            field="latency",
+            value=latency,
+            fix=f"Pass {' or '.join(repr(s) for s in LATENCY_SOURCES)}.",
+        )
     buckets = buckets or Buckets()
     pairs = {
         (name, route): step
@@ -204,7 +217,9 @@ def load_samples(
             need = _need(plan.routes[route], step, buckets)
             thin = f"step {name!r}: route {route}"
             raise ThinSampleError(
-                _refusal(store, buckets, need, step, thin=thin, label=label, min_calls=min_calls)
+                _refusal(store, buckets, need, step, thin=thin, label=label, min_calls=min_calls),
+                field="min_calls",
+                value=min_calls,
             )
     return out
 
@@ -217,7 +232,7 @@ def _refusal(
 
     Counted again here, on the refusal's path only: with fewer than two finished calls the
     route has no sample, and "0 calls" would hide 300 cut or failed ones, for which lowering
-    --min-calls cannot help.
+    ``min_calls`` cannot help. The message names its parameters as ``{parameter}`` tokens.
     """
     base = calls_with_buckets_sql(buckets, where=need.route_sql())
     counts = _counts(store, base, [need])[need]
@@ -231,7 +246,7 @@ def _refusal(
         )
         return (
             f"{thin} has {calls} calls in bucket {label} (needs {min_calls}){failed}. "
-            f"Ingest more logs for this route, {widen}or lower --min-calls"
+            f"Ingest more logs for this route, {widen}or lower {{min_calls}}"
         )
     if counts.attempts == 0:
         return f"{thin} has no calls in bucket {label}. Ingest logs for this route, {widen}".rstrip(
@@ -266,6 +281,6 @@ def _refusal(
     widen = f", or {widen.rstrip(', ')}" if widen else ""
     return (
         f"{thin} has fewer than 2 finished calls in bucket {label}, so no latency to "
-        f"calibrate on: {what}. Lowering --min-calls cannot help: ingest {fix} for this "
+        f"calibrate on: {what}. Lowering {{min_calls}} cannot help: ingest {fix} for this "
         f"route{widen}"
     )

@@ -384,6 +384,11 @@ def _check_fit(note: str | None) -> None:
     if note is not None:
         msg = (
             f"this route's latency has no lognormal fit ({note}): ingest more finished calls "
-            "of the route, or use --latency empirical with calls cut later"
+            "of the route, or resample its calls ({field} 'empirical') with calls cut later"
         )
-        raise ConfigError(msg)
+        raise ConfigError(
+            msg,
+            field="latency",
+            value="lognormal",
+            fix="ingest more finished calls of the route",
+        )

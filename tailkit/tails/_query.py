@@ -39,18 +39,31 @@ class TableQuery:
     def __post_init__(self) -> None:
         for name in self.by:
             if name not in _GROUPABLE:
-                msg = (
-                    f"--by {name!r} is not a call-record column to group by; "
-                    f"use {', '.join(_GROUPABLE)}"
+                fix = f"use {', '.join(_GROUPABLE)}"
+                msg = f"{{field}} {name!r} is not a call-record column to group by; {fix}"
+                raise ConfigError(
+                    msg,
+                    field="by",
+                    value=name,
+                    fix=fix,
                 )
-                raise ConfigError(msg)
         for name in self.bucket:
             if name not in _BUCKETS:
-                msg = f"--bucket {name!r} must be input, output, or none"
-                raise ConfigError(msg)
+                msg = f"{{field}} {name!r} must be input, output, or none."
+                raise ConfigError(
+                    msg,
+                    field="bucket",
+                    value=name,
+                    fix="Pass input, output, both, or none.",
+                )
         if not self.by and not self.bucket:
-            msg = "group by at least one column or bucket (--by provider,model)"
-            raise ConfigError(msg)
+            msg = "group by at least one column or bucket ({field} provider,model)."
+            raise ConfigError(
+                msg,
+                field="by",
+                value=(),
+                fix="Pass a column such as provider.",
+            )
 
     @property
     def keys(self) -> tuple[str, ...]:
