@@ -17,7 +17,7 @@ from tailkit.errors import TailkitError
 def docs(
     name: Annotated[
         str | None,
-        typer.Argument(metavar="PAGE", help="A page to print: call-record, plan, deadline, …"),
+        typer.Argument(metavar="PAGE", help="A page to print: stats, calibrate, plan, executor, …"),
     ] = None,
     path: Annotated[
         bool, typer.Option("--path", help="Print the page's file path instead of its text.")
@@ -27,14 +27,15 @@ def docs(
     """
     List the reference pages, or print one (Markdown).
 
-    The pages ship with tailkit: the call record (every field --map accepts, units, rules),
-    the plan file, the deadline rule and its headers, the ledger, and the formats ingest reads.
+    The pages ship with tailkit: one per command (its options and what it does), the executor,
+    the call record (every field --map accepts, units, rules), the plan file, the deadline rule
+    and its headers, the ledger, and the formats ingest reads.
 
     Example:
 
         tailkit docs
 
-        tailkit docs plan
+        tailkit docs stats
 
         tailkit docs call-record --path
     """
