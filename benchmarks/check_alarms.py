@@ -276,7 +276,7 @@ def study(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _share(k: int, n: int) -> dict[str, float | int]:
-    from tailkit.check._estimate import rate
+    from tailkit.check.lowlevel import rate
 
     est = rate(k, n)
     return {"k": k, "n": n, "share": est.value, "low": est.low, "high": est.high}

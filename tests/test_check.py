@@ -35,7 +35,7 @@ from tailkit.check import (
     check_plan,
     observe,
 )
-from tailkit.check._estimate import quantiles, rate, ratio
+from tailkit.check.lowlevel import observed_quantiles, rate, ratio
 from tailkit.cli import app
 from tailkit.config import parse_plan
 from tailkit.errors import ConfigError, IngestError
@@ -250,7 +250,7 @@ def test_garwood_interval_at_zero_events_is_minus_log_alpha_over_n() -> None:
 
 def test_quantiles_of_units_cut_at_the_deadline_are_bounded_below_only() -> None:
     """Half the runs cut by the deadline: the p99 is more than what was seen, unbounded above."""
-    (p99,) = quantiles([1.0 + i / 100 for i in range(200)], [40.0] * 200, (0.99,))
+    (p99,) = observed_quantiles([1.0 + i / 100 for i in range(200)], [40.0] * 200, (0.99,))
     assert math.isinf(p99.value)
     assert math.isinf(p99.high)
     assert p99.low >= 2.0

@@ -25,8 +25,7 @@ from tailkit.check import (
     check_plan,
     observe,
 )
-from tailkit.check._estimate import at_level, rate, ratio
-from tailkit.check._rule import line_level
+from tailkit.check.lowlevel import at_level, line_level, rate, ratio
 from tailkit.config import Plan, PlanInterval, StepInterval, parse_plan
 from tests.test_check import T0, World, _line, ledger, plan_yaml
 

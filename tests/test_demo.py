@@ -18,7 +18,7 @@ from tailkit.config import load_plan
 from tailkit.demo import _demo
 from tailkit.demo._generate import write_sample
 from tailkit.errors import TailkitError
-from tailkit.replay import compare_sides
+from tailkit.replay.lowlevel import compare_sides
 
 from .conftest import ROOT
 
@@ -127,7 +127,7 @@ def test_the_plan_helps_only_when_the_test_says_so() -> None:
     better = compare_sides((13, 5), (200, 200), p99_s=unbounded)
 
     assert ("can't tell", "can't tell") == (worse.verdict, better.verdict)
-    assert worse.sentence().startswith("can't tell whether the plan helps: misses 6.5 % → 7.0 %")
+    assert worse.sentence().startswith("can't tell whether the plan helps: misses 6.5% → 7.0%")
     assert "about 421 runs per side would tell a difference the size seen" in better.sentence()
     assert better.runs_needed is not None
     assert worse.runs_needed is not None
@@ -143,7 +143,7 @@ def test_a_significant_difference_is_named_both_ways() -> None:
     assert helps.p_value < 0.05
     assert hurts.p_value < 0.05
     assert (
-        "the plan helps: misses 8.0 % → 2.0 % (16 of 200 runs, 4 of 200; exact test p = 0.0099)"
+        "the plan helps: misses 8.0% → 2.0% (16 of 200 runs, 4 of 200; exact test p = 0.0099)"
         == (helps.sentence())
     )
     assert helps.runs_needed is None
@@ -166,7 +166,7 @@ def test_equal_misses_size_the_runs_by_the_prediction() -> None:
     predicted = compare_sides((0, 0), (30, 30), predicted_miss_rates=(0.082, 0.03))
     nothing = compare_sides((0, 0), (30, 30))
 
-    assert "the size predicted (8.2 % → 3.0 %)" in predicted.reason
+    assert "the size predicted (8.2% → 3.0%)" in predicted.reason
     assert 300 < (predicted.runs_needed or 0) < 320
     assert nothing.runs_needed is None
     assert "no difference seen or predicted" in nothing.reason

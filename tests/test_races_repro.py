@@ -32,7 +32,7 @@ from tailkit.adapters.openai import chat_attempt
 from tailkit.config import parse_plan
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor import Executor, JsonlSink, Ledger, deadline_after
-from tailkit.replay._fidelity import LagMonitor
+from tailkit.replay.lowlevel import LagMonitor
 from tailkit.serve import ModelProfile, ServeConfig, Server
 
 

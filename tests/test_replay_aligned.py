@@ -23,7 +23,8 @@ from tailkit.ingest import ingest_paths
 from tailkit.replay._aligned import _nearest_size, _repeats
 from tailkit.replay._pool import Calls
 from tailkit.replay._tables import ServedModels, served_models
-from tailkit.serve import ServeConfig, Server, dump_outcomes, serve_outcomes
+from tailkit.serve import ServeConfig, Server, serve_outcomes
+from tailkit.serve.lowlevel import dump_outcomes
 from tailkit.simulation import load_samples
 from tailkit.store import Store
 

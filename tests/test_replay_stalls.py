@@ -26,15 +26,9 @@ from tailkit.config import parse_plan
 from tailkit.errors import ConfigError
 from tailkit.ingest import ingest_paths
 from tailkit.replay._tables import _outcomes, chunk_tokens, served_models
-from tailkit.serve import (
-    ModelProfile,
-    Outcomes,
-    ServeConfig,
-    Server,
-    dump_outcomes,
-    serve_outcomes,
-)
+from tailkit.serve import ModelProfile, ServeConfig, Server, serve_outcomes
 from tailkit.serve._draw import draw
+from tailkit.serve.lowlevel import Outcomes, dump_outcomes
 from tailkit.simulation import RouteSample, load_samples
 from tailkit.store import Store
 

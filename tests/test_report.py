@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 from tailkit.calibration import calibrate
 from tailkit.cli import app
 from tailkit.config import dump_plan, load_plan
-from tailkit.executor._ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.ingest import ingest_paths
+from tailkit.ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.report import write_report
 from tailkit.store import Store
 
@@ -205,7 +205,7 @@ def test_sections_without_data_say_so(reports: dict[str, Path]) -> None:
     bare, full = _page(reports["bare"]), _page(reports["full"])
 
     assert [
-        "No plan given (--plan): no workflow section.",
+        "No plan given: no workflow section (pass a calibrated plan).",
         "No executor traces (source 'tailkit-executor').",
     ] == bare.notes
     assert [] == full.notes
@@ -228,7 +228,7 @@ def test_plan_and_traces_add_their_figures(reports: dict[str, Path]) -> None:
     # 6 hedges over 40 logical calls (20 runs x 2 steps); 5 won, the abandoned one did not;
     # 4 summarize calls had their action skipped by the budget
     assert (
-        "Hedges fired on 15.0% of 40 calls and won 83.3% of their races; "
+        "Hedges fired on 15% of 40 calls and won 83% of their races; "
         "1 completion abandoned, 4 actions skipped by budget or throttle"
     ) == hedges
     assert any(t.startswith("The plan misses the 90 s deadline in ") for t in titles)

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.config import parse_plan
-from tailkit.executor._ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.ingest import ingest_paths
+from tailkit.ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.report import write_report_result
 from tailkit.report._common import finish
 from tailkit.report._routes import load_tail_data
@@ -180,7 +180,7 @@ def test_text_prints_the_path_on_stdout_and_findings_on_stderr(
     lines = result.stderr.splitlines()
     assert lines[0].startswith("1,500 calls in 5 of 6 routes by provider, model; left out: ")
     assert lines[1].startswith("  openai/model-5 has the heaviest tail (p99 is ")
-    assert "  Workflow: No plan given (--plan): no workflow section." in lines
+    assert "  Workflow: No plan given: no workflow section (pass a calibrated plan)." in lines
     assert (0, f"{out / 'index.html'}\n", "") == (quiet.exit_code, quiet.stdout, quiet.stderr)
 
 
@@ -245,16 +245,6 @@ def test_every_option_the_page_advises_is_an_option_of_report(
     assert "has no calls in bucket in 0-1k / out 0-64" in note  # the edges were applied
     default = next(p for p in command.params if p.name == "min_calls").default
     assert DEFAULT_MIN_CALLS == default
-
-
-def test_replay_notes_name_their_own_command() -> None:
-    """A replay note's option is named with `tailkit replay`, which has it."""
-    from tailkit.report._replay import from_replay
-
-    assert "rerun with a larger tailkit replay --time-scale (e.g. 0.5)" == from_replay(
-        "rerun with a larger --time-scale (e.g. 0.5)"
-    )
-    assert "tailkit replay --runs 5" == from_replay("tailkit replay --runs 5")
 
 
 def _overlap(a: object, b: object) -> bool:

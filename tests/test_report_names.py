@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from tailkit.config import parse_plan
-from tailkit.executor._ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.ingest import ingest_paths
+from tailkit.ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.report import write_report
 from tailkit.report._common import finish, new_figure
 from tailkit.store import Store

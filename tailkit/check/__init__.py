@@ -19,57 +19,35 @@ Example::
     for line in report.drifted:
         print(line.scope, line.figure, line.reason, line.cause)
     raise SystemExit(report.exit_code)
+
+Each observed figure is a `tailkit.estimate.Estimate` (``value``, ``low``, ``high``, ``n``,
+``method``, ``level``). The building blocks (the intervals, the rule, the defaults, the words
+a line is written in) are in `tailkit.check.lowlevel`.
 """
 
-from tailkit.check._check import MIN_RUNS as MIN_RUNS
-from tailkit.check._check import THIN_BASIS_CALLS as THIN_BASIS_CALLS
-from tailkit.check._check import TOLERANCE as TOLERANCE
 from tailkit.check._check import check_observation as check_observation
 from tailkit.check._check import check_plan as check_plan
-from tailkit.check._check import figure_text as figure_text
-from tailkit.check._check import observed_text as observed_text
-from tailkit.check._estimate import LEVEL as LEVEL
-from tailkit.check._estimate import Durations as Durations
-from tailkit.check._estimate import Estimate as Estimate
 from tailkit.check._observation import Observation as Observation
-from tailkit.check._observation import RouteAttempts as RouteAttempts
 from tailkit.check._observation import StepObservation as StepObservation
 from tailkit.check._observe import observe as observe
 from tailkit.check._report import CANT_TELL as CANT_TELL
 from tailkit.check._report import DRIFTED as DRIFTED
 from tailkit.check._report import HOLDS as HOLDS
-from tailkit.check._report import STEP_FIGURES as STEP_FIGURES
-from tailkit.check._report import VERDICTS as VERDICTS
 from tailkit.check._report import WORKFLOW as WORKFLOW
-from tailkit.check._report import WORKFLOW_FIGURES as WORKFLOW_FIGURES
 from tailkit.check._report import CheckLine as CheckLine
 from tailkit.check._report import CheckReport as CheckReport
-from tailkit.check._report import Judged as Judged
 
 
 __all__ = [
     "CANT_TELL",
     "DRIFTED",
     "HOLDS",
-    "LEVEL",
-    "MIN_RUNS",
-    "STEP_FIGURES",
-    "THIN_BASIS_CALLS",
-    "TOLERANCE",
-    "VERDICTS",
     "WORKFLOW",
-    "WORKFLOW_FIGURES",
     "CheckLine",
     "CheckReport",
-    "Durations",
-    "Estimate",
-    "Judged",
     "Observation",
-    "RouteAttempts",
     "StepObservation",
     "check_observation",
     "check_plan",
-    "figure_text",
     "observe",
-    "observed_text",
 ]

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 
-from tailkit.check._estimate import Estimate
+from tailkit import text
 from tailkit.check._observation import StepObservation
-from tailkit.check._report import WORKFLOW, Cause
+from tailkit.check._report import WORKFLOW, Cause, figure_text, observed_text
 from tailkit.check._rule import apart, close, plan_bounds, plan_interval
 from tailkit.config import Plan
+from tailkit.estimate import Estimate
 
 
 _UP = ("p50_s", "p99_s", "miss_rate")  # figures that get worse upwards
@@ -50,10 +51,6 @@ def _matters(figure: str, pred: float, est: Estimate, count: int) -> bool:
     value = est.value if math.isfinite(est.value) else est.low
     room = 1.0 - quantile if quantile is not None else abs(value - pred)
     return count / est.n >= room / 4.0
-
-
-def _pct(share: float) -> str:
-    return f"{share:.0%}" if share >= 0.01 else f"{share:.1%}"
 
 
 class Causes:
@@ -163,8 +160,6 @@ class Causes:
             side = apart(first, bounds)
             if side == 0 or (side > 0) != slower or close(body, first.value, self.tolerance):
                 continue
-            from tailkit.check._check import figure_text, observed_text
-
             text = (
                 f"{s.route} ({s.name}): first attempts' p50 "
                 f"{observed_text('p50_s', s.first_attempt_p50_s)} against "
@@ -181,7 +176,7 @@ class Causes:
             (
                 r.failed_share,
                 f"{r.route} ({s.name}) failed {r.failed:,} of {r.attempts:,} "
-                f"attempts ({_pct(r.failed_share)})",
+                f"attempts ({text.percent(r.failed_share)})",
             )
             for s in steps
             for r in s.routes
@@ -229,8 +224,6 @@ class Causes:
         own = plan_interval(owner, figure)
         predicted = getattr(owner, figure)
         if own is not None and own[1] - own[0] > _WIDE * abs(predicted):
-            from tailkit.check._check import figure_text
-
             shown = f"[{figure_text(figure, own[0])}–{figure_text(figure, own[1])}]"
             out.append(
                 Cause(

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailkit.check._causes import Causes
-from tailkit.check._estimate import LEVEL, Estimate
 from tailkit.check._observation import Observation, StepObservation
 from tailkit.check._observe import Ledgers, observe, resolve_plan
 from tailkit.check._report import (
@@ -44,6 +43,7 @@ from tailkit.check._report import (
 from tailkit.check._rule import apart, close, line_level, plan_bounds, plan_interval
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
+from tailkit.estimate import LEVEL, Estimate
 from tailkit.formats import ScanOptions
 
 
@@ -53,8 +53,6 @@ __all__ = [
     "TOLERANCE",
     "check_observation",
     "check_plan",
-    "figure_text",
-    "observed_text",
 ]
 
 TOLERANCE = 0.15
@@ -186,11 +184,21 @@ def check_observation(
     """
     loaded, name = resolve_plan(plan)
     if not (math.isfinite(tolerance) and 0.0 <= tolerance < 1.0):
-        msg = f"tolerance must be a share in [0, 1), e.g. 0.15, got {tolerance!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be a share in [0, 1), e.g. 0.15, got {tolerance!r}."
+        raise ConfigError(
+            msg,
+            field="tolerance",
+            value=tolerance,
+            fix="Pass the relative difference too small to drift as a share (0.15 is 15%).",
+        )
     if min_runs < 1:
-        msg = f"min_runs must be at least 1, got {min_runs!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be at least 1, got {min_runs!r}."
+        raise ConfigError(
+            msg,
+            field="min_runs",
+            value=min_runs,
+            fix="Pass the fewest runs a line is judged on (30 by default).",
+        )
     assert loaded.predicted is not None  # noqa: S101 - resolve_plan refuses a plan without
     bases = [s.basis.calls for s in loaded.steps.values() if s.basis is not None]
     every = list(observation.steps)
@@ -263,7 +271,8 @@ def check_plan(
         plan: A calibrated plan, or the path of its YAML file.
         ledgers: The executor's JSON-lines ledger(s), or any log ``tailkit ingest`` reads.
         format: ``auto`` or a format name, as for ``tailkit ingest``.
-        options: ``--map`` / ``--set`` / ``--unit``; ``None``: the columns as they are.
+        options: How to read the ledgers' columns (`ScanOptions`: ``mapping``, ``sets``,
+            ``unit``); ``None``: the columns as they are.
         tolerance: Relative difference too small to drift, whatever the intervals (0.15).
         min_runs: Fewer runs (or step calls) than this: can't tell (30).
         thin_basis_calls: A step calibrated on fewer calls has a thin basis (1,000).

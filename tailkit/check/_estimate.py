@@ -7,6 +7,16 @@ exact binomial (Clopper-Pearson) interval; extra attempts per first attempt, a c
 exposure, get the exact Poisson (Garwood) interval on the count, divided by the first attempts;
 quantiles get the distribution-free order-statistic interval (Hahn-Meeker), or Kaplan-Meier's
 when some units never finished (`tailkit.fit.empirical_quantiles`).
+
+`Estimate` is tailkit's one figure-with-an-interval (`tailkit.estimate`); each one made here
+carries the level it was read at. The point value of a quantile of units that all finished is
+the plain sample quantile by the ``"linear"`` method (type 7, `tailkit.fit.quantile`'s default,
+what ``tailkit stats`` prints); with unfinished units it is Kaplan-Meier's, which no plain
+sample quantile can give.
+
+In a check's JSON an estimate keeps the five keys ``docs/check.md`` documents (`estimate_json`):
+its level is the document's ``level`` (or the ``judged.level`` beside it), stated once there
+rather than on every figure.
 """
 
 from __future__ import annotations
@@ -17,9 +27,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tailkit.estimate import LEVEL, Estimate
 
-LEVEL = 0.95
-"""Default confidence level of the observed intervals."""
+
+__all__ = [
+    "CLOPPER_PEARSON",
+    "GARWOOD",
+    "NO_DATA",
+    "Durations",
+    "at_level",
+    "estimate_json",
+    "no_data",
+    "observed_quantiles",
+    "rate",
+    "ratio",
+]
 
 CLOPPER_PEARSON = "Clopper-Pearson"
 GARWOOD = "Poisson (Garwood)"
@@ -42,51 +64,10 @@ class Durations:
 
     def quantile(self, q: float, *, level: float = LEVEL) -> Estimate:
         """
-        The ``q`` quantile by the CDF with its interval at ``level`` (see `quantiles`).
+        The ``q`` quantile by the CDF with its interval at ``level`` (see `observed_quantiles`).
         """
-        (found,) = quantiles(self.finished_s, self.unfinished_s, (q,), level=level)
+        (found,) = observed_quantiles(self.finished_s, self.unfinished_s, (q,), level=level)
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """
-    One observed figure and its confidence interval (95 % unless asked otherwise).
-
-    Args:
-        value: The estimate (seconds, or a share / ratio); ``math.nan`` when there is no data,
-            ``math.inf`` for a quantile that units which never finished hide (it is more than
-            ``low``).
-        low: Lower end of the interval.
-        high: Upper end; ``math.inf`` when the data cannot bound it (e.g. a p99 from 50 runs).
-        n: Units it was computed from: runs, step calls or first attempts.
-        method: How the interval was computed (``Clopper-Pearson``, ``Poisson (Garwood)``,
-            ``order statistics``, ``Kaplan-Meier``, or ``no data``).
-    """
-
-    value: float
-    low: float
-    high: float
-    n: int
-    method: str
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, int | float) and self.low <= value <= self.high
-
-    def as_dict(self) -> dict[str, Any]:
-        """
-        JSON-ready values: a value or bound that is not a finite number is ``None``.
-
-        ``high: None`` means unbounded above; ``value: None`` with ``n > 0`` means hidden by
-        units that never finished (the figure is more than ``low``).
-        """
-        return {
-            "value": _finite(self.value),
-            "low": _finite(self.low),
-            "high": _finite(self.high),
-            "n": self.n,
-            "method": self.method,
-        }
 
 
 def at_level(
@@ -99,7 +80,7 @@ def at_level(
     ``durations`` it was read from (its ``q``); an estimate of nothing stays as it is.
 
     Args:
-        est: The estimate, as `rate`, `ratio` or `quantiles` made it.
+        est: The estimate, as `rate`, `ratio` or `observed_quantiles` made it.
         level: The confidence level wanted.
         durations: For a quantile, its units' durations (``None``: keep the interval).
         q: For a quantile, which one (``0.99`` is p99).
@@ -118,8 +99,17 @@ def at_level(
     return durations.quantile(q, level=level)
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+def estimate_json(est: Estimate) -> dict[str, Any]:
+    """
+    ``{"value", "low", "high", "n", "method"}``: an estimate in a check's JSON.
+
+    ``high: None`` means unbounded above; ``value: None`` with ``n > 0`` means hidden by units
+    that never finished (the figure is more than ``low``). The level is left out: the
+    document states it once (see the module docstring).
+    """
+    found = est.as_dict()
+    del found["level"]
+    return found
 
 
 def no_data() -> Estimate:
@@ -148,7 +138,7 @@ def rate(k: int, n: int, *, level: float = LEVEL) -> Estimate:
     alpha = 1.0 - level
     low = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2.0, k, n - k + 1))
     high = 1.0 if k == n else float(stats.beta.ppf(1.0 - alpha / 2.0, k + 1, n - k))
-    return Estimate(k / n, low, high, n, CLOPPER_PEARSON)
+    return Estimate(k / n, low, high, n, CLOPPER_PEARSON, level)
 
 
 def ratio(k: int, exposure: int, *, level: float = LEVEL) -> Estimate:
@@ -176,10 +166,10 @@ def ratio(k: int, exposure: int, *, level: float = LEVEL) -> Estimate:
     alpha = 1.0 - level
     low = 0.0 if k == 0 else float(stats.chi2.ppf(alpha / 2.0, 2 * k)) / 2.0
     high = float(stats.chi2.ppf(1.0 - alpha / 2.0, 2 * k + 2)) / 2.0
-    return Estimate(k / exposure, low / exposure, high / exposure, exposure, GARWOOD)
+    return Estimate(k / exposure, low / exposure, high / exposure, exposure, GARWOOD, level)
 
 
-def quantiles(
+def observed_quantiles(
     finished_s: Sequence[float],
     unfinished_s: Sequence[float],
     qs: Sequence[float],
@@ -211,4 +201,6 @@ def quantiles(
     latency = [*finished_s, *([math.nan] * len(unfinished_s))]
     censored = [*([math.nan] * len(finished_s)), *unfinished_s] if unfinished_s else None
     found = empirical_quantiles(latency, qs=qs, censored_at_s=censored, level=level)
-    return tuple(Estimate(e.value, e.interval.low, e.interval.high, e.n, e.method) for e in found)
+    return tuple(
+        Estimate(e.value, e.interval.low, e.interval.high, e.n, e.method, level) for e in found
+    )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailkit.check._estimate import Durations, Estimate, at_level
+from tailkit.check._estimate import Durations, at_level
+from tailkit.estimate import Estimate
 
 
 _QUANTILE = {"p50_s": 0.5, "p99_s": 0.99}

@@ -1,8 +1,8 @@
 """
 Read ledgers into a throwaway store and observe a plan's runs and steps in SQL.
 
-The ledgers are ingested as ``tailkit ingest`` would (any format it reads, ``--map`` /
-``--set`` / ``--unit`` through `ScanOptions`) into an in-memory store. Three tables follow:
+The ledgers are ingested as ``tailkit ingest`` would (any format it reads, mapped through
+`ScanOptions`) into an in-memory store. Three tables follow:
 ``ck_att``, one row per attempt of a step of the plan inside a run; ``ck_calls``, one row per
 step call (a run and a step), with its start, its winner's end, the last instant it was seen
 and its counts; and a per-run query over those. The intervals are computed in Python from the
@@ -16,10 +16,11 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from tailkit.check._estimate import LEVEL, Durations, quantiles, rate, ratio
+from tailkit.check._estimate import Durations, observed_quantiles, rate, ratio
 from tailkit.check._observation import Observation, RouteAttempts, StepObservation
 from tailkit.config import Plan, load_plan
 from tailkit.errors import ConfigError, IngestError
+from tailkit.estimate import LEVEL
 from tailkit.formats import ScanOptions
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
@@ -131,9 +132,11 @@ def _ingest(store: Store, paths: list[str], format: str, options: ScanOptions) -
     )
     for f in read:
         if (f.stored or f.rejected) and not found.get(f.ingest_id):
-            raise IngestError(_no_run(store, str(f.path), f.ingest_id, f.stored, f.rejected))
+            said = _no_run(store, str(f.path), f.ingest_id, f.stored, f.rejected)
+            raise IngestError(said, field="mapping", value=dict(options.mapping), fix=_MAP_FIX)
     if not found:
-        raise IngestError(_no_run(store, ", ".join(paths), None, 0, 0))
+        said = _no_run(store, ", ".join(paths), None, 0, 0)
+        raise IngestError(said, field="mapping", value=dict(options.mapping), fix=_MAP_FIX)
     return report.totals()["rejected"]
 
 
@@ -153,10 +156,12 @@ def _no_run(store: Store, name: str, ingest_id: int | None, stored: int, rejecte
     if rejected:
         what += f" ({rejected:,} lines rejected: see why with tailkit ingest and tailkit rejects)"
     return (
-        f"ledger {name!r}: no run of this plan's steps ({steps}): {what}; pass the ledger of "
-        "the executor that ran this plan, or name its columns with --map run_id=COLUMN "
-        "--map step=COLUMN"
+        f"ledger {name!r}: no run of this plan's steps ({steps}): {what}; if its run and "
+        "step columns have other names, map them with {field} (run_id=COLUMN, step=COLUMN)."
     )
+
+
+_MAP_FIX = "Pass the ledger of the executor that ran this plan."
 
 
 def resolve_plan(plan: Plan | str | os.PathLike[str]) -> tuple[Plan, str]:
@@ -177,11 +182,13 @@ def resolve_plan(plan: Plan | str | os.PathLike[str]) -> tuple[Plan, str]:
             if loaded.predicted is None
             else f"no prediction for step(s) {', '.join(missing)}"
         )
-        msg = (
-            f"{name}: {what}: calibrate it first "
-            "(tailkit calibrate WORKFLOW --out PLAN fills in predicted and basis)"
+        msg = f"{name}: {what}: calibrate it first."
+        raise ConfigError(
+            msg,
+            field="plan",
+            value=name,
+            fix="Calibrating the workflow writes a plan with predicted and basis.",
         )
-        raise ConfigError(msg)
     return loaded, name
 
 
@@ -211,7 +218,8 @@ def observe(
         ledgers: The executor's JSON-lines ledger(s), or any log ``tailkit ingest`` reads
             (files, folders or glob patterns); durations in seconds, ``started_at`` instants.
         format: ``auto`` (detected per file) or a format name, as for ``tailkit ingest``.
-        options: ``--map`` / ``--set`` / ``--unit``; ``None``: the columns as they are.
+        options: How to read the ledgers' columns (`ScanOptions`: ``mapping``, ``sets``,
+            ``unit``); ``None``: the columns as they are.
         level: Confidence level of every interval (0.95).
 
     Returns:
@@ -224,8 +232,13 @@ def observe(
         IngestError: A ledger cannot be read, or holds no run of the plan's steps.
     """
     if not 0.0 < level < 1.0:
-        msg = f"level must be a confidence level in (0, 1), e.g. 0.95, got {level!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be a confidence level in (0, 1), e.g. 0.95, got {level!r}."
+        raise ConfigError(
+            msg,
+            field="level",
+            value=level,
+            fix="Pass a share, not a percentage (0.95, not 95).",
+        )
     loaded, _ = resolve_plan(plan)
     paths = _paths(ledgers)
     with Store.open(":memory:") as store:
@@ -293,7 +306,7 @@ def _observation(
             span = max(span, min(float(optional) - start, plan.deadline_s))
         finished.append(span)
         late += span > plan.deadline_s
-    p50, p99 = quantiles(finished, unfinished, (0.5, 0.99), level=level)
+    p50, p99 = observed_quantiles(finished, unfinished, (0.5, 0.99), level=level)
     by_step: dict[str, list[tuple[Any, ...]]] = {name: [] for name in plan.steps}
     for r in step_rows:
         by_step[r[0]].append(r)
@@ -367,10 +380,10 @@ def _step(
     # no winner (gave up, every attempt failed, cut by the deadline): it never delivered, so
     # its latency is more than it was seen running, never a fast call
     unfinished = [max(c.last_s, 0.0) for c in calls if c.won_s is None]
-    p50, p99 = quantiles(finished, unfinished, (0.5, 0.99), level=level)
+    p50, p99 = observed_quantiles(finished, unfinished, (0.5, 0.99), level=level)
     first_done = [c.first_s for c in calls if c.first_s is not None]
     first_cut = [c.first_cut_s for c in calls if c.first_s is None and c.first_cut_s is not None]
-    (first_p50,) = quantiles(first_done, first_cut, (0.5,), level=level)
+    (first_p50,) = observed_quantiles(first_done, first_cut, (0.5,), level=level)
     return StepObservation(
         name=name,
         route=plan.steps[name].route,

@@ -10,8 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tailkit.check._estimate import Estimate
+from tailkit import text
+from tailkit.check._estimate import estimate_json
 from tailkit.check._observation import Observation
+from tailkit.check._rule import SHARES
+from tailkit.estimate import LEVEL, Estimate
 
 
 HOLDS = "holds"
@@ -46,14 +49,17 @@ CAUSES: tuple[str, ...] = (
 def figure_text(figure: str, value: float) -> str:
     """
     A figure for people: ``12.31 s`` for seconds, ``3.0%`` for rates, ``0.049`` for ratios.
+
+    Infinite is ``∞`` and missing ``-``, as `tailkit.text` writes them. The digits are fixed
+    rather than `tailkit.text.seconds`' and `tailkit.text.percent`'s "as many as a reader
+    needs": a line puts a value beside its interval's two ends, and ``17.39 s [17.11–17.74]``
+    would read ``17 s [17–18]``.
     """
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return "∞"
+    if not math.isfinite(value):
+        return text.number(value)
     if figure.endswith("_s"):
-        return f"{value:.2f} s"
-    return f"{value:.1%}" if figure in ("miss_rate", "hedge_rate") else f"{value:.3f}"
+        return f"{text.number(value, 2)} s"
+    return f"{value:.1%}" if figure in SHARES else text.number(value, 3)
 
 
 def observed_text(figure: str, est: Estimate) -> str:
@@ -103,7 +109,7 @@ class Judged:
         ends = [x if math.isfinite(x) else None for x in (self.low, self.high)]
         return {
             "level": self.level,
-            "observed": self.observed.as_dict(),
+            "observed": estimate_json(self.observed),
             "predicted": ends,
             "predicted_from": self.source,
         }
@@ -169,7 +175,7 @@ class CheckLine:
         """
         out: dict[str, Any] = {
             "predicted": self.predicted if math.isfinite(self.predicted) else None,
-            "observed": self.observed.as_dict(),
+            "observed": estimate_json(self.observed),
             "verdict": self.verdict,
             "reason": self.reason,
         }
@@ -201,8 +207,8 @@ class CheckReport:
     observation: Observation
     lines: tuple[CheckLine, ...]
     tolerance: float
-    level: float = 0.95
-    line_level: float = 0.95
+    level: float = LEVEL
+    line_level: float = LEVEL
 
     @property
     def judged(self) -> int:
@@ -272,7 +278,7 @@ class CheckReport:
             "runs": obs.runs,
             "missed_late": obs.missed_late,
             "missed_failed": obs.missed_failed,
-            "cutoff_attempts": obs.cutoff_attempts.as_dict(),
+            "cutoff_attempts": estimate_json(obs.cutoff_attempts),
             "denied": {"budget": obs.denied_budget, "throttle": obs.denied_throttle},
             "rate_limited": obs.rate_limited,
         }
@@ -285,7 +291,7 @@ class CheckReport:
                 "step": s.name,
                 "route": s.route,
                 "calls": s.calls,
-                "first_attempt_p50_s": s.first_attempt_p50_s.as_dict(),
+                "first_attempt_p50_s": estimate_json(s.first_attempt_p50_s),
                 "extra_attempts": s.extra_attempts,
                 "cutoff_attempts": s.cutoff_attempts,
                 "denied": {"budget": s.denied_budget, "throttle": s.denied_throttle},

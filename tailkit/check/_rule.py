@@ -17,7 +17,7 @@ the plan's interval, written at its own level, is widened on each side by the ra
 normal quantiles (``z(1 - a/2) / z(1 - (1 - level_plan)/2)``), as an interval from a
 bootstrap of a roughly normal estimate widens.
 
-Where the plan has no interval for a figure (a plan calibrated with ``--replicates 0``, or
+Where the plan has no interval for a figure (a plan calibrated with ``replicates=0``, or
 written by hand), the prediction is judged as an estimate from its basis: as if it had been
 observed on as many units as the step was calibrated on (the workflow: the fewest calls of
 its steps), its interval the observed one's half-widths times ``sqrt(n_observed / calls)``.
@@ -32,7 +32,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from tailkit.check._estimate import Estimate
+from tailkit.estimate import LEVEL, Estimate
 
 
 _NORMAL = statistics.NormalDist()
@@ -75,16 +75,16 @@ def plan_interval(owner: Any, figure: str) -> tuple[float, float, float] | None:
     The plan's own interval for a figure and its level: ``(low, high, level)``, or ``None``.
 
     Reads ``owner.interval`` (a step's or the plan's ``predicted``), a `PlanInterval` /
-    `StepInterval` or a mapping ``{figure: (low, high), "level": 0.95}``; level 0.95 when it
-    does not say.
+    `StepInterval` or a mapping ``{figure: (low, high), "level": 0.95}``; `LEVEL` when it does
+    not say.
     """
     interval = getattr(owner, "interval", None)
     if interval is None:
         return None
     if isinstance(interval, dict):
-        pair, level = interval.get(figure), interval.get("level", 0.95)
+        pair, level = interval.get(figure), interval.get("level", LEVEL)
     else:
-        pair, level = getattr(interval, figure, None), getattr(interval, "level", 0.95)
+        pair, level = getattr(interval, figure, None), getattr(interval, "level", LEVEL)
     try:
         low, high = pair  # type: ignore[misc]
         return float(low), float(high), float(level)

@@ -9,27 +9,21 @@ cutoffs and with the plan; and compares each side with its prediction, each obse
 with its 95 % interval, and the two sides with each other by a test (`PlanEffect`). It
 measures its own timing error and slows down, or says "can't tell", when the machine is too
 busy for the figures to hold.
+
+Example::
+
+    result = replay(store, plan, runs=400, out_dir="rehearsal/")
+    print(result.verdict, result.effect.sentence())
+
+Each observed figure is a `tailkit.estimate.Estimate`. The building blocks (the test over two
+sides, the timing error, the served tables) are in `tailkit.replay.lowlevel`.
 """
 
-from tailkit.replay._compare import Figure as Figure
 from tailkit.replay._effect import PlanEffect as PlanEffect
-from tailkit.replay._effect import compare_sides as compare_sides
-from tailkit.replay._effect import plan_effect as plan_effect
 from tailkit.replay._fidelity import Fidelity as Fidelity
 from tailkit.replay._replay import ReplayResult as ReplayResult
 from tailkit.replay._replay import ReplaySide as ReplaySide
 from tailkit.replay._replay import replay as replay
-from tailkit.replay._replay import smallest_cutoff_s as smallest_cutoff_s
 
 
-__all__ = [
-    "Fidelity",
-    "Figure",
-    "PlanEffect",
-    "ReplayResult",
-    "ReplaySide",
-    "compare_sides",
-    "plan_effect",
-    "replay",
-    "smallest_cutoff_s",
-]
+__all__ = ["Fidelity", "PlanEffect", "ReplayResult", "ReplaySide", "replay"]

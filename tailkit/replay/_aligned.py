@@ -42,8 +42,10 @@ import numpy.typing as npt
 from tailkit.config import Plan
 from tailkit.record import Buckets
 from tailkit.replay._pool import Calls, job_calls, pool
-from tailkit.simulation import RouteSample, SampleKey, step_routes
+from tailkit.simulation import RouteSample
+from tailkit.simulation.lowlevel import SampleKey, step_routes
 from tailkit.store import Store
+from tailkit.text import percent
 
 
 __all__ = ["MAX_ROWS", "MIN_JOBS", "MOMENT_WINDOW_S", "Aligned", "StepAlignment", "align_step"]
@@ -227,7 +229,7 @@ def _by_size(
         else "a retry gets a different call of the same size (no start times)"
     )
     basis = (
-        f"no job keys: attempts aligned by output size ({sized:.0%} of {routes[0]}'s calls "
+        f"no job keys: attempts aligned by output size ({percent(sized)} of {routes[0]}'s calls "
         f"have one); {moment}"
     )
     return out, basis

@@ -1,6 +1,9 @@
 """
 Predicted against observed: each figure with the observed 95 % interval, and a verdict.
 
+An observed figure is a `tailkit.estimate.Estimate`, read from the side's ledger by
+`tailkit.check.observe` exactly as a production ledger is read.
+
 A figure *agrees* when its prediction lies inside the observed figure's 95 % interval, or
 within 15 % of it, or when the prediction's own interval (the sample's uncertainty, where the
 prediction has one) overlaps the observed interval. Runs the deadline cut are censored there
@@ -13,51 +16,19 @@ from __future__ import annotations
 import math
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+
+from tailkit.estimate import Estimate
 
 
-__all__ = ["FIGURES", "RELATIVE_SLACK", "Figure", "agrees", "verdicts"]
+__all__ = ["FIGURES", "RELATIVE_SLACK", "agrees", "verdicts"]
 
 FIGURES = ("miss_rate", "p50_s", "p99_s", "extra_attempts")
 RELATIVE_SLACK = 0.15  # a prediction within 15 % of the observation agrees
-LEVEL = 0.95
 
 
-@dataclass(frozen=True, slots=True)
-class Figure:
-    """
-    One observed figure with its interval.
-
-    Args:
-        value: The observed value.
-        low: Lower end of its 95 % interval.
-        high: Upper end (``inf`` when the sample cannot bound it).
-        n: Observations behind it.
-    """
-
-    value: float
-    low: float
-    high: float
-    n: int
-
-    def to_json(self) -> dict[str, Any]:
-        """
-        ``{"value", "low", "high", "n"}`` (``null`` for an unbounded end).
-        """
-
-        def finite(x: float) -> float | None:
-            return x if math.isfinite(x) else None
-
-        return {
-            "value": finite(self.value),
-            "low": finite(self.low),
-            "high": finite(self.high),
-            "n": self.n,
-        }
-
-
-def agrees(predicted: float, observed: Figure, interval: tuple[float, float] | None = None) -> bool:
+def agrees(
+    predicted: float, observed: Estimate, interval: tuple[float, float] | None = None
+) -> bool:
     """
     Whether a prediction agrees with an observation (see the module docstring).
     """
@@ -75,7 +46,7 @@ def agrees(predicted: float, observed: Figure, interval: tuple[float, float] | N
 
 def verdicts(
     predicted: Mapping[str, float],
-    observed: Mapping[str, Figure],
+    observed: Mapping[str, Estimate],
     intervals: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, bool]:
     """

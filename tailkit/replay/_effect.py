@@ -3,8 +3,8 @@ Does the plan help? A test over the replay's two sides, never two point estimate
 
 A replay runs the workflow without and with the plan; with a few hundred runs a side their miss
 rates differ by chance as much as by the plan (6.5 % -> 7.0 % at one seed, the opposite at
-another). So "the plan helps" is said only when a test says the difference is real; otherwise
-"can't tell", with the runs per side that would settle it.
+another). So "the plan helps" is said only when a test says the difference is real (its p
+below ``1 - LEVEL``); otherwise "can't tell", with the runs per side that would settle it.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tailkit.estimate import LEVEL
+from tailkit.text import percent
+
 
 if TYPE_CHECKING:
     from tailkit.replay._replay import ReplayResult
 
 
-__all__ = ["LEVEL", "PlanEffect", "compare_sides", "plan_effect"]
+__all__ = ["PlanEffect", "compare_sides", "plan_effect"]
 
-LEVEL = 0.95  # "the plan helps" needs the exact test's p below 1 - LEVEL
 POWER = 0.8  # "runs that would settle it": the runs a side needs to tell the difference 80 %
 MAX_RUNS_NEEDED = 10_000_000  # beyond this, "more than" (a difference too small to chase)
 
@@ -67,7 +69,7 @@ class PlanEffect:
 
     def to_json(self) -> dict[str, Any]:
         """
-        The ``--json`` document's ``plan_effect``.
+        The ``plan_effect`` of the replay's JSON document (`ReplayResult.to_json`).
         """
         return {
             "verdict": self.verdict,
@@ -127,7 +129,7 @@ def compare_sides(
     went = None if p_value >= alpha else ("down" if rates[1] < rates[0] else "up")
     p99 = _apart(*p99_s) if p99_s is not None else None
     seen = (
-        f"misses {_pct(rates[0])} → {_pct(rates[1])} ({m0} of {n0} runs, {m1} of {n1}; "
+        f"misses {percent(rates[0])} → {percent(rates[1])} ({m0} of {n0} runs, {m1} of {n1}; "
         f"exact test p = {p_value:.2g})"
     )
     tail = {"lower": "p99 lower", "higher": "p99 higher", None: ""}[p99]
@@ -194,10 +196,6 @@ def _settle(
         return "no difference seen or predicted, so no number of runs to name"
     size = "seen" if rates[0] != rates[1] else "predicted"
     if size == "predicted" and predicted is not None:
-        size = f"predicted ({_pct(predicted[0])} → {_pct(predicted[1])})"
+        size = f"predicted ({percent(predicted[0])} → {percent(predicted[1])})"
     more = "more than " if needed >= MAX_RUNS_NEEDED else "about "
     return f"{more}{needed:,} runs per side would tell a difference the size {size}"
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.1f} %"

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tailkit.fit import quantile
+from tailkit.text import percent, seconds
+
 
 __all__ = ["MAX_ERROR_SHARE", "Fidelity", "LagMonitor", "fidelity", "timing_errors"]
 
@@ -111,11 +114,14 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-def _quantile(values: Iterable[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+def _quantile(values: Sequence[float], q: float) -> float:
+    """
+    The ``q`` quantile by `tailkit.fit.quantile`'s ``"linear"`` method; 0 for no values.
+
+    Type 7, what ``tailkit stats`` prints and the simulator's quantiles use: one p95 in every
+    figure. No values is no timing measured, so no error either.
+    """
+    return quantile(values, q) if len(values) else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,12 +170,12 @@ class Fidelity:
         """
         One line for a person.
         """
-        share = f"{self.error_share:.1%}" if math.isfinite(self.smallest_cutoff_s) else "-"
+        share = percent(self.error_share if math.isfinite(self.smallest_cutoff_s) else None)
         return (
             f"replay timing error {self.error_s * 1000:.1f} ms (mean, profile seconds; p95 "
             f"{self.p95_s * 1000:.0f} ms; {self.requests:,} timings) = {share} of the smallest "
-            f"cutoff ({self.smallest_cutoff_s:.2f} s; allowed {MAX_ERROR_SHARE:.0%}); time scale "
-            f"{self.time_scale:.3g}"
+            f"cutoff ({seconds(self.smallest_cutoff_s)}; allowed {percent(MAX_ERROR_SHARE)}); "
+            f"time scale {self.time_scale:.3g}"
         )
 
 
@@ -193,7 +199,7 @@ def fidelity(
         lead_s=lead_s,
         bias_s=median / time_scale,
         error_s=error,
-        p95_s=_quantile((abs(e) for e in errors_s), 0.95) / time_scale,
+        p95_s=_quantile([abs(e) for e in errors_s], 0.95) / time_scale,
         jitter_s=_mean([abs(e - median) for e in errors_s]) / time_scale,
         loop_lag_s=_quantile(loop_lag_s, 0.99) / time_scale,
         requests=len(errors_s),

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from tailkit.config import Route, Step
 from tailkit.record import Buckets
-from tailkit.simulation._fetch import CUT, FAILED, OK
+from tailkit.simulation.lowlevel import CUT, FAILED, OK
 from tailkit.store import Store, calls_with_buckets_sql
 
 

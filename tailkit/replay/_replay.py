@@ -33,31 +33,31 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.calibration import workflow_of
-from tailkit.check import Estimate, observe
-from tailkit.check._estimate import rate
+from tailkit.check import observe
+from tailkit.check.lowlevel import rate
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
+from tailkit.estimate import LEVEL, Estimate
 from tailkit.record import Buckets
-from tailkit.replay._compare import FIGURES, LEVEL, Figure, verdicts
+from tailkit.replay._compare import FIGURES, verdicts
 from tailkit.replay._effect import PlanEffect, plan_effect
 from tailkit.replay._fidelity import MAX_ERROR_SHARE, Fidelity, LagMonitor, fidelity, timing_errors
 from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
 from tailkit.replay._tables import ServedModels, served_models
-from tailkit.serve import dump_outcomes
+from tailkit.serve.lowlevel import dump_outcomes
 from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
-    DEFAULT_SOURCE,
     RouteSample,
-    SampleKey,
     SimResult,
-    default_as_independent,
     load_samples,
     simulate,
     simulate_model,
     workflow_model,
 )
+from tailkit.simulation.lowlevel import DEFAULT_SOURCE, SampleKey, default_as_independent
 from tailkit.store import Store
+from tailkit.text import Advice
 
 
 __all__ = ["ReplayResult", "ReplaySide", "replay"]
@@ -101,7 +101,7 @@ class ReplaySide:
     runs: int
     predicted: dict[str, float]
     intervals: dict[str, tuple[float, float]]
-    observed: dict[str, Figure]
+    observed: dict[str, Estimate]
     agrees: dict[str, bool]
     borderline: tuple[str, ...]
     denials: int
@@ -117,7 +117,7 @@ class ReplaySide:
 
     def to_json(self) -> dict[str, Any]:
         """
-        The side as the ``--json`` output shows it.
+        The side as the replay's JSON document shows it.
         """
 
         def finite(x: float) -> float | None:
@@ -152,7 +152,9 @@ class ReplayResult:
         fidelity: The replay's own timing error, measured on the final run.
         attempts: Time scales tried, in order (more than one when the first was too fast).
         out_dir: Where the ledgers, the outcome tables and the access log are.
-        notes: Plain-language findings (timing, budget denials), for a person.
+        notes: Plain-language findings (timing, budget denials), for a person; advice that
+            names a parameter of `replay` is a `tailkit.text.Advice`, which the command line
+            renders with its flags.
     """
 
     plan: Plan
@@ -187,7 +189,7 @@ class ReplayResult:
 
     def to_json(self) -> dict[str, Any]:
         """
-        The ``--json`` document: sides, fidelity, verdict.
+        The replay as one JSON document, as ``tailkit replay`` prints it: sides, verdict.
         """
         return {
             "workflow": self.plan.workflow,
@@ -268,19 +270,18 @@ def _predicted(result: SimResult) -> dict[str, float]:
     }
 
 
-def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict[str, Figure]:
+def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict[str, Estimate]:
     # read exactly as `tailkit check` reads a production ledger: one definition of a run's
     # end, a miss and an extra attempt (one a cutoff started) for both; ``unseen`` runs that
     # ended in an error without a ledger line are misses too
     seen = observe(plan, [ledger], level=level)
     misses = seen.missed_late + seen.missed_failed + unseen
-    estimates: dict[str, Estimate] = {
+    return {
         "miss_rate": rate(misses, seen.runs + unseen, level=level) if unseen else seen.miss_rate,
         "p50_s": seen.p50_s,
         "p99_s": seen.p99_s,
         "extra_attempts": seen.cutoff_attempts,
     }
-    return {k: Figure(e.value, e.low, e.high, e.n) for k, e in estimates.items()}
 
 
 def _side(
@@ -399,14 +400,20 @@ def replay(
         TailkitError: The replay server did not start.
     """
     if runs < 1:
-        msg = f"--runs must be at least 1, got {runs}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be at least 1, got {runs}."
+        raise ConfigError(msg, field="runs", value=runs, fix="Pass the runs per side (400).")
     if time_scale is not None and not 0.0 < time_scale <= 10.0:
-        msg = f"--time-scale must be in (0, 10] real seconds per profile second, got {time_scale}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be in (0, 10] real seconds per profile second, got {time_scale}."
+        raise ConfigError(
+            msg,
+            field="time_scale",
+            value=time_scale,
+            fix="Pass 1 for real time, less to rehearse faster; leave it out to have it chosen.",
+        )
     if all(step.on_cutoff == "wait" for step in plan.steps.values()):
-        msg = "the plan has no cutoffs to rehearse: calibrate it first (tailkit calibrate)"
-        raise ConfigError(msg)
+        msg = "the plan has no cutoffs to rehearse: calibrate it first (tailkit calibrate)."
+        fix = "Calibrating the workflow writes a plan with cutoffs (tailkit.calibrate)."
+        raise ConfigError(msg, field="plan", value=plan.workflow, fix=fix)
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="tailkit-replay-"))
     out.mkdir(parents=True, exist_ok=True)
     samples = load_samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
@@ -517,9 +524,11 @@ class _Rehearsal:
             tried.append(scale)
         if not found.ok:
             notes.append(
-                f"{found.describe()}: this machine was too busy for the figures to mean "
-                f"anything; rerun on a quieter machine or with a larger --time-scale (e.g. "
-                f"{_chosen_scale(scale, found.error_share, cap=10.0):.2g})"
+                Advice(
+                    f"{found.describe()}: this machine was too busy for the figures to mean "
+                    f"anything; rerun on a quieter machine or with a larger {{time_scale}} (e.g. "
+                    f"{_chosen_scale(scale, found.error_share, cap=10.0):.2g})"
+                )
             )
         return sides, found, tried, notes
 

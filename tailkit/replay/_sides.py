@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from tailkit.config import Plan
 from tailkit.executor import Attempt, Executor, JsonlSink, Ledger, StepPolicy
-from tailkit.serve import INVALID_MARK
-from tailkit.simulation import SampleKey
+from tailkit.serve.lowlevel import INVALID_MARK
+from tailkit.simulation.lowlevel import SampleKey
 
 
 __all__ = ["MESSAGES", "SideRun", "run_counted", "run_side"]

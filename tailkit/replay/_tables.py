@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailkit.config import Plan
+from tailkit.fit import quantile
 from tailkit.record import Buckets
 from tailkit.replay._aligned import align_step
-from tailkit.serve import Outcomes
-from tailkit.simulation import RouteSample, SampleKey, step_routes
+from tailkit.serve.lowlevel import Outcomes
+from tailkit.simulation import RouteSample
+from tailkit.simulation.lowlevel import SampleKey, step_routes
 from tailkit.store import Store
 
 
@@ -141,7 +143,7 @@ def chunk_tokens(sample: RouteSample, output_tokens: int, stall_cutoff_s: float 
     gen = sample.end_table[:ok] - sample.ttft_table[:ok]
     if sample.gap_table is not None:
         gen = gen - sample.gap_table[:ok]
-    slowest = float(np.quantile(gen, 0.999)) if gen.size else 0.0
+    slowest = quantile(gen, 0.999) if gen.size else 0.0
     if slowest <= 0.0:
         return tokens
     fits = math.floor(0.5 * stall_cutoff_s * output_tokens / slowest)

@@ -1,11 +1,13 @@
 """
 What every figure module shares: the figure record, a matplotlib figure without pyplot, labels.
+
+Numbers in titles and notes are written by `tailkit.text` (``seconds``, ``percent``, ``times``),
+as every command writes them: a report and a terminal never spell one figure two ways.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import textwrap
 
 from collections.abc import Callable
@@ -131,35 +133,6 @@ def label(key: tuple[Any, ...]) -> str:
     A route (or group) label: its key values shortened, joined with ``/``.
     """
     return "/".join(short(v) for v in key)
-
-
-def seconds(value: float) -> str:
-    """
-    ``0.42 s``, ``3.1 s``, ``42 s``, ``∞``: as many digits as a reader needs.
-    """
-    if math.isinf(value):
-        return "∞"
-    if value < 1:
-        return f"{value:.2f} s"
-    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
-
-
-def times(ratio: float) -> str:
-    """
-    ``34×`` or ``1.8×``.
-    """
-    if not math.isfinite(ratio):
-        return "∞×"
-    return f"{ratio:.0f}×" if ratio >= 10 else f"{ratio:.1f}×"
-
-
-def percent(share: float) -> str:
-    """
-    ``4.1%``, ``0.25%``, ``0%``.
-    """
-    if share == 0:
-        return "0%"
-    return f"{share:.1%}" if share >= 0.001 else f"{share:.2%}"
 
 
 def listing(names: list[str], limit: int = 3) -> str:

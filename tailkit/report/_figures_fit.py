@@ -8,16 +8,9 @@ import math
 
 import numpy as np
 
-from tailkit.report._common import (
-    PALETTE,
-    Figure,
-    finish,
-    listing,
-    new_figure,
-    percent,
-    seconds_axis,
-)
+from tailkit.report._common import PALETTE, Figure, finish, listing, new_figure, seconds_axis
 from tailkit.report._routes import Route
+from tailkit.text import percent
 
 
 def qq_figure(routes: tuple[Route, ...]) -> Figure | None:

@@ -12,19 +12,9 @@ import numpy as np
 
 from tailkit.fit import min_calls_for_quantile
 from tailkit.record import bucket_label
-from tailkit.report._common import (
-    PALETTE,
-    Figure,
-    finish,
-    label,
-    listing,
-    new_figure,
-    percent,
-    seconds,
-    seconds_axis,
-    times,
-)
+from tailkit.report._common import PALETTE, Figure, finish, label, listing, new_figure, seconds_axis
 from tailkit.report._routes import LeftOut, Route, TailData, heaviness
+from tailkit.text import percent, seconds, times
 
 
 P99_CALLS = min_calls_for_quantile(0.99)  # fewest calls whose p99 has a bounded interval

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailkit.config import Plan
-from tailkit.report._common import PALETTE, Figure, finish, listing, new_figure, percent, seconds
+from tailkit.report._common import PALETTE, Figure, finish, listing, new_figure
 from tailkit.store import Store
+from tailkit.text import percent, seconds
 
 
 TRACE_SOURCE = "tailkit-executor"

@@ -13,16 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tailkit.config import Plan, Step
-from tailkit.report._common import (
-    PALETTE,
-    Figure,
-    finish,
-    new_figure,
-    percent,
-    seconds,
-    seconds_axis,
-)
+from tailkit.report._common import PALETTE, Figure, finish, new_figure, seconds_axis
 from tailkit.simulation import POLICY_TITLES, SimResult
+from tailkit.text import percent, seconds
 
 
 if TYPE_CHECKING:

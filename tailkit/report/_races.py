@@ -34,7 +34,8 @@ def races_section(report: RaceFindings | None) -> Section:
     """
     title = "Races between the harness and its tool"
     if report is None:
-        return Section(title, note="No harness and tool logs given (tailkit report --races).")
+        note = "No harness and tool logs given: no races section (pass both logs)."
+        return Section(title, note=note)
     counts = {
         "finished after the\nharness gave up": len(report.abandoned),
         "executed more\nthan once": len(report.duplicates),

@@ -1,25 +1,24 @@
 """
 The replay section: the rehearsal's observed figures beside the simulation's predictions.
 
-It reads the ``tailkit replay --json`` document (``ReplayResult.to_json()``), so the report
+It reads the replay's JSON document (``ReplayResult.to_json()``), so the report
 needs neither the executor nor the server: the numbers the terminal printed are the numbers
 the page shows.
 """
 
 from __future__ import annotations
 
-import math
-import re
-
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tailkit import text
 from tailkit.report._common import Figure, Section, finish, new_figure
 
 
 __all__ = ["replay_section"]
 
 _TITLE = "Replay against the simulation"
+_SHARES = ("miss_rate", "extra_attempts")
 _NAMES = {
     "miss_rate": "miss rate",
     "p50_s": "p50 s",
@@ -28,10 +27,17 @@ _NAMES = {
 }
 
 
-def _text(key: str, value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "∞" if key.endswith("_s") and value is not None else "-"
-    return f"{value:.1%}" if key in ("miss_rate", "extra_attempts") else f"{value:.1f}"
+def _text(key: str, value: float | None, *, none: str = text.ABSENT) -> str:
+    """
+    A figure of the replay document: a share as ``6.5%``, seconds as ``56.3``.
+
+    The document holds JSON, where an infinite number is ``null``: ``none`` says what a
+    ``null`` means where it stands (`text.INFINITE` for an interval's upper end, which only
+    an unbounded end leaves empty).
+    """
+    if value is None:
+        return none
+    return text.percent(value) if key in _SHARES else text.number(value, 1)
 
 
 def _table(sides: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], ...]:
@@ -49,7 +55,7 @@ def _table(sides: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], ...]:
                     name,
                     _text(key, side["predicted"][key]),
                     shown,
-                    f"{_text(key, low)} – {_text(key, high)}",
+                    f"{_text(key, low)} – {_text(key, high, none=text.INFINITE)}",
                     "borderline"
                     if key in side.get("borderline", ())
                     else "agrees"
@@ -85,7 +91,10 @@ def _figure(sides: Sequence[Mapping[str, Any]], verdict: str) -> Figure:
         "agrees": "the simulation agrees",
         "differs": "the simulation does not agree",
     }.get(verdict, "too busy a machine to compare with the simulation")
-    title = f"Replayed, the plan {change} misses ({before:.1%} to {after:.1%}); {agreement}"
+    title = (
+        f"Replayed, the plan {change} misses ({text.percent(before)} to {text.percent(after)}); "
+        f"{agreement}"
+    )
     return finish(
         fig,
         name="replay",
@@ -93,18 +102,6 @@ def _figure(sides: Sequence[Mapping[str, Any]], verdict: str) -> Figure:
         caption="Each side's miss rate as the simulation predicted it (diamond) and as the "
         "replay through the executor observed it (dot, with its 95% interval).",
     )
-
-
-_OPTION = re.compile(r"(?<![\w-])(?<!tailkit replay )--(?=[a-z])")
-
-
-def from_replay(note: str) -> str:
-    """
-    A note of ``tailkit replay``, its options named with their command (not the report's).
-
-    ``rerun with a larger --time-scale`` -> ``rerun with a larger tailkit replay --time-scale``.
-    """
-    return _OPTION.sub("tailkit replay --", note)
 
 
 def replay_section(replay: Mapping[str, Any] | None) -> Section:
@@ -121,7 +118,7 @@ def replay_section(replay: Mapping[str, Any] | None) -> Section:
         f"error {1000 * (fidelity.get('error_s') or 0.0):.1f} ms (profile seconds) at time "
         f"scale {fidelity.get('time_scale', float('nan')):g}."
     )
-    notes = [note, *(from_replay(str(n)) for n in replay.get("notes", []))]
+    notes = [note, *(str(n) for n in replay.get("notes", []))]
     return Section(
         _TITLE,
         figures=(_figure(sides, str(replay["verdict"])),),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["PNG_PREFIX", "write_report", "write_report_result"]
 
 POLICY_RUNS = 20_000  # simulated runs per policy when the comparison is computed here
+_NO_PLAN = "No plan given: no workflow section (pass a calibrated plan)."
 
 
 def write_report(
@@ -46,6 +47,7 @@ def write_report(
     buckets: Buckets | None = None,
     min_calls: int = DEFAULT_MIN_CALLS,
     progress: Callable[[str], None] | None = None,
+    field_name: Callable[[str], str] | None = None,
 ) -> Path:
     """
     Write ``index.html`` (self-contained: figures embedded, no script) and the figures' PNGs.
@@ -58,7 +60,7 @@ def write_report(
     return write_report_result(
         store, out_dir, plan=plan, comparison=comparison, by=by, title=title, where=where,
         max_routes=max_routes, races=races, replay=replay, buckets=buckets,
-        min_calls=min_calls, progress=progress,
+        min_calls=min_calls, progress=progress, field_name=field_name,
     ).index  # fmt: skip
 
 
@@ -77,6 +79,7 @@ def write_report_result(
     buckets: Buckets | None = None,
     min_calls: int = DEFAULT_MIN_CALLS,
     progress: Callable[[str], None] | None = None,
+    field_name: Callable[[str], str] | None = None,
 ) -> ReportResult:
     """
     Write ``index.html`` and the figures' PNGs; return the paths and the headline findings.
@@ -96,12 +99,15 @@ def write_report_result(
         where: SQL filter on call-record columns for the tail sections.
         max_routes: The biggest routes shown in the per-route figures.
         races: A `tailkit.races.RaceReport` (harness log against tool log): adds its section.
-        replay: A ``tailkit replay --json`` document (``ReplayResult.to_json()``): adds the
+        replay: A replay's JSON document (``ReplayResult.to_json()``): adds the
             replay beside the simulation.
         buckets: Token bucket edges of the heatmap and the policy comparison (the defaults
             of `tailkit.record.Buckets` when ``None``).
         min_calls: Fewest calls a step's route needs in its bucket for the policy comparison.
         progress: Called with a short message as each phase starts.
+        field_name: How the page names a parameter its advice tells you to change (a
+            thin sample's ``min_calls``, say): ``None`` writes the library's parameter name;
+            the command line passes the flag that sets it (`tailkit.errors.TailkitError.render`).
 
     Returns:
         The paths written and the findings (`ReportResult`).
@@ -114,8 +120,13 @@ def write_report_result(
     from tailkit.report._routes import load_tail_data
 
     if max_routes < 1:
-        msg = f"max_routes must be at least 1, got {max_routes}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be at least 1, got {max_routes}."
+        raise ConfigError(
+            msg,
+            field="max_routes",
+            value=max_routes,
+            fix="Pass how many of the biggest routes to draw (8 by default).",
+        )
     say = progress or (lambda _: None)
     sections: list[Section] = []
     say("read the calls per route")
@@ -123,8 +134,9 @@ def write_report_result(
     n_calls = sum(int(r.row["n"]) for r in data.routes)
     sections.extend(_tail_sections(data, by, where, say))
     workflow, outcome = _workflow_section(
-        store, plan, comparison=comparison, buckets=buckets, min_calls=min_calls, say=say
-    )
+        store, plan, comparison=comparison, buckets=buckets, min_calls=min_calls, say=say,
+        field_name=field_name,
+    )  # fmt: skip
     sections.append(workflow)
     if replay is not None:
         sections.append(replay_section(replay))
@@ -250,12 +262,13 @@ def _workflow_section(
     buckets: Buckets | None,
     min_calls: int,
     say: Callable[[str], None],
+    field_name: Callable[[str], str] | None,
 ) -> tuple[Section, PlanFinding | None]:
     from tailkit.report import _figures_workflow as wf
     from tailkit.simulation import ThinSampleError, compare_policies, load_samples
 
     if plan is None:
-        return Section("Workflow", note="No plan given (--plan): no workflow section."), None
+        return Section("Workflow", note=_NO_PLAN), None
     say("draw the workflow")
     out = [wf.dag_figure(plan)]
     note = None
@@ -266,7 +279,7 @@ def _workflow_section(
             say(f"simulate the policies ({POLICY_RUNS:,} runs each)")
             comparison = compare_policies(plan, samples, runs=POLICY_RUNS)
         except ThinSampleError as exc:
-            note = f"No policy comparison: {exc}"
+            note = f"No policy comparison: {exc.render(field_name)}"
     outcome = None
     if comparison:
         out.append(wf.policy_figure(comparison))

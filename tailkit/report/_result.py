@@ -147,7 +147,7 @@ class ReportResult:
 
     def to_json(self) -> dict[str, Any]:
         """
-        Everything above as one JSON document (``report --json`` prints it).
+        Everything above as one JSON document (what ``tailkit report`` prints as JSON).
         """
         return {
             "index": str(self.index),

@@ -1,0 +1,68 @@
+"""
+The building blocks of `tailkit.check`, for who builds another check on them (low level).
+
+`tailkit.check` holds what a check's user needs: `check_plan`, `observe`, `check_observation`
+and what they return. This module holds the pieces they are made of, public so that other
+packages and tools need not reach into private modules: the observed intervals (`rate`,
+`ratio`, `observed_quantiles`, `at_level`), the rule a line drifts by (`line_level`), the
+defaults and the names of the figures, the words a line is written in (`figure_text`,
+`observed_text`) and the parts of a result (`Judged`, `Cause`, `RouteAttempts`, `Durations`).
+
+Each observed figure is a `tailkit.estimate.Estimate`, at ``tailkit.estimate.LEVEL`` unless
+asked for another level.
+"""
+
+from tailkit.check._check import MIN_RUNS, THIN_BASIS_CALLS, TOLERANCE
+from tailkit.check._estimate import (
+    CLOPPER_PEARSON,
+    GARWOOD,
+    NO_DATA,
+    Durations,
+    at_level,
+    estimate_json,
+    no_data,
+    observed_quantiles,
+    rate,
+    ratio,
+)
+from tailkit.check._observation import RouteAttempts
+from tailkit.check._report import (
+    CAUSES,
+    STEP_FIGURES,
+    VERDICTS,
+    WORKFLOW_FIGURES,
+    Cause,
+    Judged,
+    figure_text,
+    interval_text,
+    observed_text,
+)
+from tailkit.check._rule import line_level
+
+
+__all__ = [
+    "CAUSES",
+    "CLOPPER_PEARSON",
+    "GARWOOD",
+    "MIN_RUNS",
+    "NO_DATA",
+    "STEP_FIGURES",
+    "THIN_BASIS_CALLS",
+    "TOLERANCE",
+    "VERDICTS",
+    "WORKFLOW_FIGURES",
+    "Cause",
+    "Durations",
+    "Judged",
+    "RouteAttempts",
+    "at_level",
+    "estimate_json",
+    "figure_text",
+    "interval_text",
+    "line_level",
+    "no_data",
+    "observed_quantiles",
+    "observed_text",
+    "rate",
+    "ratio",
+]

@@ -1,0 +1,33 @@
+"""
+The building blocks of `tailkit.replay`, for who rehearses another way (low level).
+
+`tailkit.replay` holds `replay` and what it returns. This module holds the pieces a rehearsal
+is made of, public so that other packages and tools need not reach into private modules: the
+test over two sides (`compare_sides`, `plan_effect`), how a prediction agrees with an
+observation (`agrees`), the replay's own timing error (`LagMonitor`, `timing_errors`,
+`MAX_ERROR_SHARE`), the tables the server serves (`served_models`, `ServedModels`,
+`chunk_tokens`) and `smallest_cutoff_s`.
+"""
+
+from tailkit.replay._compare import FIGURES, RELATIVE_SLACK, agrees
+from tailkit.replay._effect import compare_sides, plan_effect
+from tailkit.replay._fidelity import MAX_ERROR_SHARE, LagMonitor, timing_errors
+from tailkit.replay._replay import FAMILY_LEVEL, smallest_cutoff_s
+from tailkit.replay._tables import ServedModels, chunk_tokens, served_models
+
+
+__all__ = [
+    "FAMILY_LEVEL",
+    "FIGURES",
+    "MAX_ERROR_SHARE",
+    "RELATIVE_SLACK",
+    "LagMonitor",
+    "ServedModels",
+    "agrees",
+    "chunk_tokens",
+    "compare_sides",
+    "plan_effect",
+    "served_models",
+    "smallest_cutoff_s",
+    "timing_errors",
+]
