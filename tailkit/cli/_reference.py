@@ -13,8 +13,13 @@ its help text. Nothing depends on the terminal's width, so the same commands giv
 bytes anywhere. ``python -m tailkit.cli._reference --write`` rewrites every block in
 ``docs/*.md``; ``--check`` rewrites nothing and exits 1 naming the pages whose blocks are stale,
 which is what the test suite asserts, so an option added without its docs fails CI (the way
-datasette and sqlite-utils check their CLI reference with cog). A generator of forty lines is
-used instead of cog because the blocks are the only generated text in the pages.
+datasette and sqlite-utils check their CLI reference with cog). A small generator is used
+instead of cog because the blocks are the only generated text in the pages, and cog is not a
+dependency. The table is not ``--help`` captured: help is drawn by rich at the terminal's width,
+while a table row holds the same facts at any width.
+
+It works on a clone: ``DOCS`` is the repository's ``docs/``, which a wheel ships as package
+data that nobody rewrites.
 """
 
 from __future__ import annotations
