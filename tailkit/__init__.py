@@ -1,14 +1,39 @@
 """
 tailkit: measure LLM latency tails and keep agent workflows inside their deadline.
 
-Importing ``tailkit`` is cheap: the public names below load their module on first use.
+The package is in three layers; a layer imports only the ones below it (the import-linter
+contracts in ``pyproject.toml`` check this):
+
+- **The runtime** -- standard library only (PyYAML for plans, httpx or a provider SDK for the
+  adapters): what a service imports, with ``pip install tailkit``.
+  `tailkit.deadline` (the one deadline a run shares, its scopes and headers),
+  `tailkit.executor` (cutoffs, hedging, failover and budgets around each attempt),
+  `tailkit.adapters` (attempt functions for real providers), `tailkit.ledger` (one line per
+  attempt), `tailkit.serve` (a provider with a latency tail, on loopback), `tailkit.config`
+  (the plan file), and the shared vocabulary: `tailkit.errors`, `tailkit.record` (the call
+  record's columns), `tailkit.text` (how numbers are written), `tailkit.estimate` (a figure
+  with its interval).
+- **The analysis** -- DuckDB, NumPy, SciPy (``pip install 'tailkit[analysis]'``): what turns
+  logged calls into a plan. `tailkit.ingest` and `tailkit.formats` read logs into
+  `tailkit.store`; `tailkit.fit` fits latency distributions and `tailkit.tails` the tail table
+  (`stats`); `tailkit.simulation` plays a plan against the fits (`simulate`) and
+  `tailkit.calibration` searches for the best one (`calibrate`); `tailkit.check` judges a plan
+  against a ledger, `tailkit.replay` rehearses it against `tailkit.serve`, `tailkit.races`
+  finds races between two logs, `tailkit.report` draws the figures, `tailkit.engines` reads
+  files in place or with Dask.
+- **The workflows and commands** -- `tailkit.demo` (the whole loop on sample data) and
+  `tailkit.cli` (the ``tailkit`` command: parse, call one library function, render).
+
+The entry points: `ingest_paths` into a `Store`, `stats`, `calibrate` to a `Plan` (`dump_plan`,
+`load_plan`), `simulate` to predict it; in production, an `Executor` running the plan.
+Importing ``tailkit`` is cheap: these names load their module on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from typing import TYPE_CHECKING, Any
+
+from tailkit._lazy import lazy_exports
 
 
 if TYPE_CHECKING:
@@ -41,18 +66,19 @@ __all__ = [
 _WHERE = {
     "Buckets": "tailkit.record",
     "Executor": "tailkit.executor",
-    "Plan": "tailkit.config",
-    "calibrate": "tailkit.calibration",
-    "dump_plan": "tailkit.config",
-    "load_plan": "tailkit.config",
-    "simulate": "tailkit.simulation",
     "IngestReport": "tailkit.ingest",
+    "Plan": "tailkit.config",
     "ScanOptions": "tailkit.ingest",
     "Store": "tailkit.store",
     "TailkitError": "tailkit.errors",
+    "calibrate": "tailkit.calibration",
+    "dump_plan": "tailkit.config",
     "ingest_paths": "tailkit.ingest",
+    "load_plan": "tailkit.config",
+    "simulate": "tailkit.simulation",
     "stats": "tailkit.tails",
 }
+_exported = lazy_exports(__name__, _WHERE)
 
 
 def __getattr__(name: str) -> Any:
@@ -60,11 +86,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import version
 
         return version("tailkit")
-    module = _WHERE.get(name)
-    if module is None:
-        msg = f"module 'tailkit' has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module(module), name)
+    return _exported(name)
 
 
 def __dir__() -> list[str]:

@@ -13,8 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tailkit.errors import StepTimeout
-from tailkit.executor import (
+from tailkit.deadline import (
     DeadlineScope,
     carry_deadline_after,
     carry_deadline_at,
@@ -29,7 +28,8 @@ from tailkit.executor import (
     now,
     remaining,
 )
-from tailkit.executor._deadline import CUT_GRACE_S, executor_cuts, executor_cutting
+from tailkit.deadline.lowlevel import CUT_GRACE_S, executor_cuts, executor_cutting
+from tailkit.errors import StepTimeout
 from tests._fakeloop import run
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tailkit.config import dump_plan, parse_plan
 from tailkit.executor import DEADLINE_HEADER, REMAINING_HEADER
-from tailkit.executor._ledger import LEDGER_FIELDS
+from tailkit.ledger import LEDGER_FIELDS
 from tailkit.record import CALL_COLUMNS, SOURCE_COLUMNS, STATUSES
 
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailkit.errors import ConfigError
-from tailkit.executor._ledger import (
+from tailkit.ledger import (
     LEDGER_FIELDS,
     AttemptRecord,
     CallbackSink,

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tailkit.cli import app
-from tailkit.executor._ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.formats import detect_format
 from tailkit.ingest import ingest_paths
+from tailkit.ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.store import Store
 
 

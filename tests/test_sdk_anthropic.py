@@ -34,7 +34,7 @@ from tailkit.executor import (
     idempotency_key,
     now,
 )
-from tailkit.executor._chunks import read_chunk
+from tailkit.executor.lowlevel import read_chunk
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
 from tests._sdk_fake import FAST, MESSAGES, FakeSDKServer, Reply, plan, run
 

@@ -40,8 +40,7 @@ from tailkit.executor import (
     idempotency_key,
     now,
 )
-from tailkit.executor._chunks import UnreadableChunk, read_chunk
-from tailkit.executor._types import classify
+from tailkit.executor.lowlevel import UnreadableChunk, classify, read_chunk
 from tailkit.serve import Faults, ModelProfile, ServeConfig, Server
 from tests._sdk_fake import FAST, MESSAGES, FakeSDKServer, Reply, plan, run
 

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.errors import ConfigError
-from tailkit.executor._ledger import AttemptRecord
-from tailkit.replay._fidelity import LagMonitor
+from tailkit.ledger import AttemptRecord
+from tailkit.replay.lowlevel import LagMonitor
 from tailkit.serve import (
     Faults,
     ModelProfile,
@@ -943,7 +943,7 @@ def test_profile_from_stats_refuses_what_it_cannot_replay(stats: Any, message: s
     """
     Rows without a model and tables without latency name the fix.
     """
-    with pytest.raises(ConfigError, match="--bucket none --json") as info:
+    with pytest.raises(ConfigError, match=r"bucket=\(\)\)\.to_dicts\(\)") as info:
         profile_from_stats(stats)
 
     assert message in str(info.value)

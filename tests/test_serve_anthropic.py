@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from tailkit.executor._ledger import AttemptRecord
+from tailkit.ledger import AttemptRecord
 from tailkit.serve import Faults, ServeConfig, Server
 
 from .test_serve import (

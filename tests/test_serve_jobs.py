@@ -13,16 +13,9 @@ from pathlib import Path
 import pytest
 
 from tailkit.errors import ConfigError
-from tailkit.serve import (
-    Limits,
-    ModelProfile,
-    Outcomes,
-    ServeConfig,
-    Server,
-    dump_outcomes,
-    serve_outcomes,
-)
+from tailkit.serve import Limits, ModelProfile, ServeConfig, Server, serve_outcomes
 from tailkit.serve._jobs import Jobs
+from tailkit.serve.lowlevel import Outcomes, dump_outcomes
 
 from .test_serve import chat, serving
 

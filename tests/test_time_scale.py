@@ -164,9 +164,12 @@ def test_scale_plan_refuses_a_factor_that_is_not_a_positive_number(factor: Any) 
 
 @pytest.mark.parametrize("time_scale", [0, -1.0, 10.5, math.nan, math.inf, "0.01"])
 def test_executor_refuses_a_time_scale_outside_0_to_10(time_scale: Any) -> None:
-    """time_scale must be in (0, 10]; the error names the value and the server's option."""
-    with pytest.raises(ConfigError, match=r"time_scale must be in \(0, 10\].*--time-scale"):
+    """time_scale must be in (0, 10]; the error names the parameter, the value and the fix."""
+    with pytest.raises(ConfigError, match=r"time_scale must be in \(0, 10\].*the server") as info:
         Executor(_full_plan(), time_scale=time_scale)
+
+    assert ("time_scale", time_scale) == (info.value.field, info.value.value)
+    assert "--" not in str(info.value)
 
 
 def test_executor_accepts_the_edges_and_keeps_the_plan_object_at_scale_1() -> None:

@@ -17,20 +17,21 @@ the extra or the SDKs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tailkit._lazy import lazy_exports
 
 
 if TYPE_CHECKING:
-    from tailkit.adapters.anthropic_sdk import (
-        anthropic_messages_attempt as anthropic_messages_attempt,
+    from tailkit.adapters.anthropic_sdk import anthropic_messages_attempt
+    from tailkit.adapters.openai import (
+        ChatAttempt,
+        chat_attempt,
+        close_shared_client,
+        set_shared_client,
+        shared_client,
     )
-    from tailkit.adapters.openai import ChatAttempt as ChatAttempt
-    from tailkit.adapters.openai import chat_attempt as chat_attempt
-    from tailkit.adapters.openai import close_shared_client as close_shared_client
-    from tailkit.adapters.openai import set_shared_client as set_shared_client
-    from tailkit.adapters.openai import shared_client as shared_client
-    from tailkit.adapters.openai_sdk import openai_chat_attempt as openai_chat_attempt
-    from tailkit.adapters.openai_sdk import openai_responses_attempt as openai_responses_attempt
+    from tailkit.adapters.openai_sdk import openai_chat_attempt, openai_responses_attempt
 
 __all__ = [
     "ChatAttempt",
@@ -43,18 +44,16 @@ __all__ = [
     "shared_client",
 ]
 
-_MODULES = {
-    "anthropic_messages_attempt": "anthropic_sdk",
-    "openai_chat_attempt": "openai_sdk",
-    "openai_responses_attempt": "openai_sdk",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        import importlib
-
-        module = importlib.import_module(f"tailkit.adapters.{_MODULES.get(name, 'openai')}")
-        return getattr(module, name)
-    msg = f"module 'tailkit.adapters' has no attribute {name!r}"
-    raise AttributeError(msg)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ChatAttempt": "tailkit.adapters.openai",
+        "anthropic_messages_attempt": "tailkit.adapters.anthropic_sdk",
+        "chat_attempt": "tailkit.adapters.openai",
+        "close_shared_client": "tailkit.adapters.openai",
+        "openai_chat_attempt": "tailkit.adapters.openai_sdk",
+        "openai_responses_attempt": "tailkit.adapters.openai_sdk",
+        "set_shared_client": "tailkit.adapters.openai",
+        "shared_client": "tailkit.adapters.openai",
+    },
+)

@@ -13,7 +13,7 @@ from typing import Any
 
 from tailkit.adapters._sse import DONE
 from tailkit.executor import AttemptError
-from tailkit.executor._types import retry_after_from
+from tailkit.executor.lowlevel import retry_after_from
 
 
 CLIP_CHARS = 300  # characters of a provider's message kept in an error

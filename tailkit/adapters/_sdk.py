@@ -33,7 +33,7 @@ from typing import Any
 from tailkit.adapters._bodies import clip
 from tailkit.errors import ConfigError
 from tailkit.executor import Attempt, AttemptError
-from tailkit.executor._types import classify, provider_failure
+from tailkit.executor.lowlevel import classify, provider_failure
 
 
 def sdk_error(error: BaseException, where: str) -> AttemptError | None:

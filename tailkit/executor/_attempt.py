@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tailkit.deadline import now
 from tailkit.executor._chunks import answer_usage, read_chunk
-from tailkit.executor._deadline import now
-from tailkit.executor._ledger import AttemptRecord
 from tailkit.executor._types import Attempt, AttemptFn, StreamResult, TruncatedStream
+from tailkit.ledger import AttemptRecord
 
 
 @dataclass(slots=True, eq=False)

@@ -182,14 +182,14 @@ class HedgeBudget:
     ) -> None:
         del window_s  # accepted for callers written for the time window, which it replaced
         if allowance < 0:
-            msg = f"allowance must be 0 or more (extra attempts), got {allowance!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be 0 or more (extra attempts), got {allowance!r}"
+            raise ConfigError(msg, field="allowance", value=allowance)
         if not 0.0 <= sigmas < math.inf:
-            msg = f"sigmas must be 0 or more (standard deviations of the noise), got {sigmas!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be 0 or more (standard deviations of the noise), got {sigmas!r}"
+            raise ConfigError(msg, field="sigmas", value=sigmas)
         if window_firsts < 1:
-            msg = f"window_firsts must be at least 1 (first attempts), got {window_firsts!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be at least 1 (first attempts), got {window_firsts!r}"
+            raise ConfigError(msg, field="window_firsts", value=window_firsts)
         if not 0.0 <= reserve <= 1.0:
             msg = (
                 f"reserve must be in [0, 1] (the bound's share kept for recovery), got {reserve!r}"
@@ -220,8 +220,8 @@ class HedgeBudget:
             ConfigError: ``ratio`` is not in [0, 1].
         """
         if not 0.0 <= ratio <= 1.0:
-            msg = f"ratio must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
+            raise ConfigError(msg, field="ratio", value=ratio)
         exact = Fraction(repr(float(ratio)))
         self._num, self._den = exact.numerator, exact.denominator
 
@@ -300,8 +300,8 @@ class HedgeBudget:
         A run starts: credit its first attempts (a workflow: one per step; a lone call: 1).
         """
         if firsts < 0:
-            msg = f"firsts must be 0 or more (first attempts of the run), got {firsts!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be 0 or more (first attempts of the run), got {firsts!r}"
+            raise ConfigError(msg, field="firsts", value=firsts)
         self._firsts += firsts
         return BudgetAccount(firsts)
 
@@ -390,6 +390,6 @@ def fleet_processes(environ: Mapping[str, str] | None = None) -> int:
 
 def _check_processes(processes: int) -> int:
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        msg = f"processes must be a positive integer (worker processes), got {processes!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be a positive integer (worker processes), got {processes!r}"
+        raise ConfigError(msg, field="processes", value=processes)
     return processes

@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from tailkit.deadline import now
 from tailkit.errors import ConfigError, MissingExtraError
-from tailkit.executor._deadline import now
 
 
 __all__ = [

@@ -19,16 +19,16 @@ from types import TracebackType
 from typing import Any
 
 from tailkit.config import Plan, scale_plan
+from tailkit.deadline import current_deadline
 from tailkit.errors import ConfigError
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
-from tailkit.executor._deadline import current_deadline
 from tailkit.executor._events import Observer
-from tailkit.executor._ledger import Ledger
 from tailkit.executor._scale import check_time_scale
 from tailkit.executor._shared import RunBook, Shared, StepPolicy
 from tailkit.executor._step import StepRun
 from tailkit.executor._types import AttemptFn
+from tailkit.ledger import Ledger
 
 
 def new_run_id() -> str:

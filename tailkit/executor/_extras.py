@@ -27,10 +27,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tailkit.config import Step
+from tailkit.deadline import now
 from tailkit.executor._attempt import Live
 from tailkit.executor._breaker import OPEN, Breaker
 from tailkit.executor._budget import retry_after_fits
-from tailkit.executor._deadline import now
 from tailkit.executor._shared import InvalidOutput, RunBook, Shared, StepPolicy
 from tailkit.executor._telemetry import StepTelemetry
 

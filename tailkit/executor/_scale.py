@@ -17,7 +17,7 @@ import math
 from datetime import datetime
 
 from tailkit.errors import ConfigError
-from tailkit.executor._ledger import AttemptRecord
+from tailkit.ledger import AttemptRecord
 
 
 __all__ = ["MAX_TIME_SCALE", "check_time_scale", "profile_record"]
@@ -39,11 +39,14 @@ def check_time_scale(time_scale: float) -> float:
     number = isinstance(time_scale, int | float) and not isinstance(time_scale, bool)
     if not (number and math.isfinite(time_scale) and 0.0 < time_scale <= MAX_TIME_SCALE):
         msg = (
-            f"time_scale must be in (0, {MAX_TIME_SCALE:g}] real seconds per plan second, got "
-            f"{time_scale!r}: use the server's --time-scale (0.01 for a server 100 times "
-            f"faster), or 1 against a real provider"
+            f"{{field}} must be in (0, {MAX_TIME_SCALE:g}] real seconds per plan second, got "
+            f"{time_scale!r}:"
         )
-        raise ConfigError(msg)
+        fix = (
+            "use the time scale of the server you rehearse against (0.01 for a server 100 times "
+            "faster), or 1 against a real provider"
+        )
+        raise ConfigError(msg, field="time_scale", value=time_scale, fix=fix)
     return float(time_scale)
 
 

@@ -20,8 +20,8 @@ from tailkit.errors import ConfigError
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
-from tailkit.executor._ledger import Ledger
 from tailkit.executor._types import Attempt, AttemptError, Validator
+from tailkit.ledger import Ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,34 +67,34 @@ class StepPolicy:
         """
         if self.losers not in LOSERS:
             allowed = " or ".join(repr(v) for v in LOSERS)
-            msg = f"losers must be {allowed}, got {self.losers!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be {allowed}, got {self.losers!r}"
+            raise ConfigError(msg, field="losers", value=self.losers)
         if self.validator is not None and not callable(self.validator):
-            msg = f"validator must be callable or None, got {self.validator!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be callable or None, got {self.validator!r}"
+            raise ConfigError(msg, field="validator", value=self.validator)
         retries = self.error_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            msg = f"error_retries must be an integer, 0 or more (retries), got {retries!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be an integer, 0 or more (retries), got {retries!r}"
+            raise ConfigError(msg, field="error_retries", value=retries)
         jitter = self.retry_jitter_s
         if (
             isinstance(jitter, bool)
             or not isinstance(jitter, int | float)
             or not (0.0 <= jitter < math.inf)
         ):
-            msg = f"retry_jitter_s must be a finite number of seconds, 0 or more, got {jitter!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a finite number of seconds, 0 or more, got {jitter!r}"
+            raise ConfigError(msg, field="retry_jitter_s", value=jitter)
         for name in ("project_overrun", "resend_non_idempotent"):
             value = getattr(self, name)
             if not isinstance(value, bool):
-                msg = f"{name} must be True or False, got {value!r}"
-                raise ConfigError(msg)
+                msg = f"{{field}} must be True or False, got {value!r}"
+                raise ConfigError(msg, field=name, value=value)
         errors = self.provider_errors
         if not isinstance(errors, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in errors
         ):
-            msg = f"provider_errors must be a tuple of exception classes, got {errors!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a tuple of exception classes, got {errors!r}"
+            raise ConfigError(msg, field="provider_errors", value=errors)
 
 
 LOSERS = ("cancel", "finish")  # what `StepPolicy.losers` accepts

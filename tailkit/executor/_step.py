@@ -72,10 +72,11 @@ import math
 from typing import Any
 
 from tailkit.config import Step
+from tailkit.deadline import now
+from tailkit.deadline.lowlevel import executor_cuts, executor_cutting
 from tailkit.errors import AllAttemptsFailed, StepTimeout
 from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._breaker import BREAKER_FAILURES, CLOSED
-from tailkit.executor._deadline import executor_cuts, executor_cutting, now
 from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
 from tailkit.executor._scale import profile_record
 from tailkit.executor._shared import DEFAULT_POLICY, RunBook, Shared

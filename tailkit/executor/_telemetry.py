@@ -11,10 +11,10 @@ import time
 
 from typing import Any
 
+from tailkit.deadline import now
 from tailkit.executor._attempt import Live
-from tailkit.executor._deadline import now
 from tailkit.executor._events import NO_SPAN, Event, Observer, SpanHandle, deadline_wall
-from tailkit.executor._ledger import AttemptRecord
+from tailkit.ledger import AttemptRecord
 
 
 class StepTelemetry:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tailkit.executor._deadline import deadline_headers, now
+from tailkit.deadline import deadline_headers, now
 from tailkit.executor._events import trace_headers
 
 

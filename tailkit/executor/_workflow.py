@@ -22,14 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tailkit.deadline import carry_deadline_at, current_deadline, now
+from tailkit.deadline.lowlevel import executor_cuts, executor_cutting
 from tailkit.errors import ConfigError
-from tailkit.executor._deadline import (
-    carry_deadline_at,
-    current_deadline,
-    executor_cuts,
-    executor_cutting,
-    now,
-)
 from tailkit.executor._shared import RunBook
 from tailkit.executor._types import AttemptFn
 

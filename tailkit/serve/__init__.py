@@ -19,13 +19,15 @@ It answers OpenAI's ``/v1/chat/completions`` and Anthropic's ``/v1/messages`` (a
 events) with the same draws and faults, each in its API's shapes. Whatever clients send, it
 answers and logs every chat request, and its memory stays bounded (`Limits`: the records it
 keeps, idle connections, concurrent connections, body size).
+
+A configuration comes from one of three sources: `ServeConfig` built in code (or `load_profile`
+from a YAML profile), `profile_from_stats` (the quantiles of measured calls), or
+`serve_outcomes` (the measured calls a replay wrote). The tables a replay serves are building
+blocks in `tailkit.serve.lowlevel`. The deadline it honours is `tailkit.deadline`'s; its access
+log is written by `tailkit.ledger`, so it reads back like the executor's ledger.
 """
 
 from tailkit.serve._limits import Limits as Limits
-from tailkit.serve._outcomes import INVALID_MARK as INVALID_MARK
-from tailkit.serve._outcomes import Outcomes as Outcomes
-from tailkit.serve._outcomes import dump_outcomes as dump_outcomes
-from tailkit.serve._outcomes import load_outcomes as load_outcomes
 from tailkit.serve._profile import Faults as Faults
 from tailkit.serve._profile import ModelProfile as ModelProfile
 from tailkit.serve._profile import ServeConfig as ServeConfig
@@ -36,15 +38,11 @@ from tailkit.serve._server import Server as Server
 
 
 __all__ = [
-    "INVALID_MARK",
     "Faults",
     "Limits",
     "ModelProfile",
-    "Outcomes",
     "ServeConfig",
     "Server",
-    "dump_outcomes",
-    "load_outcomes",
     "load_profile",
     "profile_from_stats",
     "serve_outcomes",

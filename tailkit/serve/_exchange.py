@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tailkit.executor._ledger import AttemptRecord
+from tailkit.ledger import AttemptRecord
 from tailkit.serve._api import Api
 
 

@@ -354,7 +354,7 @@ def load_outcomes(
             table is malformed; the message names the file and the model.
     """
     source = os.fspath(path)
-    document = read_json(source, "outcomes", "tailkit replay --out DIR writes one")
+    document = read_json(source, "outcomes", "a replay with an output folder writes one there")
     if not isinstance(document, dict) or document.get("tailkit_outcomes") != OUTCOMES_VERSION:
         msg = f"{source}: not a tailkit outcomes file (no 'tailkit_outcomes: 1' key)"
         raise ConfigError(msg)

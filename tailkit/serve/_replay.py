@@ -41,7 +41,12 @@ __all__ = ["profile_from_stats", "serve_outcomes"]
 
 Point = tuple[float, float]  # (probability, seconds)
 _DEFAULT_TOKENS = 200
-_FIX = "write it with: tailkit stats --by provider,model --bucket none --json > stats.json"
+# The stats table by provider and model, without token buckets: what `tailkit.stats` returns
+# with ``bucket=()`` (``.to_dicts()``), or what the stats command prints as JSON.
+_FIX = (
+    "pass the rows of the stats table by provider and model without buckets: "
+    "tailkit.stats(store, bucket=()).to_dicts()"
+)
 
 
 def _finite(row: Mapping[str, Any], name: str) -> float | None:
@@ -56,16 +61,16 @@ def _rows(stats_json: object) -> list[Mapping[str, Any]]:
         stats_json = read_json(os.fspath(stats_json), "stats", _FIX)
     rows = stats_json.get("table") if isinstance(stats_json, Mapping) else stats_json
     if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
-        msg = f"stats JSON must hold a 'table' list of rows, got {type(rows).__name__}; {_FIX}"
-        raise ConfigError(msg)
+        msg = f"stats JSON must hold a 'table' list of rows, got {type(rows).__name__};"
+        raise ConfigError(msg, field="stats_json", value=stats_json, fix=_FIX)
     return rows
 
 
 def _model_id(row: Mapping[str, Any]) -> str:
     model = row.get("model")
     if not isinstance(model, str) or not model:
-        msg = f"a stats row has no model (columns: {', '.join(map(str, row))}); {_FIX}"
-        raise ConfigError(msg)
+        msg = f"a stats row has no model (columns: {', '.join(map(str, row))});"
+        raise ConfigError(msg, field="stats_json", value=dict(row), fix=_FIX)
     provider = row.get("provider")
     return f"{provider}/{model}" if isinstance(provider, str) and provider else model
 
@@ -183,8 +188,8 @@ def profile_from_stats(
         if table is not None:
             models[name] = ModelProfile(outcomes=table)
     if not models:
-        msg = f"no stats row has latency to replay (p50_s); {_FIX}"
-        raise ConfigError(msg)
+        msg = "no stats row has latency to replay (p50_s);"
+        raise ConfigError(msg, field="stats_json", value=stats_json, fix=_FIX)
     return ServeConfig(models=models, time_scale=time_scale)
 
 

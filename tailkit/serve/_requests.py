@@ -45,8 +45,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from tailkit.executor._deadline import deadline_from_headers
-from tailkit.executor._ledger import AttemptRecord, Ledger
+from tailkit.deadline import deadline_from_headers
+from tailkit.ledger import AttemptRecord, Ledger
 from tailkit.serve._api import Api, ChatRequest, RequestError
 from tailkit.serve._draw import Draw, TokenBucket, draw
 from tailkit.serve._exchange import Exchange

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from tailkit.errors import ConfigError
-from tailkit.executor._ledger import AttemptRecord, CallbackSink, JsonlSink, Ledger, Sink
+from tailkit.ledger import AttemptRecord, CallbackSink, JsonlSink, Ledger, Sink
 from tailkit.serve import _openai as wire
 from tailkit.serve._anthropic import Anthropic
 from tailkit.serve._api import Api

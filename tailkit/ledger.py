@@ -1,6 +1,11 @@
 """
 The ledger: one JSON line per attempt, in the columns of the call record (docs/ledger.md).
 
+Standard library only (plus the call record's constants), shared by the two writers of these
+lines: `tailkit.executor` (one line per attempt it starts) and `tailkit.serve` (its access log).
+`tailkit.executor` re-exports `Ledger`, the sinks and `AttemptRecord`, so ``from
+tailkit.executor import Ledger`` keeps working.
+
 Every attempt the executor starts ends in exactly one `AttemptRecord`: a winner, a loser that
 was cancelled (``censored_at_s``: its true latency is longer), a loser that was allowed to finish
 (``abandoned``), or a failure. `Ledger` validates each record, renders it once with

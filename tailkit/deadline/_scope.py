@@ -1,37 +1,10 @@
 """
-Deadlines: one absolute instant on the event loop's monotonic clock, shared by a whole run.
+Deadline scopes on the event loop's clock, and the hooks the executor cuts through.
 
-The deadline lives in a contextvar, so every task started under it inherits it: the
-executor's cutoffs read it, and outgoing requests carry it in their headers. Scopes compose
-with ``min()``: a scope never extends the deadline it was entered under. ``*_after(seconds)``
-is a duration that becomes an instant when the scope is entered; ``*_at(when)`` is an instant
-on the loop clock (`now()`); ``math.inf`` means no deadline of its own.
-
-Three kinds of scope, named as in trio and anyio, each usable with ``with`` or ``async with``:
-
-- `deadline_after` / `deadline_at` (also `fail_after` / `fail_at`): at the deadline the block
-  is cancelled and `TimeoutError` comes out of the scope;
-- `move_on_after` / `move_on_at`: at the deadline the block is cancelled and the scope ends
-  quietly (``scope.cancelled_caught`` says it happened);
-- `carry_deadline_after` / `carry_deadline_at`: only set the deadline that cutoffs and
-  headers read; nothing is cancelled.
-
-Enforcing needs a running asyncio task; outside one, a scope only sets the deadline. A scope
-cancels its block the way ``asyncio.timeout`` does: a timer cancels the task, and on the way
-out the scope takes its cancellation back (``Task.uncancel``) and turns it into
-`TimeoutError`. A cancellation that came from elsewhere -- the task itself being cancelled --
-always propagates as ``CancelledError``.
-
-When the executor enforces the same deadline itself it raises `StepTimeout`, which names the
-step. So that the scope's timer does not beat it to the instant, the executor marks the code it
-cuts with `executor_cuts`: a scope whose deadline falls due under such a mark leaves the cut to
-the executor for a moment (`CUT_GRACE_S`), or, once the executor says it is cutting
-(`executor_cutting`), until the marked code ends; then the executor's error passes through.
-
-Across a process boundary both the absolute wall-clock instant and the seconds remaining at
-send time travel (`deadline_headers`); the receiver takes ``min(deadline_wall - now_wall,
-remaining_at_send)`` (`deadline_from_headers`): time spent queued before it starts counts, and
-a skewed clock can only make the deadline stricter.
+The package docstring (`tailkit.deadline`) explains the rule; this module holds the one
+contextvar the deadline lives in, the scope that sets and enforces it, and `executor_cuts` /
+`executor_cutting`, which let the executor's `StepTimeout` come out of a scope due at the same
+instant (re-exported for the executor by `tailkit.deadline.lowlevel`).
 """
 
 from __future__ import annotations
@@ -41,13 +14,10 @@ import contextvars
 import math
 import time
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
-
-DEADLINE_HEADER = "x-tailkit-deadline"  # absolute wall-clock instant, epoch seconds
-REMAINING_HEADER = "x-tailkit-remaining-s"  # seconds left when the request was sent
 
 CUT_GRACE_S = 0.05  # how long a due scope waits for the executor to start cutting
 _SAME_INSTANT_S = 1e-6  # an executor cut this much after a scope's deadline still counts
@@ -136,7 +106,7 @@ def _check_at(api: str, when: float) -> float:
     if when - loop_now > 10 * _YEAR_S and abs(when - wall_now) < 5 * _YEAR_S:
         after, at, wall = _fixes(api)
         msg = (
-            f"{api} takes an instant on the event loop's clock (tailkit.executor.now(), "
+            f"{api} takes an instant on the event loop's clock (tailkit.deadline.now(), "
             f"{loop_now:.3f} now), got what looks like a wall-clock time: {when!r} is "
             f"{when - wall_now:.3f} s from time.time() but {(when - loop_now) / _YEAR_S:.0f} "
             f"years from now(); use {after} or {at}, or {wall} for a wall-clock instant"
@@ -465,71 +435,3 @@ def executor_cutting() -> None:
     mark = _MARK.get()
     if mark is not None:
         mark.cutting = True
-
-
-def deadline_headers(
-    *,
-    deadline: float | None = None,
-    now_mono: float | None = None,
-    now_wall: float | None = None,
-) -> dict[str, str]:
-    """
-    Headers that carry a deadline to another process (empty when there is none).
-
-    Args:
-        deadline: Instant on the loop clock (``None``: the current deadline).
-        now_mono: The loop clock now (``None``: `now()`).
-        now_wall: Wall-clock epoch seconds now (``None``: ``time.time()``).
-
-    Returns:
-        ``x-tailkit-deadline`` (the absolute wall-clock instant, epoch seconds) and
-        ``x-tailkit-remaining-s`` (seconds left at send time).
-    """
-    deadline = current_deadline() if deadline is None else deadline
-    if math.isinf(deadline):
-        return {}
-    left = max(deadline - (now() if now_mono is None else now_mono), 0.0)
-    wall = time.time() if now_wall is None else now_wall
-    return {DEADLINE_HEADER: f"{wall + left:.6f}", REMAINING_HEADER: f"{left:.6f}"}
-
-
-def _header(headers: Mapping[str, str], name: str) -> float | None:
-    for key, value in headers.items():
-        if key.lower() == name:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                return None
-            return number if math.isfinite(number) else None
-    return None
-
-
-def deadline_from_headers(
-    headers: Mapping[str, str],
-    *,
-    now_mono: float | None = None,
-    now_wall: float | None = None,
-) -> float:
-    """
-    The deadline a request carries, as an instant on this process's loop clock.
-
-    Takes ``min(deadline_wall - now_wall, remaining_at_send)``: time spent in queues before
-    this process saw the request counts (the wall-clock term), and a receiver whose clock runs
-    behind cannot stretch the budget (the remaining term). A malformed header is ignored, the
-    other still applies; none gives ``math.inf``.
-
-    Args:
-        headers: Request headers (names compared case-insensitively).
-        now_mono: The loop clock now (``None``: `now()`).
-        now_wall: Wall-clock epoch seconds now (``None``: ``time.time()``).
-    """
-    wall_deadline = _header(headers, DEADLINE_HEADER)
-    left = _header(headers, REMAINING_HEADER)
-    budget = math.inf
-    if wall_deadline is not None:
-        budget = wall_deadline - (time.time() if now_wall is None else now_wall)
-    if left is not None:
-        budget = min(budget, left)
-    if math.isinf(budget):
-        return math.inf
-    return (now() if now_mono is None else now_mono) + max(budget, 0.0)

@@ -1,0 +1,14 @@
+"""
+Low-level deadline hooks: building blocks for the executor and for tests; they may change.
+
+An enforcing scope (`tailkit.deadline.deadline_after`…) and the executor can fall due at the
+same instant. So that the executor's `StepTimeout`, which names the step, comes out rather than
+the scope's bare `TimeoutError`, the executor marks the code it cuts with `executor_cuts` and
+says when it starts cutting with `executor_cutting`; a due scope then waits up to
+`CUT_GRACE_S` for it. User code has no reason to call these.
+"""
+
+from tailkit.deadline._scope import CUT_GRACE_S, executor_cuts, executor_cutting
+
+
+__all__ = ["CUT_GRACE_S", "executor_cuts", "executor_cutting"]
