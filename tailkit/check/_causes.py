@@ -228,8 +228,8 @@ class Causes:
             out.append(
                 Cause(
                     "thin basis",
-                    f"the prediction's own interval {shown} is wide (more than {_WIDE:.0%} of "
-                    "the predicted value)",
+                    f"the prediction's own interval {shown} is wide (more than "
+                    f"{text.percent(_WIDE)} of the predicted value)",
                 )
             )
         return out

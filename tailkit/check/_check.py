@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tailkit import text
 from tailkit.check._causes import Causes
 from tailkit.check._observation import Observation, StepObservation
 from tailkit.check._observe import Ledgers, observe, resolve_plan
@@ -145,7 +146,7 @@ def _judge(c: _Candidate, at: float, tolerance: float, causes: Causes) -> CheckL
         reason = f"the intervals overlap {both}"
         return CheckLine(c.scope, c.figure, c.predicted, c.observed, HOLDS, reason, (), judged)
     if close(c.predicted, c.observed.value, tolerance):
-        reason = f"within {tolerance:.0%} of the observed value"
+        reason = f"within {text.percent(tolerance)} of the observed value"
         return CheckLine(c.scope, c.figure, c.predicted, c.observed, HOLDS, reason, (), judged)
     up = side > 0
     reason = (
