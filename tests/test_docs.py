@@ -138,3 +138,26 @@ def test_formats_page_covers_every_format() -> None:
     rows = re.findall(r"^\| `([\w-]+)` \|", _doc("formats.md"), flags=re.MULTILINE)
 
     assert rows[: len(FORMATS)] == list(FORMATS)
+
+
+def test_every_command_has_its_page_linked_from_the_readme() -> None:
+    """
+    docs/NAME.md is the page of command NAME (its title says so), and the README links it.
+    """
+    from tailkit.cli._reference import commands
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    titled = {name: _doc(f"{name}.md").startswith(f"# `tailkit {name}`") for name in commands()}
+
+    assert [name for name, ok in titled.items() if not ok] == []
+    assert [name for name in commands() if f"](docs/{name}.md)" not in readme] == []
+
+
+def test_the_readme_is_a_tour() -> None:
+    """
+    The README stays short: the reference lives in docs/, not in option tables here.
+    """
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    assert len(readme.splitlines()) <= 300
+    assert "| option |" not in readme
