@@ -62,14 +62,8 @@ import numpy.typing as npt
 
 from scipy import optimize, stats
 
-from tailkit.fit import (
-    TailKind,
-    empirical_quantiles,
-    fit_lognormal,
-    fit_transient_tails,
-    hedge_evidence,
-    tail_kind,
-)
+from tailkit.fit import TailKind, empirical_quantiles, fit_lognormal, tail_kind
+from tailkit.fit.lowlevel import fit_transient_tails, hedge_evidence
 
 
 _Array = npt.NDArray[np.float64]

@@ -33,7 +33,7 @@ from tailkit.calibration import calibrate, predict  # noqa: E402
 from tailkit.config import parse_plan  # noqa: E402
 from tailkit.demo._paired import benchmark_calls, truth_miss_rate  # noqa: E402
 from tailkit.ingest import ingest_paths  # noqa: E402
-from tailkit.simulation import independent_sharing  # noqa: E402
+from tailkit.simulation.lowlevel import independent_sharing  # noqa: E402
 from tailkit.store import Store  # noqa: E402
 from tests.test_sharing import WORKFLOW, WORLD  # noqa: E402
 

@@ -61,8 +61,14 @@ from scipy import stats
 from tailkit.calibration import predict
 from tailkit.config import Plan, Shared, parse_plan
 from tailkit.demo._paired import PairedRoute, PairedWorld, truth_result
-from tailkit.simulation import DEFAULT_MOMENT, RouteSample, SampleKey, independent_sharing, simulate
-from tailkit.simulation._sharing import SLOW_RANK, paired_tail_correlation
+from tailkit.simulation import RouteSample, simulate
+from tailkit.simulation.lowlevel import (
+    DEFAULT_MOMENT,
+    SampleKey,
+    independent_sharing,
+    paired_tail_correlation,
+)
+from tailkit.store import SLOW_RANK
 
 
 PLAN = """

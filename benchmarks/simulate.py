@@ -43,7 +43,7 @@ from tailkit.simulation import (
     simulate_model,
     workflow_model,
 )
-from tailkit.simulation._reference import reference_step
+from tailkit.simulation.lowlevel import reference_step
 from tailkit.store import Store
 
 

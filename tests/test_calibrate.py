@@ -15,7 +15,8 @@ import yaml
 
 from typer.testing import CliRunner
 
-from tailkit.calibration import QUANTILES, calibrate, predict, workflow_of
+from tailkit.calibration import calibrate, predict, workflow_of
+from tailkit.calibration.lowlevel import QUANTILES
 from tailkit.cli import app
 from tailkit.config import Plan, Route, Step, Tokens, dump_plan, load_plan, parse_plan
 from tailkit.ingest import ingest_paths

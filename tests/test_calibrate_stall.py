@@ -21,20 +21,14 @@ import numpy as np
 import pytest
 
 from tailkit.calibration import Calibration, calibrate, predict
-from tailkit.check._estimate import rate
+from tailkit.check.lowlevel import rate
 from tailkit.config import Plan, parse_plan
 from tailkit.executor import FINAL, Attempt, Executor, HedgeBudget, Ledger, MemorySink
 from tailkit.ingest import ingest_paths
-from tailkit.simulation import (
-    Draws,
-    RouteSample,
-    StepModel,
-    WorkflowModel,
-    run_workflow,
-    workflow_model,
-)
+from tailkit.simulation import RouteSample, WorkflowModel, workflow_model
 from tailkit.simulation._couple import step_indexes
 from tailkit.simulation._reference import reference_trace
+from tailkit.simulation.lowlevel import Draws, StepModel, simulate_runs
 from tailkit.store import Store
 from tests._fakeloop import VirtualLoop
 
@@ -210,7 +204,7 @@ def test_the_engine_plays_stall_cuts_as_the_reference_does(seed: int) -> None:
         steps.append(step)
     model = WorkflowModel(tuple(steps), deadline_s=60.0)
     draws = Draws(400, seed=seed, keep=True)
-    outcome = run_workflow(model, draws)
+    outcome = simulate_runs(model, draws)
     fired = sum(int(o.fired.sum()) for o in outcome.steps)
     assert fired > 40  # the stalls do fire the steps' actions
     uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
@@ -235,7 +229,7 @@ def test_a_stall_cut_fires_the_action_not_a_recovery() -> None:
             second=sample if action == "hedge" else None,
         )  # fmt: skip
         model = WorkflowModel((step,), deadline_s=60.0)
-        out = run_workflow(model, Draws(20_000, seed=1)).steps[0]
+        out = simulate_runs(model, Draws(20_000, seed=1)).steps[0]
         assert out.extra.mean() == pytest.approx(0.1, abs=0.01)
         assert out.recovery.sum() == 0
         # a stalled run ends with its fresh attempt (cut at about 1 + 1 + 1 s, then about

@@ -15,7 +15,8 @@ import pytest
 
 from tailkit.calibration._warn import CONFIRM, evidence_warnings
 from tailkit.config import Plan, Route, Step, Tokens
-from tailkit.fit import TailKind, hedge_evidence, tail_kind
+from tailkit.fit import TailKind, tail_kind
+from tailkit.fit.lowlevel import hedge_evidence
 from tailkit.text import name_parameters
 
 

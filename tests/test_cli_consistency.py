@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.config import Step, Tokens
-from tailkit.simulation import widen_fixes
+from tailkit.simulation.lowlevel import widen_fixes
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +100,10 @@ def test_report_without_json_prints_the_page(db: Path, tmp_path: Path) -> None:
     ("tokens", "fix"),
     [
         (Tokens(100, 50), "widen the bucket (drop expected_tokens.output, or set "
-         "--input-edges/--output-edges), "),
-        (Tokens(100, None), "widen the bucket (set --input-edges), "),
+         "{input_edges}/{output_edges}), "),
+        (Tokens(100, None), "widen the bucket (set {input_edges}), "),
         (Tokens(None, 50), "widen the bucket (drop expected_tokens.output, or set "
-         "--output-edges), "),
+         "{output_edges}), "),
         (Tokens(None, None), ""),
     ],
     ids=["both", "input", "output", "none"],
@@ -127,7 +127,7 @@ def test_widen_fixes_of_several_steps_says_buckets() -> None:
     ]
 
     assert (
-        "widen the buckets (drop expected_tokens.output, or set --input-edges/--output-edges), "
+        "widen the buckets (drop expected_tokens.output, or set {input_edges}/{output_edges}), "
         == widen_fixes(steps)
     )
 

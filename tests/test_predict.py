@@ -16,7 +16,8 @@ from tailkit.calibration import Prediction, predict, prediction_warnings, workfl
 from tailkit.calibration._resample import replicate, resample
 from tailkit.config import Plan, Route, Step, dump_plan, parse_plan
 from tailkit.errors import ConfigError
-from tailkit.simulation import RouteSample, SampleKey, simulate_model, workflow_model
+from tailkit.simulation import RouteSample, simulate_model, workflow_model
+from tailkit.simulation.lowlevel import SampleKey
 
 
 ROUTES = {"p/m": Route("p", "m"), "q/m": Route("q", "m")}

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 import tailkit
 
-from tailkit.calibration import StepOptions, candidates
+from tailkit.calibration.lowlevel import StepOptions, candidates
 from tailkit.config import parse_plan
 from tailkit.fit import QUANTILE_METHODS, empirical_quantiles, quantile
-from tailkit.fit._quantiles import sorted_quantiles
+from tailkit.fit.lowlevel import sorted_quantiles
 from tailkit.ingest import ingest_paths
 from tailkit.simulation import load_samples
 from tailkit.store import Store

@@ -14,7 +14,8 @@ import pytest
 
 from tailkit.config import Plan, Route, Step, Tokens
 from tailkit.ingest import ingest_paths
-from tailkit.simulation import load_samples, route_sample, route_tail_kinds
+from tailkit.simulation import load_samples, route_sample
+from tailkit.simulation.lowlevel import route_tail_kinds
 from tailkit.store import Store
 
 

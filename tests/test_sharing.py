@@ -23,16 +23,15 @@ from tailkit.calibration import calibrate, predict
 from tailkit.config import Basis, Plan, Shared, parse_plan
 from tailkit.demo._paired import PairedRoute, PairedWorld, benchmark_calls, truth_miss_rate
 from tailkit.ingest import ingest_paths
-from tailkit.simulation import (
-    RouteSample,
-    default_as_independent,
-    estimate_sharing,
-    independent_sharing,
-    resample_sharing,
-)
+from tailkit.simulation import RouteSample, estimate_sharing
 from tailkit.simulation._couple import couple
 from tailkit.simulation._sample import TABLE
 from tailkit.simulation._sharing import ESCAPE_RANK, SLOW_RANK, _slow_share, tail_correlation
+from tailkit.simulation.lowlevel import (
+    default_as_independent,
+    independent_sharing,
+    resample_sharing,
+)
 from tailkit.store import Store
 
 

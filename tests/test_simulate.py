@@ -16,18 +16,11 @@ import pytest
 from scipy import stats
 
 from tailkit.errors import ConfigError
-from tailkit.simulation import (
-    Draws,
-    RouteSample,
-    StepModel,
-    WorkflowModel,
-    run_workflow,
-    simulate_model,
-    summarize,
-)
+from tailkit.simulation import RouteSample, WorkflowModel, simulate_model
 from tailkit.simulation import _api as api
 from tailkit.simulation._couple import step_indexes
 from tailkit.simulation._reference import reference_run
+from tailkit.simulation.lowlevel import Draws, StepModel, sim_result, simulate_runs
 
 
 Z = 4.5
@@ -53,7 +46,7 @@ def stalls(median_s: float = 10.0, sigma: float = 0.25, share: float = 0.03) -> 
 
 
 def run(model: WorkflowModel, runs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    outcome = run_workflow(model, Draws(runs, seed=seed))
+    outcome = simulate_runs(model, Draws(runs, seed=seed))
     return outcome.end_s, outcome.ok
 
 
@@ -110,7 +103,7 @@ def test_hedge_at_p95_halves_p99_where_retry_helps_much_less() -> None:
     for action in ("wait", "hedge", "retry"):
         step = StepModel("a", (), True, route, cutoff_s=cutoff, action=action)
         model = WorkflowModel((step,), deadline_s=30.0)
-        results[action] = summarize(model, run_workflow(model, Draws(runs, seed=5)))
+        results[action] = sim_result(model, simulate_runs(model, Draws(runs, seed=5)))
     none, hedge, retry = results["wait"], results["hedge"], results["retry"]
     assert hedge.p99_s <= 0.5 * none.p99_s
     assert abs(hedge.p50_s / none.p50_s - 1.0) < 0.01
@@ -198,7 +191,7 @@ def test_vectorized_engine_equals_the_reference_run_by_run(seed: int, shared: bo
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 30.0])))
     draws = Draws(400, seed=seed, keep=True)
-    outcome = run_workflow(model, draws)
+    outcome = simulate_runs(model, draws)
     uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
     for r in range(400):
         end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])
@@ -251,7 +244,7 @@ def test_a_failed_required_step_skips_what_waits_on_it() -> None:
     first = StepModel("a", (), True, broken)
     after = StepModel("b", (0,), True, _fixed(50.0), cutoff_s=5.0, action="hedge")
     model = WorkflowModel((first, after), error_retries=0)
-    outcome = run_workflow(model, Draws(1000, seed=1))
+    outcome = simulate_runs(model, Draws(1000, seed=1))
     failed = ~outcome.ok
     assert 400 < failed.sum() < 600
     assert np.all(outcome.end_s[failed] == 1.0)
@@ -267,7 +260,7 @@ def test_an_optional_step_still_running_at_the_deadline_is_cut_there() -> None:
     required = StepModel("a", (), True, _fixed(5.0))
     optional = StepModel("b", (), False, _fixed(50.0))
     model = WorkflowModel((required, optional), deadline_s=20.0)
-    result = summarize(model, run_workflow(model, Draws(1000, seed=1)))
+    result = sim_result(model, simulate_runs(model, Draws(1000, seed=1)))
     assert result.miss_rate == 0.0
     assert result.p99_s == 20.0
 
@@ -277,7 +270,7 @@ def test_an_optional_sink_does_not_hide_a_late_required_step() -> None:
     required = StepModel("a", (), True, _fixed(25.0))
     optional = StepModel("b", (0,), False, _fixed(1.0))
     model = WorkflowModel((required, optional), deadline_s=20.0)
-    result = summarize(model, run_workflow(model, Draws(1000, seed=1)))
+    result = sim_result(model, simulate_runs(model, Draws(1000, seed=1)))
     assert 1.0 == result.miss_rate
     assert 25.0 == result.p50_s
     assert (25.0, True, 0) == reference_run(model, [[0, 0, 0], [0, 0, 0]])
@@ -287,11 +280,11 @@ def test_no_extra_attempt_is_due_at_the_deadline() -> None:
     """A last step whose cut falls on the deadline does not act (nor count an extra attempt)."""
     slow = StepModel("a", (), True, _fixed(30.0), cutoff_s=25.0, action="retry", second=_fixed(1.0))
     model = WorkflowModel((slow,), deadline_s=20.0)  # cut = min(25, 20 - 0 - 0) = 20: too late
-    outcome = run_workflow(model, Draws(1000, seed=1))
+    outcome = simulate_runs(model, Draws(1000, seed=1))
     assert np.all(outcome.end_s == 30.0)
     assert not outcome.steps[0].fired.any()
     early = WorkflowModel((dataclasses.replace(slow, reserve_s=1.0),), deadline_s=20.0)
-    outcome = run_workflow(early, Draws(1000, seed=1))
+    outcome = simulate_runs(early, Draws(1000, seed=1))
     assert np.all(outcome.end_s == 19.0 + 1.0)  # cut at 20 - 1 = 19 s, then 1 s
     assert outcome.steps[0].extra.all()
 
@@ -351,7 +344,7 @@ def test_a_hedged_step_whose_attempts_both_fail_ends_with_the_last(
     hedge = RouteSample(np.ones(4), np.ones(4), error_rate=0.9999, error_s=np.array([hedge_s]))
     step = StepModel("a", (), True, first, cutoff_s=5.0, action="hedge", second=hedge)
     draws = Draws(2000, seed=2, keep=True)
-    outcome = run_workflow(WorkflowModel((step,)), draws)
+    outcome = simulate_runs(WorkflowModel((step,)), draws)
     both = (draws.slot("a", 0) >= first.ok_entries) & (draws.slot("a", 1) >= hedge.ok_entries)
     assert both.sum() > 1900
     assert np.all(outcome.end_s[both] == end_s)

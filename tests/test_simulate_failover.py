@@ -13,9 +13,10 @@ import math
 import numpy as np
 import pytest
 
-from tailkit.simulation import Draws, RouteSample, StepModel, WorkflowModel, run_workflow
+from tailkit.simulation import RouteSample, WorkflowModel
 from tailkit.simulation._couple import AFTER_RETRY, RETRY, action_route, repeat_route, step_indexes
 from tailkit.simulation._reference import reference_run
+from tailkit.simulation.lowlevel import Draws, StepModel, simulate_runs
 
 
 def _route(rng: np.random.Generator, error_rate: float) -> RouteSample:
@@ -61,7 +62,7 @@ def test_failover_and_watched_repeats_engine_equals_reference(seed: int, shared:
         )
     model = WorkflowModel(tuple(steps), deadline_s=float(rng.choice([math.inf, 25.0])))
     draws = Draws(600, seed=seed, keep=True)
-    outcome = run_workflow(model, draws)
+    outcome = simulate_runs(model, draws)
     uniforms = [step_indexes(s, draws.stack(s.name)) for s in model.steps]
     for r in range(600):
         end, ok, extras = reference_run(model, [[int(x) for x in u[:, r]] for u in uniforms])

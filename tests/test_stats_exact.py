@@ -17,15 +17,9 @@ import polars as pl
 import pytest
 
 from tailkit.errors import OutOfMemoryError
-from tailkit.fit import (
-    KaplanMeierStream,
-    empirical_quantiles,
-    fit_lognormal,
-    phase_split,
-    sorted_quantiles,
-    tail_warning,
-)
+from tailkit.fit import empirical_quantiles, fit_lognormal, phase_split, tail_warning
 from tailkit.fit._quantiles import KaplanMeier
+from tailkit.fit.lowlevel import KaplanMeierStream, sorted_quantiles
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
@@ -287,7 +281,7 @@ def test_order_statistic_ranks_read_from_sorted_values_match_sorted_quantiles() 
     """
     The table's order statistics read at their ranks equal sorted_quantiles on the array.
     """
-    from tailkit.fit import OrderStatisticRanks
+    from tailkit.fit.lowlevel import OrderStatisticRanks
 
     rng = np.random.default_rng(9)
     for n in (1, 2, 5, 37, 368, 1000, 4321):

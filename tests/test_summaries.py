@@ -27,14 +27,15 @@ from tailkit.cli import app
 from tailkit.engines import Reading, aggregate_file, summarize_local
 from tailkit.ingest import ingest_paths, open_in_place
 from tailkit.store import Store
-from tailkit.tails import (
+from tailkit.tails import TableQuery, tail_report
+from tailkit.tails.lowlevel import (
     RELATIVE_ACCURACY,
-    TableQuery,
     aggregate,
     merge,
-    summarize,
     summary_report,
-    tail_report,
+)
+from tailkit.tails.lowlevel import (
+    tail_summary as summarize,
 )
 from tests.conftest import PRODUCTION
 from tests.test_stats_exact import _group

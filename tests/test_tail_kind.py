@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from tailkit.calibration import calibrate
 from tailkit.cli import app
 from tailkit.config import load_plan
-from tailkit.fit import hedge_evidence, tail_kind
+from tailkit.fit import tail_kind
+from tailkit.fit.lowlevel import hedge_evidence
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report

@@ -39,15 +39,10 @@ from tailkit.executor import (
     RunResult,
     StepPolicy,
 )
-from tailkit.simulation import (
-    Draws,
-    RouteSample,
-    WorkflowModel,
-    run_workflow,
-    simulate_model,
-    workflow_model,
-)
+from tailkit.simulation import RouteSample, WorkflowModel, simulate_model, workflow_model
 from tailkit.simulation._reference import RunTrace, reference_trace
+from tailkit.simulation.lowlevel import Draws
+from tailkit.simulation.lowlevel import simulate_runs as run_workflow
 from tests._fakeloop import run
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tailkit.fit import hedge_evidence, tail_kind
+from tailkit.fit import tail_kind
 from tailkit.fit._tailkind import SPELL_RETRY, UNCONFIRMED
+from tailkit.fit.lowlevel import hedge_evidence
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store, paired_calls_sql
 from tailkit.tails import TableQuery, tail_report

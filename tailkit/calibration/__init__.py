@@ -10,46 +10,29 @@ tail a total cutoff beside it; ``Calibration.notes`` says, step by step, what it
 `predict` simulates any plan (a calibrated one, or a workflow whose steps all wait) and gives
 each predicted number a 95 % interval that includes the uncertainty of the measured calls
 (a bootstrap over them), not only the simulation's noise; `prediction_warnings` says when a
-prediction calls for action.
+prediction calls for action. The search and the other pieces the optimizer is made of are in
+`tailkit.calibration.lowlevel`; every interval is a `tailkit.estimate.Estimate`.
 """
 
 from tailkit.calibration._calibrate import Calibration as Calibration
 from tailkit.calibration._calibrate import calibrate as calibrate
-from tailkit.calibration._calibrate import hedge_candidates as hedge_candidates
 from tailkit.calibration._calibrate import workflow_of as workflow_of
 from tailkit.calibration._predict import REPLICATE_RUNS as REPLICATE_RUNS
 from tailkit.calibration._predict import REPLICATES as REPLICATES
 from tailkit.calibration._predict import Prediction as Prediction
 from tailkit.calibration._predict import StepEstimate as StepEstimate
 from tailkit.calibration._predict import predict as predict
-from tailkit.calibration._search import QUANTILES as QUANTILES
-from tailkit.calibration._search import Choice as Choice
-from tailkit.calibration._search import SearchResult as SearchResult
-from tailkit.calibration._search import StepOptions as StepOptions
-from tailkit.calibration._search import candidates as candidates
-from tailkit.calibration._search import search as search
 from tailkit.calibration._warn import prediction_warnings as prediction_warnings
-from tailkit.estimate import LEVEL as LEVEL
-from tailkit.estimate import Estimate as Estimate
 
 
 __all__ = [
-    "LEVEL",
-    "QUANTILES",
     "REPLICATES",
     "REPLICATE_RUNS",
     "Calibration",
-    "Choice",
-    "Estimate",
     "Prediction",
-    "SearchResult",
     "StepEstimate",
-    "StepOptions",
     "calibrate",
-    "candidates",
-    "hedge_candidates",
     "predict",
     "prediction_warnings",
-    "search",
     "workflow_of",
 ]

@@ -20,14 +20,16 @@ from tailkit.record import Buckets
 from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
     RouteSample,
-    SampleKey,
     SimResult,
-    check_run_count,
     estimate_sharing,
     load_samples,
+    workflow_model,
+)
+from tailkit.simulation.lowlevel import (
+    SampleKey,
+    check_run_count,
     route_tail_kinds,
     with_overrides,
-    workflow_model,
 )
 from tailkit.store import Store
 

@@ -43,21 +43,23 @@ from tailkit.estimate import LEVEL, Estimate
 from tailkit.fit import quantile
 from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
-    Draws,
     RouteSample,
-    RunOutcome,
-    SampleKey,
     SimResult,
     WorkflowModel,
     estimate_sharing,
     load_samples,
     policy_model,
-    resample_sharing,
-    run_workflow,
     simulate_model,
-    step_routes,
-    summarize,
     workflow_model,
+)
+from tailkit.simulation.lowlevel import (
+    Draws,
+    RunOutcome,
+    SampleKey,
+    resample_sharing,
+    sim_result,
+    simulate_runs,
+    step_routes,
 )
 
 
@@ -308,15 +310,15 @@ class _Spread:
         for name in plan.steps:
             self.thin[name] = thinnest({k: v for k, v in used_samples.items() if k[0] == name})
         draws_seed = zlib.crc32(f"replicates {seed}".encode())
-        self.base = run_workflow(model, Draws(replicate_runs, seed=draws_seed))
-        self.base_result = summarize(model, self.base)
+        self.base = simulate_runs(model, Draws(replicate_runs, seed=draws_seed))
+        self.base_result = sim_result(model, self.base)
         for r in range(replicates):
             rng = np.random.default_rng([seed, r, zlib.crc32(b"bootstrap")])
             shares = resample_sharing(plan, sharing, rng)  # the sharing's own sampling error
             again = workflow_model(plan, replicate(used_samples, rng), sharing=shares)
             again = policy_model(again, policy)
-            outcome = run_workflow(again, Draws(replicate_runs, seed=draws_seed))
-            self.replicas.append(summarize(again, outcome))
+            outcome = simulate_runs(again, Draws(replicate_runs, seed=draws_seed))
+            self.replicas.append(sim_result(again, outcome))
 
     def estimate(self, key: str, *, step: int | None = None) -> Estimate:
         """

@@ -36,7 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.fit import min_calls_for_quantile
-from tailkit.simulation import RouteSample, SampleKey
+from tailkit.simulation import RouteSample
+from tailkit.simulation.lowlevel import SampleKey
 
 
 Array = npt.NDArray[np.float64]

@@ -49,15 +49,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tailkit.fit import quantile
-from tailkit.simulation import (
-    Draws,
-    RouteSample,
-    RunOutcome,
-    SampleKey,
-    StepModel,
-    WorkflowModel,
-    run_workflow,
-)
+from tailkit.simulation import RouteSample, WorkflowModel
+from tailkit.simulation.lowlevel import Draws, RunOutcome, SampleKey, StepModel, simulate_runs
 
 
 QUANTILES = (0.80, 0.85, 0.90, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995)
@@ -324,7 +317,7 @@ class _State:
         self.model, self.samples, self.draws, self.budget = model, samples, draws, budget
         self.base = base
         self.steps = list(base)
-        self.current = run_workflow(model, draws)
+        self.current = simulate_runs(model, draws)
         self.best = score(model, self.current, budget)
         self.chosen = [WAIT] * len(base)
 
@@ -337,7 +330,7 @@ class _State:
         trial_steps = [*self.steps]
         trial_steps[i] = _apply(self.base[i], choice, self.samples)
         trial = dataclasses.replace(self.model, steps=tuple(trial_steps))
-        outcome = run_workflow(trial, self.draws, reuse=self.current, changed=i)
+        outcome = simulate_runs(trial, self.draws, reuse=self.current, changed=i)
         s = score(trial, outcome, self.budget)
         if s.feasible and (s.value < self.best.value - 1e-12 or not self.best.feasible):
             self.steps, self.chosen[i], self.current, self.best = trial_steps, choice, outcome, s

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tailkit.fit import quantile
-from tailkit.simulation import Draws, run_workflow, widen_fixes, workflow_model
+from tailkit.simulation import workflow_model
+from tailkit.simulation.lowlevel import Draws, simulate_runs, widen_fixes
 from tailkit.text import Advice, percent, percent_span
 
 
@@ -198,7 +199,7 @@ def _hopeless(plan: Plan, prediction: Prediction) -> str:
         workflow_model(plan, prediction.samples, sharing=prediction.sharing), deadline_s=math.inf
     )
     seed = zlib.crc32(b"deadline needed")
-    outcome = run_workflow(model, Draws(_DEADLINE_RUNS, seed=seed))
+    outcome = simulate_runs(model, Draws(_DEADLINE_RUNS, seed=seed))
     ends = np.where(outcome.ok, outcome.end_s, np.inf)
     needed = quantile(ends, 1.0 - TARGET_MISS_RATE, method="higher")
     if not math.isfinite(needed):

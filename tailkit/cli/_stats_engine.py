@@ -19,7 +19,9 @@ from tailkit.cli._stats_source import reading_options
 from tailkit.engines import EngineRun, Partition, Reading, peak_rss_bytes, summarize_local
 from tailkit.ingest import InPlace, expand_paths
 from tailkit.store import Store
-from tailkit.tails import TableQuery, TailReport, summarize, summary_report
+from tailkit.tails import TableQuery, TailReport
+from tailkit.tails.lowlevel import summary_report
+from tailkit.tails.lowlevel import tail_summary as summarize
 
 
 ENGINES = ("duckdb", "dask")

@@ -256,7 +256,8 @@ def simulate(
         tailkit simulate plan.yaml --runs 200000 --deadline 45
     """
     from tailkit.config import load_plan
-    from tailkit.simulation import check_run_count, compare_policies, load_samples, with_overrides
+    from tailkit.simulation import compare_policies, load_samples
+    from tailkit.simulation.lowlevel import check_run_count, with_overrides
 
     buckets = buckets_of(input_edges, output_edges)
     try:

@@ -31,18 +31,19 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.config import Plan
-from tailkit.simulation import (
+from tailkit.simulation import RouteSample, SimResult, WorkflowModel, workflow_model
+from tailkit.simulation.lowlevel import (
     Draws,
-    RouteSample,
     RunOutcome,
-    SimResult,
     StepModel,
-    WorkflowModel,
     independent_sharing,
-    run_workflow,
     step_routes,
-    summarize,
-    workflow_model,
+)
+from tailkit.simulation.lowlevel import (
+    sim_result as summarize,
+)
+from tailkit.simulation.lowlevel import (
+    simulate_runs as run_workflow,
 )
 
 

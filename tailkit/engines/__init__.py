@@ -24,14 +24,8 @@ import polars as pl
 
 from tailkit.ingest import InPlace, ScanOptions, open_in_place
 from tailkit.store import Store
-from tailkit.tails import (
-    Summary,
-    TableQuery,
-    aggregate,
-    draw,
-    merge,
-    merge_samples,
-)
+from tailkit.tails import TableQuery
+from tailkit.tails.lowlevel import Summary, aggregate, draw, merge, merge_samples
 
 
 @dataclass(frozen=True, slots=True)

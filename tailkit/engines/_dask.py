@@ -33,7 +33,8 @@ from tailkit.engines import (
     peak_rss_bytes,
 )
 from tailkit.errors import ConfigError
-from tailkit.tails import Summary, TableQuery, merge_samples
+from tailkit.tails import TableQuery
+from tailkit.tails.lowlevel import Summary, merge_samples
 
 
 FAN_IN = 4  # summaries merged by one task

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.simulation._build import POLICIES, SampleKey, policy_model, workflow_model
-from tailkit.simulation._engine import Draws, WorkflowModel, run_workflow
+from tailkit.simulation._engine import Draws, WorkflowModel, simulate_runs
 from tailkit.simulation._result import SimResult, Tally
 from tailkit.simulation._sample import RouteSample
 
@@ -102,7 +102,7 @@ def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) 
     draws = Draws(min(CHUNK_RUNS, runs), seed=seed)
     for first in range(0, runs, CHUNK_RUNS):
         draws.runs = min(CHUNK_RUNS, runs - first)  # each slot's stream goes on where it was
-        tally.add(run_workflow(model, draws))
+        tally.add(simulate_runs(model, draws))
     return tally.result()
 
 

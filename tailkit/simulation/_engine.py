@@ -97,7 +97,7 @@ __all__ = [
     "WorkflowModel",
     "general_step",
     "run_step",
-    "run_workflow",
+    "simulate_runs",
 ]
 
 
@@ -239,7 +239,7 @@ def _skip(outcome: StepOutcome, skipped: Bools) -> StepOutcome:
     return dataclasses.replace(outcome, skipped=skipped)
 
 
-def run_workflow(
+def simulate_runs(
     model: WorkflowModel,
     draws: Draws,
     *,

@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.config import Plan
-from tailkit.fit import TailKind, hedge_evidence, tail_kind
+from tailkit.fit import TailKind, tail_kind
+from tailkit.fit.lowlevel import hedge_evidence
 from tailkit.store import (
     OK_CALL,
     Store,

@@ -103,7 +103,7 @@ class SimResult:
 
 class Tally:
     """
-    Adds up runs chunk by chunk (`run_workflow` outcomes) into a `SimResult`.
+    Adds up runs chunk by chunk (`simulate_runs` outcomes) into a `SimResult`.
 
     Keeps every run's end-to-end time (for exact quantiles), each step's durations over the
     first 65,536 runs, and running counts of everything else.
@@ -183,8 +183,8 @@ class Tally:
         )
 
 
-def summarize(model: WorkflowModel, outcome: RunOutcome) -> SimResult:
+def sim_result(model: WorkflowModel, outcome: RunOutcome) -> SimResult:
     """
-    Reduce the runs of one `run_workflow` to the numbers a plan is judged by.
+    Reduce the runs of one `simulate_runs` to the numbers a plan is judged by.
     """
     return Tally(model).add(outcome).result()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.fit import OrderStatisticRanks
+from tailkit.fit.lowlevel import OrderStatisticRanks
 from tailkit.store import Store
 from tailkit.tails._order import GroupTimes, Quantiles, sorted_statistics
 from tailkit.tails._query import EVENT, GROUP_ID, QUANTILES, TableQuery, group_id_sql

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.fit import KaplanMeierStream, OrderStatisticRanks
+from tailkit.fit.lowlevel import KaplanMeierStream, OrderStatisticRanks
 from tailkit.store import Store
 from tailkit.store._sample import record_batches
 from tailkit.tails._query import GROUP_ID, QUANTILES, TableQuery, times_sql

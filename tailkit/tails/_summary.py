@@ -90,7 +90,7 @@ class Summary:
         return int(sum(f.estimated_size() for f in frames))
 
 
-def summarize(
+def tail_summary(
     store: Store,
     query: TableQuery,
     *,

@@ -31,13 +31,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tailkit.errors import OutOfMemoryError
-from tailkit.fit import (
-    fit_lognormal,
-    fit_transient_tails,
-    goodness_of_fit_many,
-    phase_split,
-    tail_warning,
-)
+from tailkit.fit import fit_lognormal, phase_split, tail_warning
+from tailkit.fit.lowlevel import fit_transient_tails, goodness_of_fit_many
 from tailkit.store import Store, paired_calls_sql
 from tailkit.tails._bands import NO_ESTIMATES, band_estimates_sql, exact_in_bands
 from tailkit.tails._order import GroupTimes, Quantiles, sorted_statistics

@@ -22,7 +22,8 @@ from typing import Any
 import polars as pl
 
 from tailkit.estimate import Estimate
-from tailkit.fit import HedgeEvidence, TailKind, hedge_evidence, tail_kind
+from tailkit.fit import TailKind, tail_kind
+from tailkit.fit.lowlevel import HedgeEvidence, hedge_evidence
 from tailkit.tails._samples import Calls
 
 
