@@ -161,3 +161,42 @@ def test_the_readme_is_a_tour() -> None:
 
     assert len(readme.splitlines()) <= 300
     assert "| option |" not in readme
+
+
+def _resolves(dotted: str) -> bool:
+    """
+    Whether ``tailkit.a.b`` names a module, or an attribute reached from the longest module.
+    """
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", *sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))], ids=str
+)
+def test_every_name_the_docs_import_exists(page: str) -> None:
+    """
+    Each ``from tailkit.x import a, b`` and each `tailkit.x.y` the pages show resolves.
+    """
+    text = (ROOT / page).read_text(encoding="utf-8")
+    imported = [
+        f"{m[1]}.{name.strip()}"
+        for m in re.finditer(r"^from (tailkit[\w.]*) import ([\w, ]+)$", text, flags=re.MULTILINE)
+        for name in m[2].split(",")
+    ]
+    named = re.findall(r"`(tailkit(?:\.\w+)+)", text)
+    dotted = sorted({*imported, *named} - {"tailkit.duckdb"})  # the store file, not a module
+
+    assert [d for d in dotted if not _resolves(d)] == []
