@@ -216,19 +216,18 @@ def load_samples(
         elif route not in extra:
             need = _need(plan.routes[route], step, buckets)
             thin = f"step {name!r}: route {route}"
-            raise ThinSampleError(
-                _refusal(store, buckets, need, step, thin=thin, label=label, min_calls=min_calls),
-                field="min_calls",
-                value=min_calls,
+            message, fix = _refusal(
+                store, buckets, need, step, thin=thin, label=label, min_calls=min_calls
             )
+            raise ThinSampleError(message, field="min_calls", value=min_calls, fix=fix)
     return out
 
 
 def _refusal(
     store: Store, buckets: Buckets, need: Need, step: Step, *, thin: str, label: str, min_calls: int
-) -> str:
+) -> tuple[str, str]:
     """
-    Why a step's route cannot be calibrated on, and the fixes that can help.
+    Why a step's route cannot be calibrated on, and the fixes that can help (its last part).
 
     Counted again here, on the refusal's path only: with fewer than two finished calls the
     route has no sample, and "0 calls" would hide 300 cut or failed ones, for which lowering
@@ -244,14 +243,11 @@ def _refusal(
             if counts.failed >= calls
             else ""
         )
-        return (
-            f"{thin} has {calls} calls in bucket {label} (needs {min_calls}){failed}. "
-            f"Ingest more logs for this route, {widen}or lower {{min_calls}}"
-        )
+        fix = f"Ingest more logs for this route, {widen}or lower {{min_calls}}"
+        return f"{thin} has {calls} calls in bucket {label} (needs {min_calls}){failed}. {fix}", fix
     if counts.attempts == 0:
-        return f"{thin} has no calls in bucket {label}. Ingest logs for this route, {widen}".rstrip(
-            ", "
-        )
+        fix = f"Ingest logs for this route, {widen}".rstrip(", ")
+        return f"{thin} has no calls in bucket {label}. {fix}", fix
     low, high = store.fetchall(
         f"SELECT min(censored_at_s), max(censored_at_s) FROM ({base}) "
         f"WHERE {CUT} AND {need.sql(output=False)}"
@@ -279,8 +275,8 @@ def _refusal(
         fixes.append("calls that succeeded")
     fix = " or ".join(fixes) or "more calls"
     widen = f", or {widen.rstrip(', ')}" if widen else ""
+    fix = f"ingest {fix} for this route{widen}"
     return (
         f"{thin} has fewer than 2 finished calls in bucket {label}, so no latency to "
-        f"calibrate on: {what}. Lowering {{min_calls}} cannot help: ingest {fix} for this "
-        f"route{widen}"
-    )
+        f"calibrate on: {what}. Lowering {{min_calls}} cannot help: {fix}"
+    ), fix
