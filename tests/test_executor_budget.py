@@ -513,34 +513,55 @@ def test_retry_after_fits_boundaries(
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: HedgeBudget(-0.01), r"^ratio must be in \[0, 1\].*got -0\.01$"),
-        (lambda: HedgeBudget(1.5), r"^ratio .* got 1\.5$"),
-        (lambda: HedgeBudget(math.nan), r"^ratio .* got nan$"),
-        (lambda: HedgeBudget(allowance=-1), r"^allowance must be 0 or more.*got -1$"),
-        (lambda: HedgeBudget(sigmas=-0.5), r"^sigmas must be 0 or more.*got -0\.5$"),
-        (lambda: HedgeBudget(sigmas=math.inf), r"^sigmas .* got inf$"),
-        (lambda: HedgeBudget(sigmas=math.nan), r"^sigmas .* got nan$"),
-        (lambda: HedgeBudget(window_firsts=0), r"^window_firsts must be at least 1.*got 0$"),
-        (lambda: HedgeBudget().open(-1), r"^firsts must be 0 or more.*got -1$"),
-        (lambda: ProviderThrottle(max_tokens=0.0), r"^max_tokens must be .* got 0\.0$"),
-        (lambda: ProviderThrottle(max_tokens=-2.0), r"^max_tokens .* got -2\.0$"),
-        (lambda: ProviderThrottle(max_tokens=math.inf), r"^max_tokens .* got inf$"),
-        (lambda: ProviderThrottle(token_ratio=0.0), r"^token_ratio must be in .* got 0\.0$"),
-        (lambda: ProviderThrottle(3.0, 3.5), r"^token_ratio .*max_tokens=3\.0\], got 3\.5$"),
-        (lambda: ProviderThrottle(token_ratio=math.nan), r"^token_ratio .* got nan$"),
-        (lambda: ProviderThrottle(token_ratio=0.0001), r"^token_ratio .*0\.001.* got 0\.0001$"),
-        (lambda: retry_after_fits(1.0, 5.0, expected_s=-1.0), r"^expected_s .* got -1\.0$"),
-        (lambda: retry_after_fits(None, 5.0, expected_s=math.nan), r"^expected_s .* got nan$"),
+        (lambda: HedgeBudget(-0.01), r"^ratio must be in \[0, 1\].*got -0\.01\. "),
+        (lambda: HedgeBudget(1.5), r"^ratio .* got 1\.5\. "),
+        (lambda: HedgeBudget(math.nan), r"^ratio .* got nan\. "),
+        (lambda: HedgeBudget(allowance=-1), r"^allowance must be 0 or more.*got -1\. "),
+        (lambda: HedgeBudget(sigmas=-0.5), r"^sigmas must be 0 or more.*got -0\.5\. "),
+        (lambda: HedgeBudget(sigmas=math.inf), r"^sigmas .* got inf\. "),
+        (lambda: HedgeBudget(sigmas=math.nan), r"^sigmas .* got nan\. "),
+        (
+            lambda: HedgeBudget(window_firsts=0),
+            r"^window_firsts must be at least 1.*got 0\. Pass .*$",
+        ),
+        (lambda: HedgeBudget().open(-1), r"^firsts must be 0 or more.*got -1\. "),
+        (lambda: ProviderThrottle(max_tokens=0.0), r"^max_tokens must be .* got 0\.0\. "),
+        (lambda: ProviderThrottle(max_tokens=-2.0), r"^max_tokens .* got -2\.0\. "),
+        (lambda: ProviderThrottle(max_tokens=math.inf), r"^max_tokens .* got inf\. "),
+        (
+            lambda: ProviderThrottle(token_ratio=0.0),
+            r"^token_ratio must be in .* got 0\.0\. Pass .*$",
+        ),
+        (
+            lambda: ProviderThrottle(3.0, 3.5),
+            r"^token_ratio .*max_tokens=3\.0\], got 3\.5\. Pass .*$",
+        ),
+        (lambda: ProviderThrottle(token_ratio=math.nan), r"^token_ratio .* got nan\. "),
+        (
+            lambda: ProviderThrottle(token_ratio=0.0001),
+            r"^token_ratio .*0\.001.* got 0\.0001\. Pass .*$",
+        ),
+        (
+            lambda: retry_after_fits(1.0, 5.0, expected_s=-1.0),
+            r"^expected_s .* got -1\.0\. Pass .*$",
+        ),
+        (
+            lambda: retry_after_fits(None, 5.0, expected_s=math.nan),
+            r"^expected_s .* got nan\. Pass .*$",
+        ),
     ],
 )
 def test_invalid_arguments_raise_config_error_naming_them(
     make: Callable[[], object], match: str
 ) -> None:
     """
-    An out-of-range argument raises ConfigError with its name and value.
+    An out-of-range argument raises ConfigError with its name, its value and the fix.
     """
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match) as info:
         make()
+
+    assert match.removeprefix("^").split()[0] == info.value.field
+    assert info.value.fix is not None
 
 
 def test_boundary_arguments_are_accepted() -> None:

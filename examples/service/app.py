@@ -62,19 +62,10 @@ from starlette.routing import Route
 
 from tailkit.adapters import openai_chat_attempt
 from tailkit.config import Plan, load_plan
+from tailkit.deadline import deadline_from_headers, now
 from tailkit.errors import TailkitError
-from tailkit.executor import (
-    Attempt,
-    AttemptFn,
-    Event,
-    Executor,
-    JsonlSink,
-    Ledger,
-    Observer,
-    deadline_from_headers,
-    new_run_id,
-    now,
-)
+from tailkit.executor import Attempt, AttemptFn, Event, Executor, Observer, new_run_id
+from tailkit.ledger import JsonlSink, Ledger
 
 
 HERE = Path(__file__).resolve().parent

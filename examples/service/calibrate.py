@@ -35,7 +35,8 @@ import openai
 from app import HERE, providers, workflow
 
 from tailkit.config import Plan, load_plan
-from tailkit.executor import Executor, JsonlSink, Ledger
+from tailkit.executor import Executor
+from tailkit.ledger import JsonlSink, Ledger
 
 
 RUNS = 600  # 300 with each provider first: each route x bucket gets >= 200 calls, as calibrate asks

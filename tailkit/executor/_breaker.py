@@ -94,20 +94,29 @@ class Breaker:
         min_calls: int = 20,
     ) -> None:
         if not (isinstance(failures, int) and failures >= 1):
-            msg = f"{{field}} must be an integer of at least 1, got {failures!r}"
-            raise ConfigError(msg, field="failures", value=failures)
+            msg = f"{{field}} must be an integer of at least 1, got {failures!r}."
+            raise ConfigError(msg, field="failures", value=failures, fix="Pass 1 or more.")
         if not 0.0 < cooldown_s < math.inf:
-            msg = f"{{field}} must be a positive number of seconds, got {cooldown_s!r}"
-            raise ConfigError(msg, field="cooldown_s", value=cooldown_s)
+            msg = f"{{field}} must be a positive number of seconds, got {cooldown_s!r}."
+            raise ConfigError(
+                msg, field="cooldown_s", value=cooldown_s, fix="Pass a number of seconds above 0."
+            )
         if failure_rate is not None and not 0.0 < failure_rate <= 1.0:
-            msg = f"{{field}} must be in (0, 1] or None, got {failure_rate!r}"
-            raise ConfigError(msg, field="failure_rate", value=failure_rate)
+            msg = f"{{field}} must be in (0, 1] or None, got {failure_rate!r}."
+            raise ConfigError(
+                msg,
+                field="failure_rate",
+                value=failure_rate,
+                fix="Pass a share such as 0.5, or None to open on the streak alone.",
+            )
         if not (isinstance(window, int) and window >= 1):
-            msg = f"{{field}} must be an integer of at least 1, got {window!r}"
-            raise ConfigError(msg, field="window", value=window)
+            msg = f"{{field}} must be an integer of at least 1, got {window!r}."
+            raise ConfigError(msg, field="window", value=window, fix="Pass 1 or more.")
         if not (isinstance(min_calls, int) and 1 <= min_calls <= window):
-            msg = f"{{field}} must be an integer in [1, window={window}], got {min_calls!r}"
-            raise ConfigError(msg, field="min_calls", value=min_calls)
+            msg = f"{{field}} must be an integer in [1, window={window}], got {min_calls!r}."
+            raise ConfigError(
+                msg, field="min_calls", value=min_calls, fix="Pass a number from 1 to window."
+            )
         self.failures, self.cooldown_s = failures, cooldown_s
         self.failure_rate, self.window, self.min_calls = failure_rate, window, min_calls
         self._states: dict[str, _State] = {}

@@ -182,14 +182,16 @@ class HedgeBudget:
     ) -> None:
         del window_s  # accepted for callers written for the time window, which it replaced
         if allowance < 0:
-            msg = f"{{field}} must be 0 or more (extra attempts), got {allowance!r}"
-            raise ConfigError(msg, field="allowance", value=allowance)
+            msg = f"{{field}} must be 0 or more (extra attempts), got {allowance!r}."
+            raise ConfigError(msg, field="allowance", value=allowance, fix="Pass 0 or more.")
         if not 0.0 <= sigmas < math.inf:
-            msg = f"{{field}} must be 0 or more (standard deviations of the noise), got {sigmas!r}"
-            raise ConfigError(msg, field="sigmas", value=sigmas)
+            msg = f"{{field}} must be 0 or more (standard deviations of the noise), got {sigmas!r}."
+            raise ConfigError(msg, field="sigmas", value=sigmas, fix="Pass 0 or more.")
         if window_firsts < 1:
-            msg = f"{{field}} must be at least 1 (first attempts), got {window_firsts!r}"
-            raise ConfigError(msg, field="window_firsts", value=window_firsts)
+            msg = f"{{field}} must be at least 1 (first attempts), got {window_firsts!r}."
+            raise ConfigError(
+                msg, field="window_firsts", value=window_firsts, fix="Pass 1 or more."
+            )
         if not 0.0 <= reserve <= 1.0:
             msg = (
                 f"reserve must be in [0, 1] (the bound's share kept for recovery), got {reserve!r}"
@@ -220,8 +222,13 @@ class HedgeBudget:
             ConfigError: ``ratio`` is not in [0, 1].
         """
         if not 0.0 <= ratio <= 1.0:
-            msg = f"{{field}} must be in [0, 1] (extra attempts per first attempt), got {ratio!r}"
-            raise ConfigError(msg, field="ratio", value=ratio)
+            msg = f"{{field}} must be in [0, 1] (extra attempts per first attempt), got {ratio!r}."
+            raise ConfigError(
+                msg,
+                field="ratio",
+                value=ratio,
+                fix="Pass a share of the first attempts, e.g. 0.05 for 5 extra per 100.",
+            )
         exact = Fraction(repr(float(ratio)))
         self._num, self._den = exact.numerator, exact.denominator
 
@@ -300,8 +307,8 @@ class HedgeBudget:
         A run starts: credit its first attempts (a workflow: one per step; a lone call: 1).
         """
         if firsts < 0:
-            msg = f"{{field}} must be 0 or more (first attempts of the run), got {firsts!r}"
-            raise ConfigError(msg, field="firsts", value=firsts)
+            msg = f"{{field}} must be 0 or more (first attempts of the run), got {firsts!r}."
+            raise ConfigError(msg, field="firsts", value=firsts, fix="Pass 0 or more.")
         self._firsts += firsts
         return BudgetAccount(firsts)
 
@@ -390,6 +397,11 @@ def fleet_processes(environ: Mapping[str, str] | None = None) -> int:
 
 def _check_processes(processes: int) -> int:
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        msg = f"{{field}} must be a positive integer (worker processes), got {processes!r}"
-        raise ConfigError(msg, field="processes", value=processes)
+        msg = f"{{field}} must be a positive integer (worker processes), got {processes!r}."
+        raise ConfigError(
+            msg,
+            field="processes",
+            value=processes,
+            fix="Pass the number of worker processes, 1 or more.",
+        )
     return processes

@@ -71,7 +71,7 @@ class Executor:
             tracing (``None``: ``Observer()``, which traces when OpenTelemetry's API is
             installed and has no hook).
         time_scale: Real seconds per plan second, for a rehearsal against a time-scaled
-            server: pass the server's ``--time-scale`` (``0.01``: 100 times faster). The
+            server: pass the server's time scale (``0.01``: 100 times faster). The
             executor runs ``scale_plan(plan, time_scale)`` (deadline, cutoffs, predictions),
             scales the retry jitter and ``run(deadline_s=...)`` alike, and writes its ledger
             and `RunResult` times back in plan seconds, so a rehearsal's ledger ingests like a

@@ -67,34 +67,46 @@ class StepPolicy:
         """
         if self.losers not in LOSERS:
             allowed = " or ".join(repr(v) for v in LOSERS)
-            msg = f"{{field}} must be {allowed}, got {self.losers!r}"
-            raise ConfigError(msg, field="losers", value=self.losers)
+            msg = f"{{field}} must be {allowed}, got {self.losers!r}."
+            raise ConfigError(msg, field="losers", value=self.losers, fix=f"Pass {allowed}.")
         if self.validator is not None and not callable(self.validator):
-            msg = f"{{field}} must be callable or None, got {self.validator!r}"
-            raise ConfigError(msg, field="validator", value=self.validator)
+            msg = f"{{field}} must be callable or None, got {self.validator!r}."
+            raise ConfigError(
+                msg,
+                field="validator",
+                value=self.validator,
+                fix="Pass a function of the result, or None.",
+            )
         retries = self.error_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            msg = f"{{field}} must be an integer, 0 or more (retries), got {retries!r}"
-            raise ConfigError(msg, field="error_retries", value=retries)
+            msg = f"{{field}} must be an integer, 0 or more (retries), got {retries!r}."
+            raise ConfigError(msg, field="error_retries", value=retries, fix="Pass 0 or more.")
         jitter = self.retry_jitter_s
         if (
             isinstance(jitter, bool)
             or not isinstance(jitter, int | float)
             or not (0.0 <= jitter < math.inf)
         ):
-            msg = f"{{field}} must be a finite number of seconds, 0 or more, got {jitter!r}"
-            raise ConfigError(msg, field="retry_jitter_s", value=jitter)
+            msg = f"{{field}} must be a finite number of seconds, 0 or more, got {jitter!r}."
+            raise ConfigError(
+                msg, field="retry_jitter_s", value=jitter, fix="Pass 0 or more seconds."
+            )
         for name in ("project_overrun", "resend_non_idempotent"):
             value = getattr(self, name)
             if not isinstance(value, bool):
-                msg = f"{{field}} must be True or False, got {value!r}"
-                raise ConfigError(msg, field=name, value=value)
+                msg = f"{{field}} must be True or False, got {value!r}."
+                raise ConfigError(msg, field=name, value=value, fix="Pass True or False.")
         errors = self.provider_errors
         if not isinstance(errors, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in errors
         ):
-            msg = f"{{field}} must be a tuple of exception classes, got {errors!r}"
-            raise ConfigError(msg, field="provider_errors", value=errors)
+            msg = f"{{field}} must be a tuple of exception classes, got {errors!r}."
+            raise ConfigError(
+                msg,
+                field="provider_errors",
+                value=errors,
+                fix="Pass a tuple of exception classes, e.g. (TimeoutError,).",
+            )
 
 
 LOSERS = ("cancel", "finish")  # what `StepPolicy.losers` accepts

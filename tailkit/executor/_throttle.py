@@ -58,14 +58,26 @@ class ProviderThrottle:
 
     def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
         if not 0.0 < max_tokens < math.inf:
-            msg = f"{{field}} must be a positive number, got {max_tokens!r}"
-            raise ConfigError(msg, field="max_tokens", value=max_tokens)
+            msg = f"{{field}} must be a positive number, got {max_tokens!r}."
+            raise ConfigError(
+                msg, field="max_tokens", value=max_tokens, fix="Pass a number of tokens above 0."
+            )
         if not 0.0 < token_ratio <= max_tokens:
-            msg = f"{{field}} must be in (0, max_tokens={max_tokens!r}], got {token_ratio!r}"
-            raise ConfigError(msg, field="token_ratio", value=token_ratio)
+            msg = f"{{field}} must be in (0, max_tokens={max_tokens!r}], got {token_ratio!r}."
+            raise ConfigError(
+                msg,
+                field="token_ratio",
+                value=token_ratio,
+                fix="Pass a ratio from 0.001 to max_tokens.",
+            )
         if round(token_ratio * _MILLI) < 1:
-            msg = f"{{field}} must be at least 0.001 (1/1000 token), got {token_ratio!r}"
-            raise ConfigError(msg, field="token_ratio", value=token_ratio)
+            msg = f"{{field}} must be at least 0.001 (1/1000 token), got {token_ratio!r}."
+            raise ConfigError(
+                msg,
+                field="token_ratio",
+                value=token_ratio,
+                fix="Pass a ratio from 0.001 to max_tokens.",
+            )
         self._max_tokens = max_tokens
         self._token_ratio = token_ratio
         self._max = round(max_tokens * _MILLI)
@@ -195,8 +207,8 @@ def retry_after_fits(
         ConfigError: ``expected_s`` is negative or NaN.
     """
     if not expected_s >= 0.0:
-        msg = f"{{field}} must be 0 or more (seconds), got {expected_s!r}"
-        raise ConfigError(msg, field="expected_s", value=expected_s)
+        msg = f"{{field}} must be 0 or more (seconds), got {expected_s!r}."
+        raise ConfigError(msg, field="expected_s", value=expected_s, fix="Pass 0 or more seconds.")
     if retry_after_s is None:
         return True
     return max(retry_after_s, 0.0) + expected_s <= remaining_s

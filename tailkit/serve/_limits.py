@@ -56,8 +56,13 @@ class Limits:
     def __post_init__(self) -> None:
         idle = self.idle_timeout_s
         if isinstance(idle, bool) or not isinstance(idle, int | float) or not idle > 0:
-            msg = f"{{field}} must be a number of seconds > 0 (inf: none), got {idle!r}"
-            raise ConfigError(msg, field="idle_timeout_s", value=idle)
+            msg = f"{{field}} must be a number of seconds > 0 (inf: none), got {idle!r}."
+            raise ConfigError(
+                msg,
+                field="idle_timeout_s",
+                value=idle,
+                fix="Pass seconds above 0, or math.inf for no idle timeout.",
+            )
         for name, low in (
             ("max_connections", 1),
             ("max_body_bytes", 1),
@@ -66,8 +71,8 @@ class Limits:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                msg = f"{{field}} must be a whole number >= {low}, got {value!r}"
-                raise ConfigError(msg, field=name, value=value)
+                msg = f"{{field}} must be a whole number >= {low}, got {value!r}."
+                raise ConfigError(msg, field=name, value=value, fix=f"Pass {low} or more.")
 
 
 def clip(text: str) -> str:

@@ -168,8 +168,9 @@ def profile_from_stats(
     Failures are not replayed.
 
     Args:
-        stats_json: The output of ``tailkit stats --by provider,model --bucket none --json``
-            (or split by bucket): the parsed document, its ``table`` list, or the file's path.
+        stats_json: The stats table by provider and model, without token buckets (or split
+            by bucket): its rows (``tailkit.stats(store, bucket=()).to_dicts()``), the JSON
+            document the stats command prints (or its ``table`` list), or that file's path.
         time_scale: Real seconds per profile second (0.01 replays 100 times faster).
 
     Returns:
@@ -198,7 +199,7 @@ def serve_outcomes(path: str | os.PathLike[str]) -> ServeConfig:
     A serve config that replays measured outcome tables, one model per table.
 
     Args:
-        path: An outcomes file (JSON) as ``tailkit replay --out DIR`` writes it.
+        path: An outcomes file (JSON), as a replay writes it into its output folder.
 
     Returns:
         One `ModelProfile` per table, answering with a drawn entry; the file's time scale
