@@ -96,8 +96,8 @@ def evidence_warnings(plan: Plan, kinds: Mapping[str, TailKind]) -> tuple[str, .
 
     Args:
         plan: The calibrated plan (its steps' ``on_cutoff`` and routes).
-        kinds: Each route's tail kind, by route name (`tailkit.simulation.route_tail_kinds`);
-            routes without one are not judged.
+        kinds: Each route's tail kind, by route name
+            (`tailkit.simulation.lowlevel.route_tail_kinds`); routes without one are not judged.
 
     Returns:
         One sentence per finding; empty when the plan repeats nothing on such a route.

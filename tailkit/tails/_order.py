@@ -5,7 +5,7 @@ DuckDB sorts each group's distinct latencies and cut ages (`times_sql`, out of c
 memory limit) and hands them over in chunks of at most `CHUNK_ROWS` rows; Python keeps per
 group only a running count (the order statistics) or a running product and sum (Kaplan-Meier,
 see `KaplanMeierStream`). So memory holds one chunk and a few numbers per group, whatever the
-number of calls, and the numbers are those of `tailkit.fit.sorted_quantiles` /
+number of calls, and the numbers are those of `tailkit.fit.lowlevel.sorted_quantiles` /
 `empirical_quantiles` on the whole arrays, bit for bit.
 """
 
