@@ -90,8 +90,8 @@ def without_retries(client: Any, *, what: str) -> Any:
     """
     with_options = getattr(client, "with_options", None)
     if with_options is None:
-        msg = f"client must be an {what}, got {type(client).__name__}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be an {what}, got {type(client).__name__}"
+        raise ConfigError(msg, field="client", value=client)
     return with_options(max_retries=0)
 
 
@@ -124,8 +124,9 @@ def check_params(params: Mapping[str, Any], reserved: tuple[str, ...]) -> None:
     if clash:
         msg = f"the adapter sets {', '.join(map(repr, clash))} itself: the attempt's model, "
         msg += "the messages argument, stream=, and a timeout from the attempt's deadline "
-        msg += "(the executor's cutoffs bound each attempt: give the plan a cutoff instead)"
-        raise ConfigError(msg)
+        msg += "(the executor's cutoffs bound each attempt)."
+        fix = "Leave them out; for a time limit, give the plan a cutoff."
+        raise ConfigError(msg, field="params", value=dict(params), fix=fix)
 
 
 def _until(deadline: float) -> asyncio.Timeout:

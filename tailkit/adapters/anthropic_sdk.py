@@ -59,13 +59,16 @@ class AnthropicMessagesAttempt:
     ) -> None:
         check_params(params, ("model", "messages", "stream", "max_tokens"))
         if not isinstance(client, anthropic.AsyncAnthropic):
-            msg = f"client must be an anthropic.AsyncAnthropic, got {client!r}"
+            msg = f"{{field}} must be an anthropic.AsyncAnthropic, got {client!r}"
+            fix = None
             if isinstance(client, anthropic.Anthropic):
-                msg += ": the executor is async, use anthropic.AsyncAnthropic"
-            raise ConfigError(msg)
+                msg += ":"
+                fix = "the executor is async, use anthropic.AsyncAnthropic"
+            raise ConfigError(msg, field="client", value=client, fix=fix)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            msg = f"max_tokens must be a positive integer, got {max_tokens!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a positive integer, got {max_tokens!r}."
+            fix = "Pass the most tokens an answer may have, 1 or more (the Messages API needs it)."
+            raise ConfigError(msg, field="max_tokens", value=max_tokens, fix=fix)
         self._client = without_retries(client, what="anthropic.AsyncAnthropic")
         self._where = f"{str(self._client.base_url).rstrip('/')}/v1/messages"
         self.messages, self.max_tokens = messages, max_tokens

@@ -119,20 +119,22 @@ class ChatAttempt:
     ) -> None:
         clash = sorted(set(extra_body or {}) & set(_RESERVED))
         if clash:
-            msg = f"extra_body may not set {', '.join(map(repr, clash))}: the adapter sends "
+            msg = f"{{field}} may not set {', '.join(map(repr, clash))}: the adapter sends "
             msg += "the attempt's model, the messages argument and stream="
-            raise ConfigError(msg)
+            fix = "Leave them out of extra_body."
+            raise ConfigError(msg, field="extra_body", value=dict(extra_body or {}), fix=fix)
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-            msg = f"max_tokens must be a positive integer or None, got {max_tokens!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a positive integer or None, got {max_tokens!r}."
+            fix = "Pass 1 or more, or None for the provider's default."
+            raise ConfigError(msg, field="max_tokens", value=max_tokens, fix=fix)
         try:
             base = httpx.URL(base_url)
         except httpx.InvalidURL:
             base = httpx.URL("invalid:")
         if base.scheme not in ("http", "https") or not base.host:
-            msg = "base_url must be an http(s) URL such as 'https://api.openai.com/v1', "
-            msg += f"got {base_url!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be an http(s) URL, got {base_url!r}."
+            fix = "Pass the API's root, such as 'https://api.openai.com/v1'."
+            raise ConfigError(msg, field="base_url", value=base_url, fix=fix)
         # the path is joined, the query kept (Azure: ...?api-version=...)
         self.url = base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
         # in error messages: never the query or user info, which may hold a key
@@ -438,8 +440,9 @@ def set_shared_client(client: httpx.AsyncClient) -> None:
         RuntimeError: No event loop is running in this thread.
     """
     if not isinstance(client, httpx.AsyncClient):
-        msg = f"set_shared_client needs an httpx.AsyncClient, got {type(client).__name__}"
-        raise ConfigError(msg)
+        msg = f"set_shared_client needs an httpx.AsyncClient, got {type(client).__name__}."
+        fix = "Pass httpx.AsyncClient(...)."
+        raise ConfigError(msg, field="client", value=client, fix=fix)
     loop = _running_loop("set_shared_client")
     held = _registry.get(loop)
     if held is not None and held[0].client is client:

@@ -61,10 +61,12 @@ Messages = Callable[[Attempt], Any] | list[dict[str, Any]]
 
 def _client(client: Any) -> Any:
     if not isinstance(client, openai.AsyncOpenAI):
-        msg = f"client must be an openai.AsyncOpenAI (or AsyncAzureOpenAI), got {client!r}"
+        msg = f"{{field}} must be an openai.AsyncOpenAI (or AsyncAzureOpenAI), got {client!r}"
+        fix = None
         if isinstance(client, openai.OpenAI):
-            msg += ": the executor is async, use openai.AsyncOpenAI"
-        raise ConfigError(msg)
+            msg += ":"
+            fix = "the executor is async, use openai.AsyncOpenAI"
+        raise ConfigError(msg, field="client", value=client, fix=fix)
     return without_retries(client, what="openai.AsyncOpenAI")
 
 

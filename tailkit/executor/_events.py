@@ -109,7 +109,7 @@ class Event:
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
             msg = f"event kind must be one of {', '.join(EVENT_KINDS)}, got {self.kind!r}"
-            raise ConfigError(msg)
+            raise ConfigError(msg, field="kind", value=self.kind)
 
 
 class SpanHandle:

@@ -308,8 +308,8 @@ class Executor:
         plan = state.plan
         if name not in plan.steps:
             known = ", ".join(plan.steps)
-            msg = f"step {name!r} is not in plan {plan.workflow!r}; it has {known}"
-            raise ConfigError(msg)
+            msg = f"step {name!r} is not in plan {plan.workflow!r};"
+            raise ConfigError(msg, field="name", value=name, fix=f"it has {known}")
         limit = current_deadline() if deadline is None else min(deadline, current_deadline())
         run_id = new_run_id() if run_id is None else run_id
         budget = state.shared.budget
@@ -412,8 +412,8 @@ def _check_policies(plan: Plan, policies: Mapping[str, StepPolicy] | None) -> No
     unknown = sorted(set(policies or {}) - set(plan.steps))
     if unknown:
         known = ", ".join(plan.steps)
-        msg = f"policies name unknown step(s) {', '.join(unknown)}; the plan has {known}"
-        raise ConfigError(msg)
+        msg = f"{{field}} name unknown step(s) {', '.join(unknown)};"
+        raise ConfigError(msg, field="policies", value=unknown, fix=f"the plan has {known}")
 
 
 def reserves(plan: Plan) -> dict[str, float]:

@@ -73,9 +73,9 @@ def _resolve(
         return dict.fromkeys(names, fns)
     missing = [n for n in names if n not in fns]
     if missing:
-        msg = f"no attempt function for step(s) {', '.join(missing)}: "
-        msg += "pass one per step, or one for all"
-        raise ConfigError(msg)
+        msg = f"no attempt function for step(s) {', '.join(missing)}:"
+        fix = "pass one per step, or one for all"
+        raise ConfigError(msg, field="attempt_fns", value=missing, fix=fix)
     return {n: fns[n] for n in names}
 
 

@@ -120,8 +120,8 @@ class Outcomes:
             )
             raise ConfigError(msg)
         if not (isinstance(self.lead_s, int | float) and 0.0 <= self.lead_s < math.inf):
-            msg = f"lead_s must be 0 or more real seconds, got {self.lead_s!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be 0 or more real seconds, got {self.lead_s!r}"
+            raise ConfigError(msg, field="lead_s", value=self.lead_s)
         if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in weights):
             msg = "outcome counts must be whole numbers >= 1 (slots per entry)"
             raise ConfigError(msg)
@@ -138,11 +138,11 @@ class Outcomes:
                 )
                 raise ConfigError(msg)
         if isinstance(self.output_tokens, bool) or not isinstance(self.output_tokens, int):
-            msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a whole number >= 1, got {self.output_tokens!r}"
+            raise ConfigError(msg, field="output_tokens", value=self.output_tokens)
         if self.output_tokens < 1:
-            msg = f"output_tokens must be a whole number >= 1, got {self.output_tokens!r}"
-            raise ConfigError(msg)
+            msg = f"{{field}} must be a whole number >= 1, got {self.output_tokens!r}"
+            raise ConfigError(msg, field="output_tokens", value=self.output_tokens)
         self._check_alignment(n)
         self._check_pauses(n)
 
