@@ -11,7 +11,8 @@ was cancelled (``censored_at_s``: its true latency is longer), a loser that was 
 (``abandoned``), or a failure. `Ledger` validates each record, renders it once with
 `AttemptRecord.to_json`, and hands the line to every sink. A sink that fails must not take the
 executor down with it: its first failure is logged, later ones are not, and the other sinks and
-the counts carry on. ``tailkit ingest --format trace`` reads the lines back into the store.
+the counts carry on. Ingesting the file (``ingest_paths(store, [path], format="trace")``) reads
+the lines back into the store.
 """
 
 from __future__ import annotations

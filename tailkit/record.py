@@ -40,7 +40,7 @@ class Column:
         name: Column name, units in the name (``total_s``, ``input_tokens``).
         sql_type: DuckDB type of the stored column.
         kind: How an adapter parses a source value into it.
-        mappable: Whether ``--map`` / ``--set`` may fill it from a source file.
+        mappable: Whether `ScanOptions` (``mapping`` / ``sets``) may fill it from a source file.
     """
 
     name: str

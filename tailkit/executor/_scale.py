@@ -2,11 +2,11 @@
 A time-scaled rehearsal's ledger, written back in the plan's (profile) seconds.
 
 An executor built with ``time_scale=0.01`` runs its plan 100 times faster, against a server
-that answers 100 times faster (``tailkit serve --time-scale 0.01``). What it measures is in
+that answers 100 times faster (``ServeConfig(time_scale=0.01)``). What it measures is in
 real seconds; its ledger is not. Each duration is divided by the time scale, and each instant
 moves to the same distance from the executor's start (the *origin*, which stays put) divided
-by the time scale, so a rehearsal's ledger reads like a production one: ``tailkit ingest
---format trace`` and ``tailkit check`` take it as they take any ledger.
+by the time scale, so a rehearsal's ledger reads like a production one: ingesting it
+(``format="trace"``) and checking a plan against it take it as they take any ledger.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """
-A route's latency as a quantile grid: what ``serve --from-stats`` replays.
+A route's latency as a quantile grid: what `profile_from_stats` replays.
 
 A stats row gives a handful of quantiles of the total latency (p50, p90, p95, p99) and of the
 time to first token (p50, p99), measured with cut calls as right-censored. A parametric model

@@ -18,8 +18,8 @@ draws a row, and every later request with that key on a model of the group gets 
 entry (a repeat on the same model gets the entry's ``repeats`` instead: another call of the
 same job, size and moment). See `tailkit.serve._jobs`.
 
-``tailkit replay`` writes the tables as JSON (`dump_outcomes`) and starts ``tailkit serve
---outcomes FILE`` in a process of its own (`load_outcomes`).
+A replay writes the tables as JSON (`dump_outcomes`) and serves them from a server process of
+its own, which reads them back (`load_outcomes`, through `tailkit.serve.serve_outcomes`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """
-A serve profile from measured latency: replay ``tailkit stats`` output on loopback.
+A serve profile from measured latency: replay a stats table on loopback.
 
-``tailkit stats --by provider,model --bucket none --json`` describes each route with quantiles
-of its total latency and of its time to first token. Each route becomes a model whose requests
+The stats table by provider and model without token buckets (``tailkit.stats(store,
+bucket=())``, or the stats command's JSON) describes each route with quantiles of its total
+latency and of its time to first token. Each route becomes a model whose requests
 draw from those quantiles (see `tailkit.serve._grid`):
 
 - the model id is ``provider/model`` (or ``model`` when the table is grouped by model alone);

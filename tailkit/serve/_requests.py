@@ -22,8 +22,8 @@ Three things can end the answer early, and each is watched at once: the deadline
 answered: 504; mid-stream: the stream is closed), the client closing its socket (a second
 task reads until EOF; a failed write counts too) and `Server.stop`. Either way the work is
 cancelled, the connection is closed when it cannot carry another request, and exactly one
-`AttemptRecord` is written: the access log is the call record, so ``tailkit ingest --format
-trace`` reads it next to the executor's ledger. Its times are real seconds.
+`AttemptRecord` is written: the access log is the call record, so ingesting it
+(``format="trace"``) reads it next to the executor's ledger. Its times are real seconds.
 
 A failure of the server's own (a bug) answers 500 if nothing was sent yet, and is recorded
 ``internal_error``: no request goes unanswered or unlogged. Records stream to the ledger's
