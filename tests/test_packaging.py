@@ -15,8 +15,8 @@ import tailkit
 from tailkit import _entry
 from tailkit.cli import app
 
+from ._surface import wrong_root_names
 from .conftest import ROOT
-from .test_surface import wrong_root_names
 
 
 _HEAVY = ("duckdb", "polars", "pyarrow", "numpy", "scipy", "matplotlib", "typer", "rich")

@@ -8,8 +8,6 @@ are checked by identity in a fresh interpreter, before and after importing every
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import subprocess
 import sys
 
@@ -23,57 +21,8 @@ import tailkit.ledger
 import tailkit.serve
 import tailkit.serve.lowlevel
 
-from tailkit.errors import MissingExtraError
-
+from ._surface import HOMES, every_module, import_every_module, wrong_root_names
 from .conftest import ROOT
-
-
-# Each root name and the module that documents it (tailkit/__init__.py, README's public API).
-HOMES = {
-    "Buckets": "tailkit.record",
-    "Executor": "tailkit.executor",
-    "IngestReport": "tailkit.ingest",
-    "Plan": "tailkit.config",
-    "ScanOptions": "tailkit.ingest",
-    "Store": "tailkit.store",
-    "TailkitError": "tailkit.errors",
-    "calibrate": "tailkit.calibration",
-    "dump_plan": "tailkit.config",
-    "ingest_paths": "tailkit.ingest",
-    "load_plan": "tailkit.config",
-    "simulate": "tailkit.simulation",
-    "stats": "tailkit.tails",
-}
-
-
-def every_module() -> list[str]:
-    """
-    The name of every module of the package (``__main__`` left out: importing it runs the CLI).
-    """
-    found = pkgutil.walk_packages(tailkit.__path__, "tailkit.")
-    return sorted(info.name for info in found if info.name.rsplit(".", 1)[-1] != "__main__")
-
-
-def import_every_module() -> None:
-    """
-    Import every module; one that needs an extra that is not installed is left out.
-    """
-    for name in every_module():
-        try:
-            importlib.import_module(name)
-        except MissingExtraError:
-            continue
-
-
-def wrong_root_names() -> list[str]:
-    """
-    The root names that are not the object their home module defines.
-    """
-    return [
-        f"tailkit.{name} is {getattr(tailkit, name)!r}, not {home}.{name}"
-        for name, home in HOMES.items()
-        if getattr(tailkit, name) is not getattr(importlib.import_module(home), name)
-    ]
 
 
 def test_root_names_are_the_documented_objects_before_and_after_importing_everything() -> None:
@@ -81,7 +30,10 @@ def test_root_names_are_the_documented_objects_before_and_after_importing_everyt
     In a fresh interpreter each root name is its home's object, and still is after every import.
     """
     code = (
-        "from tests.test_surface import import_every_module, wrong_root_names\n"
+        "import sys\n"
+        "from tests._surface import import_every_module, wrong_root_names\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('tailkit.'))\n"
+        "assert loaded == ['tailkit._lazy', 'tailkit.errors'], loaded\n"
         "before = wrong_root_names()\n"
         "import_every_module()\n"
         "print(before, wrong_root_names())\n"
