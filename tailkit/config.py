@@ -15,7 +15,7 @@ Example::
     for name in plan.order():
         step = plan.steps[name]
         print(name, step.route, step.cutoff_s, step.on_cutoff)
-    Path("plan.yaml").write_text(dump_plan(plan), encoding="utf-8")
+    write_plan(plan, "plan.yaml")  # atomically, keeping the file's mode
     rehearsal = scale_plan(plan, 0.01)  # for a server run with --time-scale 0.01
 """
 
@@ -39,6 +39,7 @@ from tailkit._config._model import (
     Tokens,
 )
 from tailkit._config._scale import scale_plan
+from tailkit._config._write import write_plan
 
 
 __all__ = [
@@ -59,4 +60,5 @@ __all__ = [
     "load_plan",
     "parse_plan",
     "scale_plan",
+    "write_plan",
 ]

@@ -46,8 +46,8 @@ def test_a_specific_format_that_does_not_fit_names_the_one_that_does(tmp_path: P
         report = ingest_paths(store, [path], format="llmperf")
         assert store.counts()["calls"] == 0
     [error] = report.errors
-    assert "--format llmperf does not fit this file; it looks like trace" in str(error)
-    assert "use --format trace or --format auto" in str(error)
+    assert "format llmperf does not fit this file; it looks like trace" in str(error)
+    assert "use format trace or format auto" in str(error)
 
 
 def test_a_generic_format_may_read_a_specific_file(tmp_path: Path) -> None:

@@ -200,7 +200,7 @@ def test_a_gzip_whose_last_line_is_1_gib_is_one_counted_reject(
         assert 1 == totals["stored"]  # the next file loads; the huge one is refused
         assert 1 == len(errors)
         assert (
-            "huge.jsonl.gz: 1 bad row(s), nothing stored (--strict); first: row 2: the line is"
+            "huge.jsonl.gz: 1 bad row(s), nothing stored (strict); first: row 2: the line is"
             in errors[0]
         )
         return

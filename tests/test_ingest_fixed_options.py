@@ -52,8 +52,8 @@ def test_status_map_is_refused_where_the_status_is_derived(store: Store, fmt: st
     message = _error(store, fmt, ScanOptions(status_map={"done": "ok"}))
 
     assert str(_SAMPLES[fmt]) in message
-    assert f"--status-map does not apply to --format {fmt}" in message
-    assert message.endswith("drop --status-map done=ok")
+    assert f"status_map does not apply to format {fmt}" in message
+    assert message.endswith("drop status_map done=ok")
 
 
 @pytest.mark.parametrize("fmt", sorted(_SAMPLES))
@@ -64,7 +64,7 @@ def test_another_unit_is_refused(store: Store, fmt: str) -> None:
     other = "s" if _OWN_UNIT.get(fmt, "s") == "ms" else "ms"
     message = _error(store, fmt, ScanOptions(unit=other))
 
-    assert f"--unit {other} does not apply to --format {fmt}" in message
+    assert f"unit {other} does not apply to format {fmt}" in message
 
 
 @pytest.mark.parametrize("fmt", sorted(_SAMPLES))
@@ -74,8 +74,8 @@ def test_map_is_refused(store: Store, fmt: str) -> None:
     """
     message = _error(store, fmt, ScanOptions(mapping={"model": "name"}))
 
-    assert f"--map does not apply to --format {fmt}" in message
-    assert "drop --map model=name" in message
+    assert f"mapping does not apply to format {fmt}" in message
+    assert "drop mapping model=name" in message
 
 
 def test_set_over_replaces_a_fixed_layouts_value(store: Store) -> None:

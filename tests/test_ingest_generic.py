@@ -120,7 +120,7 @@ def test_millisecond_values_without_unit_are_refused(store: Store) -> None:
     assert isinstance(report.errors[0], UnitError)
     assert str(report.errors[0]).endswith(
         "total_s values look like milliseconds (median 2,500); "
-        "pass --unit ms, or --unit s if they really are seconds"
+        "pass unit ms, or unit s if they really are seconds"
     )
     assert 0 == store.counts()["calls"]
 
@@ -133,7 +133,7 @@ def test_unknown_mapping_names_the_column_and_the_choices(store: Store) -> None:
     report = ingest_paths(store, [CORPUS / "latency_ms.csv"], options=options)
 
     assert isinstance(report.errors[0], MappingError)
-    assert "--map total_s=latency: no column 'latency' (did you mean 'latency_ms'?)" in str(
+    assert "mapping total_s=latency: no column 'latency' (did you mean 'latency_ms'?)" in str(
         report.errors[0]
     )
 
@@ -155,7 +155,7 @@ def test_missing_required_column_says_how_to_fill_it(store: Store) -> None:
     report = ingest_paths(store, [CORPUS / "latency_ms.csv"])
 
     assert "no column for 'model'" in str(report.errors[0])
-    assert "--set model=NAME" in str(report.errors[0])
+    assert "sets model=NAME" in str(report.errors[0])
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,7 @@ def test_forced_format_is_reported(store: Store, tmp_path: Path) -> None:
     path = _write(tmp_path, "csv", _ROWS)
     report = ingest_paths(store, [path], format="csv")
 
-    assert ("csv", "--format", 2) == (
+    assert ("csv", "format given", 2) == (
         report.files[0].format,
         report.files[0].why,
         report.files[0].stored,
@@ -248,7 +248,7 @@ def test_unknown_format_name_is_refused(store: Store) -> None:
     """
     A --format that does not exist fails before any file is read.
     """
-    with pytest.raises(IngestError, match=r"--format must be auto or one of jsonl, json"):
+    with pytest.raises(IngestError, match=r"format must be auto or one of jsonl, json"):
         ingest_paths(store, [CORPUS], format="xml")
 
 

@@ -173,9 +173,9 @@ def test_set_overrides_and_map_is_refused(store: Store) -> None:
     )
     assert report.ok
     assert [("gateway",)] == store.fetchall("SELECT DISTINCT provider FROM calls")
-    with pytest.raises(MappingError, match="--unit ms does not apply to --format litellm"):
+    with pytest.raises(MappingError, match="unit ms does not apply to format litellm"):
         Litellm().scan(str(SPEND), [], ScanOptions(unit="ms"))
-    with pytest.raises(MappingError, match="--map does not apply to --format litellm"):
+    with pytest.raises(MappingError, match="mapping does not apply to format litellm"):
         Litellm().scan(str(SPEND), [], ScanOptions(mapping={"model": "x"}))
 
 

@@ -223,7 +223,7 @@ def test_set_fills_a_column_and_map_is_refused(store: Store) -> None:
 
     assert report.ok
     assert [("vertex",)] == store.fetchall("SELECT DISTINCT provider FROM calls")
-    assert "--map does not apply to --format otel" in str(refused.errors[0])
+    assert "mapping does not apply to format otel" in str(refused.errors[0])
 
 
 def test_detect() -> None:

@@ -137,9 +137,7 @@ def test_strict_stores_nothing_and_names_the_first_rows(store: Store) -> None:
     assert 1 == len(report.errors)
     error = report.errors[0]
     assert isinstance(error, StrictModeError)
-    assert "10 bad row(s), nothing stored (--strict); first: row 2: total_s is negative" in str(
-        error
-    )
+    assert "10 bad row(s), nothing stored (strict); first: row 2: total_s is negative" in str(error)
     assert {"calls": 0, "rejects": 0, "ingests": 0} == store.counts()
 
 

@@ -22,7 +22,8 @@ from tailkit.formats import check_options
 from tailkit.formats._providers import infer_provider_sql
 from tailkit.formats._sql import RawColumn, normalize_sql
 from tailkit.ingest import ScanOptions, ingest_paths
-from tailkit.store import Store, summarize
+from tailkit.store import Store
+from tailkit.store import summarize_store as summarize
 from tailkit.tails import TableQuery, tail_report
 
 
@@ -319,8 +320,8 @@ def test_set_over_a_column_the_file_has_is_refused(store: Store, tmp_path: Path)
 
     assert not report.ok
     message = str(report.errors[0])
-    assert "--set provider=openai would replace the file's own column 'provider'" in message
-    assert "--set-over provider=openai" in message
+    assert "setting provider=openai would replace the file's own column 'provider'" in message
+    assert "overrides provider=openai" in message
     assert (0,) == store.fetchone("SELECT count(*) FROM calls")
 
 
@@ -366,7 +367,7 @@ def test_set_over_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_set_over_needs_a_set() -> None:
     """An override without its value is refused by check_options."""
-    with pytest.raises(MappingError, match="--set-over provider=VALUE"):
+    with pytest.raises(MappingError, match="overrides provider=VALUE"):
         check_options(ScanOptions(overrides=frozenset({"provider"})))
 
 

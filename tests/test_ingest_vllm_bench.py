@@ -158,7 +158,7 @@ def test_map_is_refused(store: Store) -> None:
     """
     --map names columns of a file with columns; this layout is fixed.
     """
-    with pytest.raises(MappingError, match="--map does not apply to --format vllm-bench"):
+    with pytest.raises(MappingError, match="mapping does not apply to format vllm-bench"):
         VllmBench().scan(str(DIR / "detailed.json"), [], ScanOptions(mapping={"model": "x"}))
 
 

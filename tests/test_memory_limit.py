@@ -125,7 +125,7 @@ def test_out_of_memory_names_the_option_and_the_limit(tmp_path: Path) -> None:
             )
 
     assert "DuckDB ran out of memory (memory limit " in str(caught.value)
-    assert "give it more with --memory-limit SIZE (e.g. 4GB)" in str(caught.value)
+    assert "raise memory_limit (e.g. 4GB) or free memory" in str(caught.value)
 
 
 def test_the_store_answers_after_running_out_of_memory(tmp_path: Path) -> None:

@@ -209,7 +209,7 @@ def test_source_errors(tmp_path: Path) -> None:
 
 def test_approx_options_reach_tail_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--approx passes approx=True; --approx-above N passes it when more than N calls are read."""
-    import tailkit.tails as stats_module
+    import tailkit.engines._stats as stats_module  # where stats_from calls tail_report
 
     real = stats_module.tail_report
     seen: list[bool] = []

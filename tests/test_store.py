@@ -11,7 +11,8 @@ import pytest
 
 from tailkit.errors import StoreError, StoreVersionError
 from tailkit.record import CALL_COLUMNS
-from tailkit.store import SCHEMA_VERSION, Store, summarize
+from tailkit.store import SCHEMA_VERSION, Store
+from tailkit.store import summarize_store as summarize
 
 
 def test_new_store_has_the_call_record_and_its_version(tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tailkit.cli import app
-from tailkit.engines import Reading, aggregate_file, summarize_local
+from tailkit.engines import Reading, summarize_local
+from tailkit.engines.blocks import aggregate_file
 from tailkit.ingest import ingest_paths, open_in_place
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
@@ -224,7 +225,7 @@ def test_a_dask_cluster_gives_the_local_engines_table(log: tuple[Path, Path]) ->
     """
     from distributed import LocalCluster
 
-    from tailkit.engines._dask import summarize_dask
+    from tailkit.engines.blocks import summarize_dask
 
     db, folder = log
     query = TableQuery()

@@ -15,9 +15,9 @@ import pytest
 
 from typer.testing import CliRunner
 
+from tailkit._config._write import write_atomically
 from tailkit.calibration import calibrate
 from tailkit.cli import app
-from tailkit.cli._workflow import write_atomically
 from tailkit.config import load_plan
 from tailkit.errors import ConfigError
 from tailkit.simulation import MAX_RUNS, compare_policies, simulate

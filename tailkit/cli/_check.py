@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,9 +17,9 @@ from tailkit.cli._common import (
     SetOverOption,
     StatusMapOption,
     UnitOption,
+    library_errors,
     scan_options,
 )
-from tailkit.errors import TailkitError
 
 
 if TYPE_CHECKING:
@@ -39,11 +39,6 @@ _FIGURES = {
 }
 
 
-def _bad_input(message: str) -> NoReturn:
-    typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(BAD_INPUT)
-
-
 def _why(line: CheckLine) -> str:
     from tailkit.check import DRIFTED, HOLDS
 
@@ -60,7 +55,8 @@ def render(report: CheckReport, console: Console) -> None:
     """
     from rich.table import Table
 
-    from tailkit.check import DRIFTED, WORKFLOW, figure_text, observed_text
+    from tailkit.check import DRIFTED, WORKFLOW
+    from tailkit.check.lowlevel import figure_text, observed_text
 
     obs = report.observation
     table = Table(
@@ -184,7 +180,7 @@ def check(
     except typer.Exit:
         # scan_options printed the error; a bad option is bad input here (exit 2, not 1).
         raise typer.Exit(BAD_INPUT) from None
-    try:
+    with library_errors("check", code=BAD_INPUT):
         report = check_plan(
             plan,
             ledgers,
@@ -194,8 +190,6 @@ def check(
             min_runs=min_runs,
             level=level,
         )
-    except TailkitError as exc:
-        _bad_input(str(exc))
     if as_json:
         typer.echo(report.to_json())
     elif quiet:

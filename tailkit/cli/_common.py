@@ -4,13 +4,80 @@ Options and helpers every command shares.
 
 from __future__ import annotations
 
+import contextlib
+
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
+from tailkit.errors import TailkitError
 from tailkit.formats import ScanOptions
 from tailkit.record import Buckets
+
+
+_FLAGS = {
+    "mapping": "--map",
+    "sets": "--set",
+    "overrides": "--set-over",
+    "window_s": "--window",
+    "deadline_s": "--deadline",
+}
+"""Library fields whose flag is not ``--`` and the field's name with dashes."""
+
+_COMMAND_FLAGS = {
+    "calibrate": {"path": "--out"},
+    "races": {
+        "caller_options.unit": "--harness-unit",
+        "callee_options.unit": "--tool-unit",
+        "caller_options.mapping": "--harness-map",
+        "callee_options.mapping": "--tool-map",
+    },
+}
+"""Fields that one command sets with a flag of its own (races reads two logs)."""
+
+
+def flag_of(field: str, command: str | None = None) -> str:
+    """
+    The flag that sets the library parameter ``field`` in ``command``.
+
+    ``min_calls`` is ``--min-calls`` (dashes for underscores), unless a table above says
+    otherwise; ``caller_options.unit`` is ``--unit`` unless the command names it.
+    """
+    own = _COMMAND_FLAGS.get(command or "", {})
+    if field in own:
+        return own[field]
+    if field.startswith("-"):  # a caller that named the flag itself
+        return field
+    field = field.rpartition(".")[2]
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def error_text(error: TailkitError, command: str | None = None) -> str:
+    """
+    A library error as the command line shows it: its parameter spelt as the flag.
+    """
+    return error.render(lambda field: flag_of(field, command))
+
+
+def fail_with(error: TailkitError, command: str | None = None, *, code: int = 1) -> NoReturn:
+    """
+    Print ``Error: …`` for a library error (its parameter spelt as the flag) and exit.
+    """
+    typer.echo(f"Error: {error_text(error, command)}", err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def library_errors(command: str | None = None, *, code: int = 1) -> Iterator[None]:
+    """
+    Turn a `TailkitError` raised inside into ``Error: …`` on stderr and exit ``code``.
+    """
+    try:
+        yield
+    except TailkitError as exc:
+        fail_with(exc, command, code=code)
 
 
 DbOption = Annotated[

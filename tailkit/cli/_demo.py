@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import JsonOption, fail
-from tailkit.errors import TailkitError
+from tailkit.cli._common import JsonOption, library_errors
+from tailkit.cli._progress import ReplayProgress, phase_lines
 
 
 if TYPE_CHECKING:
@@ -74,28 +74,22 @@ def demo(
     from rich.console import Console
 
     from tailkit.cli import _stats_view
-    from tailkit.cli._replay import ReplayProgress, render_replay
+    from tailkit.cli._replay import render_replay
     from tailkit.demo import run_demo
 
     console = Console(width=None if os.isatty(1) else 120, stderr=as_json)
     started = time.perf_counter()
     shown: list[TailReport] = []
-
-    def say(message: str) -> None:
-        if not (as_json or quiet):
-            elapsed = time.perf_counter() - started
-            console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]")
-
-    try:
-        with ReplayProgress(enabled=not (as_json or quiet) and os.isatty(2)) as bar:
-            result = run_demo(
-                out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
-                calibrate_runs=4000 if quick else 20_000, replicates=20 if quick else None,
-                seed=seed, progress=say,
-                replay_progress=bar, show_table=shown.append,
-            )  # fmt: skip
-    except TailkitError as exc:
-        fail(str(exc))
+    say = phase_lines(console, enabled=not (as_json or quiet))
+    with (
+        library_errors("demo"),
+        ReplayProgress(enabled=not (as_json or quiet) and os.isatty(2)) as bar,
+    ):
+        result = run_demo(
+            out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
+            calibrate_runs=4000 if quick else 20_000, replicates=20 if quick else None,
+            seed=seed, progress=say, replay_progress=bar, show_table=shown.append,
+        )  # fmt: skip
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return

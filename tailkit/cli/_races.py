@@ -5,16 +5,14 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import JsonOption, fail
-from tailkit.errors import TailkitError
+from tailkit import text
+from tailkit.cli._common import JsonOption, fail, library_errors
 from tailkit.ingest import ScanOptions
 
 
@@ -33,7 +31,7 @@ def _mapping(values: list[str] | None, flag: str) -> dict[str, str]:
 
 
 def _s(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    return text.number(value, digits)
 
 
 def _spread_row(name: str, spread: Spread, unit: str = "s") -> tuple[str, ...]:
@@ -84,15 +82,6 @@ def _render(report: RaceReport) -> None:
         for r in report.replans:
             plans.add_row(r.run_id or "-", r.step, str(r.keys), str(r.executed))
         console.print(plans)
-
-
-def _unit_advice(message: str, harness_log: str) -> str:
-    """
-    Ingest's unit advice in races' words: ``--harness-unit`` or ``--tool-unit``.
-    """
-    path = message.split(": ", 1)[0]
-    harness = Path(path).resolve() == Path(harness_log).resolve()
-    return message.replace("--unit", "--harness-unit" if harness else "--tool-unit")
 
 
 def races(
@@ -157,12 +146,9 @@ def races(
 
         tailkit races ledger.jsonl access.jsonl --side-effecting pay --window 0.5
     """
-    from tailkit.errors import UnitError
     from tailkit.races import find_races
 
-    if not (math.isfinite(window) and window > 0):
-        fail(f"--window must be a positive number of seconds, got {window:g}")
-    try:
+    with library_errors("races"):
         report = find_races(
             harness_log,
             tool_log,
@@ -173,10 +159,6 @@ def races(
             window_s=window,
             side_effecting=side_effecting or (),
         )
-    except UnitError as exc:
-        fail(_unit_advice(str(exc), harness_log))
-    except TailkitError as exc:
-        fail(str(exc).replace("--unit must", "--harness-unit and --tool-unit must"))
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return

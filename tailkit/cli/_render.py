@@ -9,17 +9,19 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from tailkit import text
+from tailkit.cli._common import error_text
 from tailkit.errors import IngestError
 from tailkit.ingest import FileResult, IngestReport
 from tailkit.store import StoreSummary
 
 
 def _n(value: int) -> str:
-    return f"{value:,}"
+    return text.count(value)
 
 
 def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return text.number(value, 2)
 
 
 def _route(provider: str, model: str, width: int = 48) -> str:
@@ -154,9 +156,9 @@ def summary_json(summary: StoreSummary) -> dict[str, Any]:
 
 def error_line(error: IngestError) -> str:
     """
-    How one failed file is reported on stderr.
+    How one failed file is reported on stderr (its option spelt as ingest's flag).
     """
-    return f"Error: {error}"
+    return f"Error: {error_text(error, 'ingest')}"
 
 
 def formats_text(*, as_json: bool = False) -> list[str]:

@@ -9,78 +9,36 @@ import math
 import os
 
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import DbOption, InputEdges, JsonOption, OutputEdges, buckets_of, fail
-from tailkit.errors import TailkitError
+from tailkit import text
+from tailkit.cli._common import (
+    DbOption,
+    InputEdges,
+    JsonOption,
+    OutputEdges,
+    buckets_of,
+    library_errors,
+)
+from tailkit.cli._progress import ReplayProgress
 from tailkit.store import DEFAULT_DB
 
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress, TaskID
 
     from tailkit.replay import ReplayResult
 
 
-class ReplayProgress:
-    """
-    One bar per phase of a replay (probe, without plan, with plan), on stderr.
-    """
-
-    def __init__(self, *, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self._bar: Progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            refresh_per_second=4,  # the replay's client loop shares this process: stay light
-            disable=not enabled,
-        )
-        self._tasks: dict[str, TaskID] = {}
-        self._probes = 0
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if phase not in self._tasks or self._bar.tasks[self._tasks[phase]].finished:
-            label = f"replay {phase}"
-            if phase in self._tasks:  # a second pass (slower time scale) gets its own bar
-                self._probes += 1
-                label = f"replay {phase} (again, slower)"
-            self._tasks[phase] = self._bar.add_task(label, total=total)
-        self._bar.update(self._tasks[phase], completed=done)
-
-    def __enter__(self) -> ReplayProgress:
-        self._bar.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._bar.stop()
-
-
 def _pct(value: float) -> str:
-    return f"{value:.1%}" if math.isfinite(value) else "-"
+    # one decimal always: the predicted and observed columns line up
+    return f"{value:.1%}" if math.isfinite(value) else text.number(value)
 
 
 def _secs(value: float) -> str:
-    return f"{value:.1f}" if math.isfinite(value) else "∞"
+    return text.number(value, 1)
 
 
 def render_replay(result: ReplayResult, console: Console) -> None:
@@ -205,7 +163,7 @@ def replay(
     from tailkit.store import Store
 
     buckets = buckets_of(input_edges, output_edges)
-    try:
+    with library_errors("replay"):
         plan = load_plan(plan_path)
         with (
             Store.open(db, read_only=True) as store,
@@ -215,8 +173,6 @@ def replay(
                 store, plan, runs=runs, time_scale=time_scale, seed=seed, out_dir=out,
                 buckets=buckets, min_calls=min_calls, progress=bar,
             )  # fmt: skip
-    except TailkitError as exc:
-        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif quiet:

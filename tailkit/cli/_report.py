@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,8 +19,10 @@ from tailkit.cli._common import (
     OutputEdges,
     buckets_of,
     fail,
+    library_errors,
 )
-from tailkit.errors import OutOfMemoryError, QueryError, TailkitError
+from tailkit.cli._progress import phase_lines
+from tailkit.errors import OutOfMemoryError, QueryError
 from tailkit.store import DEFAULT_DB, Store
 
 
@@ -96,26 +96,30 @@ def report(
     if not names:
         fail(f"--by takes comma-separated column names, got {by!r}")
     buckets = buckets_of(input_edges, output_edges)
-    say = _progress(enabled=not quiet and os.isatty(2))
-    try:
-        loaded = load_plan(plan) if plan is not None else None
-        found = None
-        if races is not None:
-            from tailkit.races import find_races
+    say = None
+    if not quiet and os.isatty(2):
+        from rich.console import Console
 
-            found = find_races(*races)
-        rehearsal = _replay_document(replay) if replay is not None else None
-        with Store.open(db, read_only=True) as store:
-            result = write_report_result(
-                store, out, plan=loaded, by=names, title=title, where=where,
-                max_routes=max_routes, races=found, replay=rehearsal, buckets=buckets,
-                min_calls=min_calls, progress=say,
-            )  # fmt: skip
-    except QueryError as exc:
-        bad_filter = where and not isinstance(exc, OutOfMemoryError)
-        fail(f"--where {where!r} is not a valid filter: {exc}" if bad_filter else str(exc))
-    except TailkitError as exc:
-        fail(str(exc))
+        say = phase_lines(Console(stderr=True))
+    with library_errors("report"):
+        try:
+            loaded = load_plan(plan) if plan is not None else None
+            found = None
+            if races is not None:
+                from tailkit.races import find_races
+
+                found = find_races(*races)
+            rehearsal = _replay_document(replay) if replay is not None else None
+            with Store.open(db, read_only=True) as store:
+                result = write_report_result(
+                    store, out, plan=loaded, by=names, title=title, where=where,
+                    max_routes=max_routes, races=found, replay=rehearsal, buckets=buckets,
+                    min_calls=min_calls, progress=say,
+                )  # fmt: skip
+        except QueryError as exc:
+            if not where or isinstance(exc, OutOfMemoryError):
+                raise
+            fail(f"--where {where!r} is not a valid filter: {exc}")
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
@@ -131,24 +135,6 @@ def summary(result: ReportResult) -> str:
     return "".join(
         f"{line}\n" for line in [result.headline, *(f"  {f}" for f in result.findings())]
     )
-
-
-def _progress(*, enabled: bool) -> Callable[[str], None] | None:
-    """
-    ``> phase  (3 s)`` lines on stderr as each phase starts, as `tailkit demo` prints them.
-    """
-    if not enabled:
-        return None
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    started = time.perf_counter()
-
-    def say(message: str) -> None:
-        elapsed = time.perf_counter() - started
-        console.print(f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]", highlight=False)
-
-    return say
 
 
 def _replay_document(path: Path) -> dict[str, Any]:

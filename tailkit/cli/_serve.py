@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import fail
-from tailkit.errors import TailkitError
+from tailkit.cli._common import fail, library_errors
 
 
 if TYPE_CHECKING:
@@ -218,7 +217,7 @@ def serve(
 
     if not idle_timeout > 0:  # NaN too
         fail(f"--idle-timeout must be a number of seconds > 0 (inf: none), got {idle_timeout:g}")
-    try:
+    with library_errors("serve"):
         config = _config(profile, from_stats, outcomes, time_scale, seed)
         limits = Limits(
             idle_timeout_s=idle_timeout,
@@ -226,14 +225,11 @@ def serve(
             max_body_bytes=max_body_mib * 1024 * 1024,
             keep_records=0,  # the command reads no record: they stream to --log
         )
-    except TailkitError as exc:
-        fail(str(exc))
     server = Server(config, port=port, access_log=log, limits=limits)
     try:
-        asyncio.run(_run(server, as_json=as_json))
+        with library_errors("serve"):
+            asyncio.run(_run(server, as_json=as_json))
     except KeyboardInterrupt:
         typer.echo(_stopped_json(server) if as_json else _stopped(server))
-    except TailkitError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")

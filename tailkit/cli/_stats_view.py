@@ -14,6 +14,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tailkit import text
 from tailkit.fit import min_calls_for_quantile
 from tailkit.tails import TailReport
 
@@ -23,11 +24,7 @@ def _missing(value: Any) -> bool:
 
 
 def _num(value: Any, digits: int = 2) -> str:
-    if _missing(value):
-        return "-"
-    if isinstance(value, float) and math.isinf(value):
-        return "∞"
-    return f"{value:.{digits}f}"
+    return text.number(value, digits)
 
 
 def _with_interval(row: dict[str, Any], name: str) -> str:

@@ -4,18 +4,15 @@
 
 from __future__ import annotations
 
-import errno
 import json
-import math
 import os
-import secrets
-import stat
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tailkit import text
 from tailkit.cli._common import (
     READ_MEMORY_LIMIT,
     DbOption,
@@ -24,9 +21,9 @@ from tailkit.cli._common import (
     OutputEdges,
     ReadMemoryLimitOption,
     buckets_of,
-    fail,
+    library_errors,
 )
-from tailkit.errors import TailkitError
+from tailkit.cli._progress import SearchProgress
 from tailkit.store import DEFAULT_DB, Store
 
 
@@ -60,50 +57,11 @@ def _console() -> Console:
     return Console(width=200) if not os.isatty(1) else Console()
 
 
-def write_atomically(path: Path, text: str) -> None:
+def _seconds(value: float | None) -> str:
     """
-    Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place).
-
-    The file gets the mode any new file gets (0666 less the umask), or keeps the mode it had:
-    the temporary file is made with ``os.open`` and mode 0666, not ``mkstemp``'s 0600, so a
-    plan that others read (the executor's service account, a CI job) stays readable.
+    Seconds with one decimal, as the tables print them (``∞`` unbounded, ``-`` none).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        keep: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        keep = None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            fd = os.open(tmp, flags, 0o666)  # the umask applies, as to any new file
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - 100 collisions of 48 random bits
-        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            if keep is not None:
-                os.fchmod(handle.fileno(), keep)
-            handle.write(text)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _span(low: float, high: float) -> str:
-    """
-    An interval of shares in percent, ``2.6–3.6%``; two decimals below 1 %.
-    """
-    digits = 2 if high < 0.01 else 1
-    return f"{low * 100:.{digits}f}–{high * 100:.{digits}f}%"
-
-
-def _seconds(value: float) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.1f}"
+    return text.number(value, 1)
 
 
 BudgetOption = Annotated[
@@ -169,15 +127,15 @@ def calibrate(
         tailkit calibrate data_samples/workflow.yaml --out plan.yaml --budget 0.05 --deadline 90
     """
     from tailkit.calibration import calibrate as run_calibration
-    from tailkit.config import dump_plan, load_plan
+    from tailkit.config import load_plan, write_plan
     from tailkit.simulation import compare_policies
 
     buckets = buckets_of(input_edges, output_edges)
-    try:
+    with library_errors("calibrate"):
         plan = load_plan(workflow)
         with (
             Store.open(db, read_only=True, memory_limit=memory_limit) as store,
-            _SearchProgress(enabled=not (as_json or quiet)) as bar,
+            SearchProgress(enabled=not (as_json or quiet)) as bar,
         ):
             found = run_calibration(
                 store, plan, budget=budget, deadline_s=deadline, runs=runs,
@@ -185,11 +143,7 @@ def calibrate(
                 latency=latency, replicates=replicates, progress=bar.update,
             )  # fmt: skip
         policies = compare_policies(found.plan, found.samples, runs=check_runs, seed=seed + 1)
-        write_atomically(out, dump_plan(found.plan))
-    except TailkitError as exc:
-        fail(str(exc))
-    except OSError as exc:
-        fail(f"{out}: cannot write the plan: {exc.strerror or exc}: choose another --out")
+        write_plan(found.plan, out)
     if as_json:
         typer.echo(json.dumps(_calibration_json(found, policies, out), indent=2))
     elif not quiet:
@@ -260,16 +214,14 @@ def simulate(
     from tailkit.simulation.lowlevel import check_run_count, with_overrides
 
     buckets = buckets_of(input_edges, output_edges)
-    try:
-        check_run_count(runs, name="--runs")
+    with library_errors("simulate"):
+        check_run_count(runs, name="runs")
         plan = with_overrides(load_plan(plan_file), deadline_s=deadline, budget=budget)
         with Store.open(db, read_only=True, memory_limit=memory_limit) as store:
             samples = load_samples(
                 store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency
             )
         policies = compare_policies(plan, samples, runs=runs, seed=seed)
-    except TailkitError as exc:
-        fail(str(exc))
     if as_json:
         payload = {"plan": str(plan_file), "workflow": plan.workflow,
                    "policies": {k: v.as_dict() for k, v in policies.items()}}  # fmt: skip
@@ -392,8 +344,8 @@ def _policy_table(
         miss = f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}"
         extra = f"{result.extra_attempts:.1%}"
         if key == "plan" and prediction is not None and prediction.replicates:
-            miss = f"{result.miss_rate:.2%} ({_span(*prediction.miss_rate.bounds)})"
-            extra += f" ({_span(*prediction.extra_attempts.bounds)})"
+            miss = f"{result.miss_rate:.2%} ({text.percent_span(*prediction.miss_rate.bounds)})"
+            extra += f" ({text.percent_span(*prediction.extra_attempts.bounds)})"
         table.add_row(
             POLICY_TITLES.get(key, key),
             miss,
@@ -404,42 +356,3 @@ def _policy_table(
             f"{result.extra_tokens:,.0f}",
         )
     console.print(table)
-
-
-class _SearchProgress:
-    """
-    A progress bar over the search's candidates (one pass at a time), on stderr.
-    """
-
-    def __init__(self, *, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        console = Console(stderr=True)
-        self._bar = Progress(
-            TextColumn("calibrate pass {task.fields[pass_no]}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=console,
-            transient=True,
-            disable=not enabled or not console.is_terminal,
-        )
-        self._task = self._bar.add_task("search", total=None, pass_no=1)
-
-    def __enter__(self) -> _SearchProgress:
-        self._bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._bar.stop()
-
-    def update(self, done: int, per_pass: int) -> None:
-        """
-        ``done`` candidates tried so far, ``per_pass`` in each pass.
-        """
-        self._bar.update(
-            self._task,
-            total=per_pass,
-            completed=(done - 1) % per_pass + 1,
-            pass_no=(done - 1) // per_pass + 1,
-        )

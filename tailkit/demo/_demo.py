@@ -16,9 +16,10 @@ from pathlib import Path
 import polars as pl
 
 from tailkit.check import CheckReport
-from tailkit.config import Plan, dump_plan, load_plan
+from tailkit.config import Plan, load_plan, write_plan
 from tailkit.errors import TailkitError
-from tailkit.replay import PlanEffect, ReplayResult, plan_effect
+from tailkit.replay import PlanEffect, ReplayResult
+from tailkit.replay.lowlevel import plan_effect
 from tailkit.tails import TailReport
 
 
@@ -131,8 +132,7 @@ def run_demo(
             store, load_plan(workflow), runs=calibrate_runs, seed=seed,
             replicates=REPLICATES if replicates is None else replicates,
         )  # fmt: skip
-        plan_path = out / "plan.yaml"
-        plan_path.write_text(dump_plan(found.plan), encoding="utf-8")
+        write_plan(found.plan, out / "plan.yaml")
         say(f"replay the calls it was calibrated on, {runs} runs without and with the plan")
         rehearsal = replay(
             store,
@@ -146,7 +146,7 @@ def run_demo(
         say("check the plan against the replay's ledgers (tailkit check)")
         checked = check_plan(found.plan, [rehearsal.sides[1].ledger])
         checked_without = check_plan(found.plan, [rehearsal.sides[0].ledger])
-        say("ingest the ledgers back (--format trace) and write the report")
+        say("ingest the ledgers back (format trace) and write the report")
         ingest_paths(store, [rehearsal.sides[1].ledger], format="trace")
         report = write_report(
             store, out / "report", plan=found.plan, where=PRODUCTION, replay=rehearsal.to_json()

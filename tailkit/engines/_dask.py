@@ -1,5 +1,5 @@
 """
-The tail table's summaries on a Dask cluster (``stats --engine dask``): the ``distributed`` extra.
+The tail table's summaries on a Dask cluster (``engine="dask"``): the ``distributed`` extra.
 
 Each file is a task of each pass (`tailkit.engines`): a worker reads it with DuckDB and
 returns its summary, then its share of the samples; both merge on the workers in a tree of
@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from tailkit.engines import (
+from tailkit.engines._files import (
     EngineRun,
     Partition,
     Reading,
@@ -71,16 +71,16 @@ def summarize_dask(
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        msg = "--engine dask needs Dask: pip install 'tailkit[distributed]'"
-        raise ConfigError(msg) from None
+        msg = "{field} dask needs Dask: pip install 'tailkit[distributed]'"
+        raise ConfigError(msg, field="engine", value="dask") from None
     if not files:
         msg = "no files to summarize"
         raise ValueError(msg)
     with contextlib.ExitStack() as stack:
         if scheduler == "local":
             if workers < 1:
-                msg = f"--workers must be at least 1, got {workers}"
-                raise ConfigError(msg)
+                msg = f"{{field}} must be at least 1, got {workers}"
+                raise ConfigError(msg, field="workers", value=workers)
             cluster = stack.enter_context(
                 LocalCluster(  # type: ignore[no-untyped-call]
                     n_workers=workers,
@@ -159,6 +159,6 @@ def _connect(client: Callable[..., Any], address: str) -> Any:
     except (OSError, TimeoutError) as exc:
         msg = (
             f"cannot reach the Dask scheduler at {address!r} ({exc}); give its address as "
-            "tcp://HOST:8786, or --scheduler local to start workers on this machine"
+            "tcp://HOST:8786, or {field} local to start workers on this machine"
         )
-        raise ConfigError(msg) from None
+        raise ConfigError(msg, field="scheduler", value=address) from None

@@ -140,8 +140,8 @@ def detect_format(path: Path, head: bytes, detectors: Sequence[Detector] = ()) -
     if head[:4] == b"PAR1":
         return _parquet(path, detectors)
     if b"\x00" in head:
-        msg = f"{path}: binary file, not JSON, CSV or Parquet (use --format to force one)"
-        raise InputFileError(msg)
+        msg = f"{path}: binary file, not JSON, CSV or Parquet (use {{field}} to force one)"
+        raise InputFileError(msg, field="format", value="auto")
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if not text:
         msg = f"{path}: empty file (only whitespace), nothing to ingest"
@@ -171,6 +171,6 @@ def detect_format(path: Path, head: bytes, detectors: Sequence[Detector] = ()) -
         return Detected("csv", "comma-separated text" if suffix != ".tsv" else "tab-separated text")
     msg = (
         f"{path}: cannot tell the format (it starts with {text[:20]!r}); "
-        "pass --format jsonl|json|csv|parquet|llmperf"
+        "pass {field} jsonl|json|csv|parquet|llmperf"
     )
-    raise InputFileError(msg)
+    raise InputFileError(msg, field="format", value="auto")

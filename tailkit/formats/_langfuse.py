@@ -391,7 +391,7 @@ class Langfuse:
         shape = shape_of(path)
         raw = _raw()
         for target, value in options.sets.items():
-            raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+            raw[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
         select = normalize_sql(
             _fields(_records(path, shape)),
             raw,
@@ -402,7 +402,7 @@ class Langfuse:
             model_hint=SET_MODEL,
             status_hint="",
         )
-        notes = [f"{t} ← --set" for t in options.sets]
+        notes = [f"{t} ← the value set for it" for t in options.sets]
         skipped = [(str(kind), int(n)) for kind, n in sniffed]
         if skipped:
             total = sum(n for _, n in skipped)

@@ -64,8 +64,8 @@ def json_lines_scan(
     Args:
         path: The file.
         sniffed: Rows of `JsonLines.sniff_sql` (the merged structure of the first objects).
-        options: ``--set`` overrides the format's own column (``--status-map`` is applied
-            by ``columns``, which reads the format's status field).
+        options: ``sets`` override the format's own column (``status_map`` is applied by
+            ``columns``, which reads the format's status field).
         name: The format name (the rows' ``source``).
         fields: Every key the format reads → ``VARCHAR`` or ``JSON``.
         columns: Given a `Ref`, the source of each call-record column.
@@ -87,7 +87,7 @@ def json_lines_scan(
     def build(ref: Ref, **kw: Any) -> str:
         raw = columns(ref)
         for target, value in options.sets.items():
-            raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+            raw[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
         extras = [(k, ref(k)) for k in (*fields, *extra_keys) if k not in drop]
         sql = normalize_sql(
             kw.pop("source"), raw, extras=extras, duration_scale=duration_scale,

@@ -70,7 +70,7 @@ class Llmperf:
         provider = options.sets.get("provider", file.name.split("_", 1)[0].split(".", 1)[0])
         summary = summary_path(file)
         if "model" in options.sets:
-            model = RawColumn(literal(options.sets["model"]), "VARCHAR", "--set model")
+            model = RawColumn(literal(options.sets["model"]), "VARCHAR", "the value set for model")
         elif summary.exists():
             model = RawColumn(
                 f"(SELECT model FROM read_json({literal(sql_path(str(summary)))}, "
@@ -80,9 +80,10 @@ class Llmperf:
             )
         else:
             msg = (
-                f"{path}: no llmperf summary at {summary} to name the model; pass --set model=NAME"
+                f"{path}: no llmperf summary at {summary} to name the model; "
+                "pass {field} model=NAME"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="sets", value=None)
         code = "TRY_CAST(error_code AS INTEGER)"
         raw = {
             "provider": RawColumn(literal(provider), "VARCHAR", "the file name"),
@@ -115,7 +116,7 @@ class Llmperf:
             ),
         }
         for target, value in options.sets.items():
-            raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+            raw[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
         extras = [
             ("error_msg", "NULLIF(error_msg, '')"),
             ("inter_token_latency_s", "TRY_CAST(inter_token_latency_s AS DOUBLE)"),

@@ -112,39 +112,39 @@ def check_options(options: ScanOptions) -> None:
         MappingError: A name that is no call-record column, a status that is none of
             `STATUSES`, or an override without its ``--set``; with the valid values.
     """
-    for flag, names in (("--map", options.mapping), ("--set", options.sets)):
+    for option, names in (("mapping", options.mapping), ("sets", options.sets)):
         for target in names:
             if target not in MAPPABLE:
                 msg = (
-                    f"{flag} {target}=…: {target!r} is not a call-record column"
+                    f"{{field}} {target}=…: {target!r} is not a call-record column"
                     f"{_suggest(target, MAPPABLE)}; valid: {', '.join(MAPPABLE)}"
                 )
-                raise MappingError(msg)
+                raise MappingError(msg, field=option, value=target)
     if options.unit not in (None, "s", "ms"):
-        msg = f"--unit must be s or ms, got {options.unit!r}"
-        raise MappingError(msg)
+        msg = f"{{field}} must be s or ms, got {options.unit!r}"
+        raise MappingError(msg, field="unit", value=options.unit)
     for target in sorted(options.overrides):
         if target not in options.sets:
-            msg = f"--set-over {target}: give its value, e.g. --set-over {target}=VALUE"
-            raise MappingError(msg)
+            msg = f"{{field}} {target}: give its value, e.g. {{field}} {target}=VALUE"
+            raise MappingError(msg, field="overrides", value=target)
     folded: dict[str, str] = {}
     for value, status in options.status_map.items():
         key = value.strip().lower()
         if status not in STATUSES:
             msg = (
-                f"--status-map {value}={status}: {status!r} is not a status"
+                f"{{field}} {value}={status}: {status!r} is not a status"
                 f"{_suggest(status, STATUSES)}; valid: {', '.join(STATUSES)}"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="status_map", value=status)
         if not key:
-            msg = f"--status-map ={status}: give the source value to map, e.g. success={status}"
-            raise MappingError(msg)
+            msg = f"{{field}} ={status}: give the source value to map, e.g. success={status}"
+            raise MappingError(msg, field="status_map", value=value)
         if folded.setdefault(key, status) != status:
             msg = (
-                f"--status-map maps {value!r} to both {folded[key]} and {status} "
+                f"{{field}} maps {value!r} to both {folded[key]} and {status} "
                 "(values match ignoring case and spaces)"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="status_map", value=value)
 
 
 SET_MODEL = "--set model=VALUE"
@@ -157,44 +157,47 @@ def refuse_fixed(
     """
     Refuse the options a fixed-layout format cannot honour, naming the format and the fix.
 
-    A fixed layout reads its own field names, so ``--map`` never applies; ``--set`` (and
-    ``--set-over``, the same there) replaces the format's value of a column. ``--unit`` only
-    confirms the format's own unit; ``--status-map`` applies only where the format passes a
-    source status vocabulary through.
+    A fixed layout reads its own field names, so ``mapping`` never applies; ``sets`` (with
+    ``overrides`` or not, the same there) replaces the format's value of a column. ``unit``
+    only confirms the format's own unit; ``status_map`` applies only where the format passes
+    a source status vocabulary through.
 
     Args:
         path: The file, named in the message.
-        fmt: The format name, as ``--format`` takes it.
+        fmt: The format name, as ``format`` takes it.
         options: The options given.
         unit: The unit of the format's durations (``"s"``, ``"ms"``), or ``None`` when the
-            format converts every value by its own unit (no ``--unit`` applies).
-        status: Where the format's status comes from, when ``--status-map`` does not apply
+            format converts every value by its own unit (no ``options.unit`` applies).
+        status: Where the format's status comes from, when ``status_map`` does not apply
             (the status is always one of the call-record statuses); ``None`` when it does.
 
     Raises:
-        MappingError: ``--map``, a ``--unit`` other than ``unit``, or ``--status-map`` where
-            it does not apply; or an option `check_options` refuses.
+        MappingError: ``mapping``, a ``unit`` other than the format's, or ``status_map``
+            where it does not apply; or an option `check_options` refuses (``field`` names
+            the option).
     """
     check_options(options)
     if options.mapping:
         first = next(iter(options.mapping.items()))
         msg = (
-            f"{path}: --map does not apply to --format {fmt} (it reads fixed field names, "
-            f"there are no columns to map): drop --map {first[0]}={first[1]}; use "
-            "--set COLUMN=VALUE to give every row one value"
+            f"{path}: {{field}} does not apply to format {fmt} (it reads fixed field names, "
+            f"there are no columns to map): drop {{field}} {first[0]}={first[1]}; set "
+            "COLUMN=VALUE instead to give every row one value"
         )
-        raise MappingError(msg)
+        raise MappingError(msg, field="mapping", value=dict(options.mapping))
     if options.unit is not None and options.unit != unit:
         read = f"reads its durations in {unit}" if unit else "converts every value by its own unit"
-        msg = f"{path}: --unit {options.unit} does not apply to --format {fmt} (it {read}): drop it"
-        raise MappingError(msg)
-    if options.status_map and status is not None:
-        values = " ".join(f"--status-map {k}={v}" for k, v in options.status_map.items())
         msg = (
-            f"{path}: --status-map does not apply to --format {fmt} (its status comes from "
+            f"{path}: {{field}} {options.unit} does not apply to format {fmt} (it {read}): drop it"
+        )
+        raise MappingError(msg, field="unit", value=options.unit)
+    if options.status_map and status is not None:
+        values = " ".join(f"{{field}} {k}={v}" for k, v in options.status_map.items())
+        msg = (
+            f"{path}: {{field}} does not apply to format {fmt} (its status comes from "
             f"{status} and is always one of {', '.join(STATUSES)}): drop {values}"
         )
-        raise MappingError(msg)
+        raise MappingError(msg, field="status_map", value=dict(options.status_map))
 
 
 def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dict[str, str]:
@@ -213,10 +216,10 @@ def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dic
     for target, source in options.mapping.items():
         if source not in names:
             msg = (
-                f"{path}: --map {target}={source}: no column {source!r}"
+                f"{path}: {{field}} {target}={source}: no column {source!r}"
                 f"{_suggest(source, list(names))}; columns: {', '.join(names)}"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="mapping", value=f"{target}={source}")
         assigned[target] = source
     taken = set(assigned.values())
     for target in MAPPABLE:
@@ -228,12 +231,18 @@ def assign_columns(path: str, names: Sequence[str], options: ScanOptions) -> dic
     # No provider is fine: normalize_sql infers it from the model name.
     for required in ("model", "total_s"):
         if required not in assigned and required not in options.sets:
-            also = "" if required == "total_s" else f" or give one value with --set {required}=NAME"
+            columns = ", ".join(names) or "none"
+            if required == "model":  # one model for the whole file is the usual case
+                msg = (
+                    f"{path}: no column for 'model' (columns: {columns}); map a column to it, "
+                    "or give every row one value with {field} model=NAME"
+                )
+                raise MappingError(msg, field="sets", value=None)
             msg = (
-                f"{path}: no column for {required!r} (columns: {', '.join(names) or 'none'}); "
-                f"map one with --map {required}=COLUMN{also}"
+                f"{path}: no column for {required!r} (columns: {columns}); "
+                f"map one with {{field}} {required}=COLUMN"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="mapping", value=None)
     return assigned
 
 
@@ -247,18 +256,18 @@ def _check_sets(
     for target, value in options.sets.items():
         if target in options.mapping:
             msg = (
-                f"--map {target}={options.mapping[target]} and --set {target}={value} both "
-                f"fill {target!r}; keep one"
+                f"{{field}} {target}={value} and a mapping {target}={options.mapping[target]} "
+                f"both fill {target!r}; keep one"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="sets", value=f"{target}={value}")
         same = by_lower.get(target)
         if same is not None and same not in taken and target not in options.overrides:
             msg = (
-                f"{path}: --set {target}={value} would replace the file's own column {same!r} "
-                f"in every row; use --set-over {target}={value} to replace it, or drop --set "
-                "to keep the file's values"
+                f"{path}: setting {target}={value} would replace the file's own column {same!r} "
+                f"in every row; use {{field}} {target}={value} to replace it, or drop the "
+                "setting to keep the file's values"
             )
-            raise MappingError(msg)
+            raise MappingError(msg, field="overrides", value=f"{target}={value}")
 
 
 def with_status_map(raw: Mapping[str, RawColumn], options: ScanOptions) -> dict[str, RawColumn]:
@@ -345,7 +354,7 @@ def resolve_columns(
         for target, source in assigned.items()
     }
     for target, value in options.sets.items():
-        raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+        raw[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
     raw = with_status_map(raw, options)
     notes = [f"{t} ← {s}" for t, s in assigned.items() if t in options.mapping]
     used = set(assigned.values())

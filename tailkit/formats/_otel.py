@@ -304,7 +304,7 @@ class Otel:
         refuse_fixed(path, NAME, options, unit="s", status="status.code and error.type")
         raw = _columns()
         for target, value in options.sets.items():
-            raw[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+            raw[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
         source = (
             f"(SELECT * FROM {spans_sql(path, lines=one_per_line(path))} "
             "WHERE _kind IN ('llm', 'bad'))"

@@ -86,7 +86,7 @@ def fixed_layout(
     refuse_fixed(path, fmt, options, unit=unit, status=status)
     out = dict(raw)
     for target, value in options.sets.items():
-        out[target] = RawColumn(literal(value), "VARCHAR", f"--set {target}")
+        out[target] = RawColumn(literal(value), "VARCHAR", f"the value set for {target}")
     return out
 
 

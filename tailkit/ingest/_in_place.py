@@ -117,7 +117,7 @@ def open_in_place(
     Args:
         paths: Files, folders (searched recursively) and glob patterns, as for ingest.
         format: ``auto`` (detect per file) or a format name.
-        options: ``--map`` / ``--set`` / ``--unit`` / ``--status-map``.
+        options: How to map, set and convert the files' columns.
         memory_limit: DuckDB's memory limit (see `Store.open`).
 
     Returns:
@@ -150,8 +150,9 @@ def read_in_place(
         store: A store opened on ``":memory:"``, nothing ingested.
         paths: Files, folders (searched recursively) and glob patterns, as for ingest.
         format: ``auto`` (detect per file) or a format name.
-        options: ``--map`` / ``--set`` / ``--unit`` / ``--status-map``.
-        progress: Receives a start and a finish event per file's counting pass.
+        options: How to map, set and convert the files' columns.
+        progress: Receives the bytes to read, then a start and a finish event per file's
+            counting pass.
 
     Returns:
         Per file, how many rows the view leaves out and why.
@@ -163,6 +164,8 @@ def read_in_place(
     options, files, missing = checked_inputs(paths, format, options)
     if missing:
         raise IngestError("; ".join(str(e) for e in missing))
+    if progress:
+        progress.begin(store, sum(path.stat().st_size for path in files))
     results, parts = [], []
     try:
         for index, path in enumerate(files, start=1):

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import tempfile
 import time
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ class FileResult:
     Args:
         path: The file.
         format: The format it was read as (``skip`` when it was not read).
-        why: Why that format (what was detected, or ``--format``).
+        why: Why that format (what was detected, or `FORMAT_GIVEN`).
         rows_in: Rows read.
         stored: New calls stored.
         rejected: Rows rejected: bad rows, and rows whose scoped call id is taken by a call with
@@ -134,11 +135,75 @@ class IngestReport:
                 out[reason] = out.get(reason, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def advice(self) -> Advice | None:
+        """
+        Why this ingest stored nothing, when every row it read was rejected (else ``None``).
+
+        Duplicates do not count as rejected: a re-run that stores nothing new is no failure.
+        The advice names the commonest reason and, for the reasons one option usually fixes,
+        that option.
+        """
+        totals = self.totals()
+        if totals["stored"] or totals["duplicates"] or not totals["rejected"]:
+            return None
+        reason, n = next(iter(self.reasons().items()))
+        return Advice(totals["rejected"], reason, n, _FIXES.get(reason))
+
+
+_FIXES = {
+    "bad_status": "map the file's status values with {status_map} VALUE=STATUS",
+    "missing_model": "name the model with {mapping} model=COLUMN or {sets} model=VALUE",
+    "ok_without_total": "map the latency with {mapping} total_s=COLUMN",
+}
+"""What usually fixes a file whose every row was rejected for one reason; ``{option}`` names
+the `ScanOptions` field (the CLI spells it as its flag)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """
+    Why an ingest stored nothing: every row read was rejected, most often for ``reason``.
+
+    Args:
+        rejected: Rows rejected (all rows read).
+        reason: The commonest reason.
+        count: Rows rejected for it.
+        fix: What usually fixes it, its options as ``{field}`` tokens (``None``: no usual fix).
+    """
+
+    rejected: int
+    reason: str
+    count: int
+    fix: str | None = None
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        """
+        The advice in one line, each option spelt by ``name`` (default: its field's name).
+        """
+        fix = self.fix or ""
+        for option in re.findall(r"\{(\w+)\}", fix):
+            fix = fix.replace(f"{{{option}}}", name(option) if name else option)
+        return (
+            f"nothing stored: all {self.rejected:,} row(s) read were rejected, most often "
+            f"{self.reason} ({self.count:,})" + (f"; {fix}" if fix else "")
+        )
+
+    def __str__(self) -> str:
+        return self.render()
+
 
 class Progress(Protocol):
     """
-    Receives progress events; the CLI draws a bar from them.
+    Receives progress events as files are read; the CLI draws a bar from them.
+
+    ``begin`` comes once, before the first file; then a ``start`` and a ``finish`` per file.
+    Inside a file, ``store.query_progress()`` tells how far DuckDB's statement is.
     """
+
+    def begin(self, store: Store, total_bytes: int) -> None:
+        """
+        The files to read, ``total_bytes`` in all, are about to be read into ``store``.
+        """
 
     def start(self, path: Path, size_bytes: int) -> None:
         """
@@ -182,9 +247,9 @@ def ingest_paths(
         paths: Files, folders (searched recursively) and glob patterns.
         format: ``auto`` (detect per file by content) or a format name (`FORMATS`; ``tailkit
             ingest --list-formats``).
-        options: ``--map`` / ``--set`` / ``--unit``.
+        options: How to map, set and convert the files' columns.
         strict: Store nothing from a file that has any bad row.
-        progress: Receives a start and a finish event per file.
+        progress: Receives the bytes to read, then a start and a finish event per file.
 
     Returns:
         Per-file results and errors; a failed file does not stop the others.
@@ -195,6 +260,8 @@ def ingest_paths(
     options, files, missing = checked_inputs(paths, format, options)
     errors: list[IngestError] = list(missing)
     results: list[FileResult] = []
+    if progress:
+        progress.begin(store, sum(path.stat().st_size for path in files))
     with ThreadPoolExecutor(max_workers=1) as hasher:
         for path in files:
             size = path.stat().st_size
@@ -341,8 +408,8 @@ def checked_inputs(
     options = options or ScanOptions()
     check_options(options)
     if format != "auto" and format not in FORMATS:
-        msg = f"--format must be auto or one of {', '.join(FORMATS)}, got {format!r}"
-        raise IngestError(msg)
+        msg = f"{{field}} must be auto or one of {', '.join(FORMATS)}, got {format!r}"
+        raise IngestError(msg, field="format", value=format)
     files, missing = expand_paths(paths)
     return options, files, list(missing)
 
@@ -369,7 +436,7 @@ def sniffed_scan(
         sniffed = store.fetchall(sniff) if sniff else []
     except QueryError as exc:
         msg = f"{path}: not readable as {fmt_name} ({exc}){looks_like}"
-        raise InputFileError(msg) from None
+        raise InputFileError(msg, field="format" if looks_like else None) from None
     return fmt.scan(literal_path, sniffed, options)
 
 
@@ -383,7 +450,8 @@ def _real_name(path: Path, literal_path: str) -> Iterator[None]:
     except (IngestError, QueryError) as exc:
         if literal_path == str(path) or literal_path not in str(exc):
             raise
-        raise type(exc)(str(exc).replace(literal_path, str(path))) from exc
+        template = getattr(exc, "template", str(exc)).replace(literal_path, str(path))
+        raise type(exc)(template, field=exc.field, value=exc.value, fix=exc.fix) from exc
     except OSError as exc:
         # A format that opens the file itself, by the name written for the readers.
         msg = f"{path}: cannot read ({exc.strerror or exc})"
@@ -395,8 +463,12 @@ def _looks_like(detected: Detected, forced: str) -> str:
         return ""
     return (
         f"; it looks like {detected.format} ({detected.why}): "
-        f"use --format {detected.format} or --format auto"
+        f"use {{field}} {detected.format} or {{field}} auto"
     )
+
+
+FORMAT_GIVEN = "format given"
+"""The ``why`` of a file read in the format asked for, not the one detected."""
 
 
 def choose_format(path: Path, format_name: str) -> tuple[Detected, Detected]:
@@ -412,11 +484,11 @@ def choose_format(path: Path, format_name: str) -> tuple[Detected, Detected]:
     except InputFileError:
         if format_name == "auto":
             raise
-        detected = Detected(format_name, "--format")  # forced: the reader is the judge
+        detected = Detected(format_name, FORMAT_GIVEN)  # forced: the reader is the judge
     if format_name == "auto":
         return detected, detected
     _check_forced(path, format_name, detected)
-    return detected, Detected(format_name, "--format")
+    return detected, Detected(format_name, FORMAT_GIVEN)
 
 
 def _check_forced(path: Path, forced: str, detected: Detected) -> None:
@@ -428,8 +500,8 @@ def _check_forced(path: Path, forced: str, detected: Detected) -> None:
     """
     if forced in GENERIC or detected.format in (forced, "skip", *GENERIC):
         return
-    msg = f"{path}: --format {forced} does not fit this file{_looks_like(detected, forced)}"
-    raise InputFileError(msg)
+    msg = f"{path}: {{field}} {forced} does not fit this file{_looks_like(detected, forced)}"
+    raise InputFileError(msg, field="format", value=forced)
 
 
 def _transaction(load: FileLoad, sql: str, *, strict: bool, started: float) -> Counts:

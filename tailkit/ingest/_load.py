@@ -321,8 +321,8 @@ class FileLoad:
             f"SELECT source_row, detail FROM ({bad_rows_sql}) ORDER BY source_row LIMIT 5"
         )
         shown = "; ".join(f"row {row}: {detail}" for row, detail in rows)
-        msg = f"{self.path}: {rejected:,} bad row(s), nothing stored (--strict); first: {shown}"
-        raise StrictModeError(msg)
+        msg = f"{self.path}: {rejected:,} bad row(s), nothing stored ({{field}}); first: {shown}"
+        raise StrictModeError(msg, field="strict", value=True)
 
     def _set_aside_bad_rows(self, ingest_id: int) -> None:
         """
@@ -376,9 +376,9 @@ def check_median(path: Path, median: float | None) -> None:
     if median is not None and median > _MS_LOOKING_MEDIAN_S:
         msg = (
             f"{path}: total_s values look like milliseconds (median {median:,.0f}); "
-            "pass --unit ms, or --unit s if they really are seconds"
+            "pass {field} ms, or {field} s if they really are seconds"
         )
-        raise UnitError(msg)
+        raise UnitError(msg, field="unit", value=None)
 
 
 def _one(store: Store, sql: str) -> int:

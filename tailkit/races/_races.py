@@ -161,9 +161,12 @@ FROM rk_rows WHERE side = 'callee' AND dl IS NOT NULL AND t1 IS NOT NULL
 
 
 def _ingest(store: Store, path: str | os.PathLike[str], options: ScanOptions, side: str) -> None:
-    report = ingest_paths(store, [Path(path)], options=options)
+    try:
+        report = ingest_paths(store, [Path(path)], options=options)
+    except IngestError as exc:
+        raise _on_side(exc, side) from None
     if report.errors:
-        raise report.errors[0]
+        raise _on_side(report.errors[0], side)
     ids = [f.ingest_id for f in report.files if f.ingest_id is not None]
     if not ids:
         msg = f"{side} log {str(path)!r}: nothing was read from it; check the path"
@@ -205,6 +208,18 @@ def _skew(store: Store, where: str, matched_by: str) -> ClockSkew | None:
     )
 
 
+def _on_side(error: IngestError, side: str) -> IngestError:
+    """
+    ``error`` about one of the scan options, as about that option of this side's log.
+
+    Ingest names the option (``unit``); here each log has its own (``caller_options.unit``).
+    """
+    if error.field is None or type(error).__init__ is not IngestError.__init__:
+        return error
+    field = f"{side}_options.{error.field}"
+    return type(error)(error.template, field=field, value=error.value, fix=error.fix)
+
+
 def find_races(
     caller_path: str | os.PathLike[str],
     callee_path: str | os.PathLike[str],
@@ -220,7 +235,7 @@ def find_races(
     Args:
         caller_path: The caller's log (e.g. the executor's ledger), any format tailkit reads.
         callee_path: The callee's log (e.g. ``tailkit serve``'s access log).
-        caller_options: How to read the caller's log (``--map`` / ``--set`` / ``--unit``);
+        caller_options: How to read the caller's log (mapping, sets, unit);
             ``None``: as detected.
         callee_options: The same for the callee's log.
         window_s: Seconds after a caller's send in which a callee receive may be paired with
@@ -234,11 +249,12 @@ def find_races(
 
     Raises:
         ConfigError: ``window_s`` is not a positive finite number.
-        IngestError: A log cannot be read (missing, unknown format, bad ``--map``).
+        IngestError: A log cannot be read (missing, unknown format, a bad mapping); an error
+            about one of the options has ``field`` ``caller_options.unit`` and the like.
     """
     if not (math.isfinite(window_s) and window_s > 0):
-        msg = f"window_s must be a positive number of seconds, got {window_s!r}"
-        raise ConfigError(msg)
+        msg = f"{{field}} must be a positive number of seconds, got {window_s:g}"
+        raise ConfigError(msg, field="window_s", value=window_s)
     steps = frozenset(side_effecting)
     with Store.open(":memory:") as store:
         store.execute("CREATE TABLE rk_side (ingest_id BIGINT, side VARCHAR)")

@@ -3,6 +3,8 @@ The DuckDB store: schema, inserts, dedupe, rejects and queries.
 """
 
 from tailkit.store._band import band_quantile_sql as band_quantile_sql
+from tailkit.store._rejects import RejectedRow as RejectedRow
+from tailkit.store._rejects import rejected_rows as rejected_rows
 from tailkit.store._repeats import ATTEMPT_KEY as ATTEMPT_KEY
 from tailkit.store._repeats import ESCAPE_RANK as ESCAPE_RANK
 from tailkit.store._repeats import SLOW_RANK as SLOW_RANK
@@ -18,7 +20,7 @@ from tailkit.store._store import calls_with_buckets_sql as calls_with_buckets_sq
 from tailkit.store._summary import OK_CALL as OK_CALL
 from tailkit.store._summary import RouteSummary as RouteSummary
 from tailkit.store._summary import StoreSummary as StoreSummary
-from tailkit.store._summary import summarize as summarize
+from tailkit.store._summary import summarize_store as summarize_store
 
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SLOW_RANK",
     "IngestRecord",
+    "RejectedRow",
     "RouteSummary",
     "Store",
     "StoreSummary",
@@ -37,6 +40,7 @@ __all__ = [
     "calls_with_buckets_sql",
     "group_sample_sql",
     "paired_calls_sql",
+    "rejected_rows",
     "repeat_attempts_sql",
-    "summarize",
+    "summarize_store",
 ]

@@ -88,9 +88,9 @@ def _set_memory_limit(con: duckdb.DuckDBPyConnection, memory_limit: str) -> None
         first = str(exc).strip().splitlines()[0]
         msg = (
             f"memory limit {memory_limit!r} is not a size DuckDB understands ({first}); "
-            "give a number and a unit, e.g. --memory-limit 2GB or 512MB"
+            "give {field} a number and a unit, e.g. 2GB or 512MB"
         )
-        raise StoreError(msg) from None
+        raise StoreError(msg, field="memory_limit", value=memory_limit) from None
 
 
 def _query_error(con: duckdb.DuckDBPyConnection, exc: duckdb.Error) -> QueryError:
@@ -108,10 +108,10 @@ def _query_error(con: duckdb.DuckDBPyConnection, exc: duckdb.Error) -> QueryErro
     except duckdb.Error:
         limit = ""
     msg = (
-        f"DuckDB ran out of memory{limit}: {first}; give it more with --memory-limit SIZE "
-        "(e.g. 4GB) or free memory on this machine"
+        f"DuckDB ran out of memory{limit}: {first}; raise {{field}} (e.g. 4GB) or free memory "
+        "on this machine"
     )
-    return OutOfMemoryError(msg)
+    return OutOfMemoryError(msg, field="memory_limit")
 
 
 class Store:
@@ -150,8 +150,8 @@ class Store:
         """
         path = Path(path)
         if read_only and str(path) != ":memory:" and not path.exists():
-            msg = f"no store at {path}: run `tailkit ingest` first or pass --db PATH"
-            raise StoreError(msg)
+            msg = f"no store at {path}: run `tailkit ingest` first or pass {{field}} PATH"
+            raise StoreError(msg, field="db", value=str(path))
         try:
             con = duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:

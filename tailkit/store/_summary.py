@@ -50,7 +50,7 @@ class StoreSummary:
     bucket_counts: dict[tuple[str, str], int]
 
 
-def summarize(store: Store, buckets: Buckets | None = None) -> StoreSummary:
+def summarize_store(store: Store, buckets: Buckets | None = None) -> StoreSummary:
     """
     Summarize a store: what is in it, per route and per token bucket.
 
