@@ -41,14 +41,18 @@ _EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+"
 def _number(where: str, value: object, *, low: float, strict: bool = False) -> float:
     """
     ``value`` as a finite float ``>= low`` (``> low`` when ``strict``), or a `ConfigError`.
+
+    ``where`` is the field's path in a profile (``models.m.ttft_sigma``, ``time_scale``): the
+    error carries it as its ``field`` and spells it out, since a profile file's key is not a
+    command-line option.
     """
     bound = f"> {low:g}" if strict else f">= {low:g}"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         msg = f"{where} must be a number {bound}, got {value!r}"
-        raise ConfigError(msg)
+        raise ConfigError(msg, field=where, value=value)
     if value < low or (strict and value == low):
         msg = f"{where} must be a number {bound}, got {value!r}"
-        raise ConfigError(msg)
+        raise ConfigError(msg, field=where, value=value)
     return float(value)
 
 
@@ -56,14 +60,14 @@ def _share(where: str, value: object) -> float:
     number = _number(where, value, low=0.0)
     if number > 1:
         msg = f"{where} is a share of requests between 0 and 1, got {value!r} (3 % is 0.03)"
-        raise ConfigError(msg)
+        raise ConfigError(msg, field=where, value=value)
     return number
 
 
 def _integer(where: str, value: object, *, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         msg = f"{where} must be a whole number >= {low}, got {value!r}"
-        raise ConfigError(msg)
+        raise ConfigError(msg, field=where, value=value)
     return value
 
 
