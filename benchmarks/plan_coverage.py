@@ -68,7 +68,7 @@ from tailkit.simulation.lowlevel import (
     independent_sharing,
     paired_tail_correlation,
 )
-from tailkit.store import SLOW_RANK
+from tailkit.store.lowlevel import SLOW_RANK
 
 
 PLAN = """

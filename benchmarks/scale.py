@@ -498,7 +498,7 @@ def bare_stats_sql() -> str:
     The bare grouped quantile query, with the token-bucket SQL tailkit itself uses.
     """
     from tailkit.record import Buckets
-    from tailkit.store import bucket_columns_sql
+    from tailkit.store.lowlevel import bucket_columns_sql
 
     return (
         "SELECT provider, model, input_bucket, output_bucket, "

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from tailkit.ingest import ingest_paths
 from tailkit.record import Buckets
-from tailkit.store import Store, bucket_columns_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import bucket_columns_sql
 from tailkit.tails import TableQuery, tail_report
 
 

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from tailkit import formats
 from tailkit.cli import app
 from tailkit.errors import InputFileError
-from tailkit.formats import FORMATS, Detector, detect_format, read_head
+from tailkit.formats import FORMATS, _registry, detect_format
+from tailkit.formats.lowlevel import Detector, read_head
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -68,7 +69,7 @@ def test_specific_detectors_come_before_the_generic_rules(
     path.write_text('{"vendor_latency_ms": 12}\n')
     assert detect_format(path, read_head(path)).format == "jsonl"
     seen = Detector("vendor", text=lambda text, first: "vendor keys" if "vendor_" in text else None)
-    monkeypatch.setattr(formats, "DETECTORS", [seen])
+    monkeypatch.setattr(_registry, "DETECTORS", [seen])  # the registry detect_format asks
     detected = formats.detect_format(path, read_head(path))
     assert (detected.format, detected.why) == ("vendor", "vendor keys")
 

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tailkit.formats import detect_format, read_head
+from tailkit.formats import detect_format
 from tailkit.formats._parquet_footer import parquet_columns
+from tailkit.formats.lowlevel import read_head
 
 
 _TABLES = {

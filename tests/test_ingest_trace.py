@@ -82,7 +82,7 @@ def _ledger(path: Path, records: list[AttemptRecord] = _RECORDS) -> Path:
 
 @pytest.mark.parametrize(
     ("format", "why"),
-    [("auto", "a tailkit executor ledger (idempotency_key and winner)"), ("trace", "--format")],
+    [("auto", "a tailkit executor ledger (idempotency_key and winner)"), ("trace", "format given")],
 )
 def test_every_column_is_read_back(store: Store, tmp_path: Path, format: str, why: str) -> None:
     """

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.errors import MappingError
-from tailkit.formats import check_options
 from tailkit.formats._providers import infer_provider_sql
 from tailkit.formats._sql import RawColumn, normalize_sql
+from tailkit.formats.lowlevel import check_options
 from tailkit.ingest import ScanOptions, ingest_paths
 from tailkit.store import Store
 from tailkit.store import summarize_store as summarize

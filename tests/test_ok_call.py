@@ -4,7 +4,7 @@ One definition of a finished ("ok") call, shared by the store summary and the ta
 
 from __future__ import annotations
 
-from tailkit.store import OK_CALL
+from tailkit.store.lowlevel import OK_CALL
 from tailkit.tails._query import TableQuery, groups_sql
 
 

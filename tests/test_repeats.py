@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tailkit.store import _repeats, repeat_attempts_sql
+from tailkit.store import _repeats
+from tailkit.store.lowlevel import repeat_attempts_sql
 
 
 def _store(path: Path, seed: int) -> Path:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tailkit.store import Store, group_sample_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import group_sample_sql
 
 
 def _fill(store: Store, sizes: dict[str, int], *, reverse: bool = False) -> None:

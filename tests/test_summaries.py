@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from tailkit.cli import app
 from tailkit.engines import Reading, summarize_local
-from tailkit.engines.blocks import aggregate_file
+from tailkit.engines.lowlevel import aggregate_file
 from tailkit.ingest import ingest_paths, open_in_place
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
@@ -225,7 +225,7 @@ def test_a_dask_cluster_gives_the_local_engines_table(log: tuple[Path, Path]) ->
     """
     from distributed import LocalCluster
 
-    from tailkit.engines.blocks import summarize_dask
+    from tailkit.engines.lowlevel import summarize_dask
 
     db, folder = log
     query = TableQuery()
@@ -279,8 +279,8 @@ def test_stats_starts_and_stops_its_own_local_cluster(log: tuple[Path, Path]) ->
     [
         (["--engine", "dask"], "--engine dask reads files in place"),
         (["--engine", "spark", "--source", "x.parquet"], "--engine must be duckdb or dask"),
-        (["--workers", "2", "--source", "x.parquet"], "--workers is for --engine dask"),
-        (["--sketch", "--approx", "--source", "x.parquet"], "--approx and --approx-above"),
+        (["--workers", "2", "--source", "x.parquet"], "--workers is for engine dask"),
+        (["--sketch", "--approx", "--source", "x.parquet"], "--approx takes DuckDB's t-digest"),
         (
             ["--engine", "dask", "--scheduler", "tcp://h:1", "--workers", "2", "--source", "x"],
             "--workers starts local workers",

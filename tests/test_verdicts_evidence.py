@@ -19,7 +19,8 @@ from tailkit.fit import tail_kind
 from tailkit.fit._tailkind import SPELL_RETRY, UNCONFIRMED
 from tailkit.fit.lowlevel import hedge_evidence
 from tailkit.ingest import ingest_paths
-from tailkit.store import Store, paired_calls_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import paired_calls_sql
 from tailkit.tails import TableQuery, tail_report
 
 

@@ -18,6 +18,7 @@ from tailkit.cli._common import (
     StatusMapOption,
     UnitOption,
     library_errors,
+    said,
     scan_options,
 )
 
@@ -91,7 +92,7 @@ def render(report: CheckReport, console: Console) -> None:
         for cause in line.causes:
             console.print(f"  - {cause}", highlight=False, markup=False)
     for note in obs.notes:
-        console.print(f"note {note}", highlight=False, markup=False)
+        console.print(f"note {said(note, 'check')}", highlight=False, markup=False)
     if report.judged:
         console.print(
             f"each of the {report.judged} lines that can tell judged at {report.line_level:.2%}"

@@ -15,6 +15,7 @@ import typer
 from tailkit.errors import TailkitError
 from tailkit.formats import ScanOptions
 from tailkit.record import Buckets
+from tailkit.text import Advice
 
 
 _FLAGS = {
@@ -23,6 +24,8 @@ _FLAGS = {
     "overrides": "--set-over",
     "window_s": "--window",
     "deadline_s": "--deadline",
+    "idle_timeout_s": "--idle-timeout",
+    "stats_json": "--from-stats",
 }
 """Library fields whose flag is not ``--`` and the field's name with dashes."""
 
@@ -52,6 +55,17 @@ def flag_of(field: str, command: str | None = None) -> str:
         return field
     field = field.rpartition(".")[2]
     return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def said(message: object, command: str | None = None) -> str:
+    """
+    A library warning or note as the command line shows it: its parameters spelt as flags.
+
+    Library advice (`tailkit.text.Advice`) names parameters; any other text is shown as is.
+    """
+    if isinstance(message, Advice):
+        return message.render(lambda field: flag_of(field, command))
+    return str(message)
 
 
 def error_text(error: TailkitError, command: str | None = None) -> str:

@@ -21,6 +21,7 @@ from tailkit.cli._common import (
     OutputEdges,
     buckets_of,
     library_errors,
+    said,
 )
 from tailkit.cli._progress import ReplayProgress
 from tailkit.store import DEFAULT_DB
@@ -81,7 +82,7 @@ def render_replay(result: ReplayResult, console: Console) -> None:
     console.print(verdict_line(result, verdict))
     console.print(result.fidelity.describe())
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {said(note, 'replay')}")
 
 
 def verdict_line(result: ReplayResult, verdict: str | None = None) -> str:

@@ -22,6 +22,7 @@ from tailkit.cli._common import (
     ReadMemoryLimitOption,
     buckets_of,
     library_errors,
+    said,
 )
 from tailkit.cli._progress import SearchProgress
 from tailkit.store import DEFAULT_DB, Store
@@ -149,7 +150,7 @@ def calibrate(
     elif not quiet:
         _print_calibration(found, policies, out, runs=runs, check_runs=check_runs)
     for warning in found.warnings:
-        typer.echo(f"Warning: {warning}", err=True)
+        typer.echo(f"Warning: {said(warning, 'calibrate')}", err=True)
 
 
 def _print_calibration(
@@ -163,7 +164,7 @@ def _print_calibration(
     _sharing_lines(found.plan, console)
     console.print("cutoffs beside the watched one (total beside TTFT, stall):")
     for line in found.notes:
-        console.print(f"  {line}", highlight=False, markup=False)
+        console.print(f"  {said(line, 'calibrate')}", highlight=False, markup=False)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
@@ -279,8 +280,8 @@ def _calibration_json(
         "search": {"evaluated": found.search.evaluated, "passes": found.search.passes},
         "prediction": found.prediction.as_dict(),
         "tail_kinds": found.tail_kinds,
-        "warnings": list(found.warnings),
-        "notes": list(found.notes),
+        "warnings": [said(w, "calibrate") for w in found.warnings],
+        "notes": [said(n, "calibrate") for n in found.notes],
         "policies": {k: v.as_dict() for k, v in policies.items()},
     }
 

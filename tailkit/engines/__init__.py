@@ -4,7 +4,7 @@ The tail table of a store or of files read in place, exactly or from mergeable s
 `stats_from` is ``tailkit stats`` in one call: it reads a store, or files where they are, and
 computes the table exactly or from one summary per file (here, or on a Dask cluster with the
 ``distributed`` extra). The building blocks of the summaries (one file's two passes, their
-merge) are in `tailkit.engines.blocks`.
+merge) are in `tailkit.engines.lowlevel`.
 """
 
 from tailkit.engines._files import EngineRun as EngineRun

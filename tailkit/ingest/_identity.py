@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tailkit.formats import ScanOptions, literal
+from tailkit.formats import ScanOptions
+from tailkit.formats.lowlevel import literal
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
 

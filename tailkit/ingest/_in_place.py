@@ -23,13 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailkit.errors import IngestError, InputFileError, QueryError
-from tailkit.formats import (
-    REJECT_STATUS,
-    Scan,
-    ScanOptions,
-    literal,
-)
-from tailkit.formats._paths import sql_path
+from tailkit.formats import ScanOptions
+from tailkit.formats.lowlevel import REJECT_STATUS, Scan, literal, sql_path
 from tailkit.ingest._identity import content_id_sql, source_identity
 from tailkit.ingest._ingest import (
     Progress,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import tempfile
 import time
 
@@ -28,22 +27,14 @@ from typing import Protocol
 import xxhash
 
 from tailkit.errors import IngestError, InputFileError, QueryError
-from tailkit.formats import (
-    FORMATS,
-    GENERIC,
-    Detected,
-    Scan,
-    ScanOptions,
-    check_options,
-    detect_format,
-    read_head,
-)
-from tailkit.formats._paths import sql_path
+from tailkit.formats import FORMATS, ScanOptions, detect_format
+from tailkit.formats.lowlevel import GENERIC, Detected, Scan, check_options, read_head, sql_path
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
 from tailkit.ingest._paths import expand_paths
 from tailkit.store import Store
+from tailkit.text import Advice
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +126,7 @@ class IngestReport:
                 out[reason] = out.get(reason, 0) + n
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def advice(self) -> Advice | None:
+    def advice(self) -> NothingStored | None:
         """
         Why this ingest stored nothing, when every row it read was rejected (else ``None``).
 
@@ -147,7 +138,8 @@ class IngestReport:
         if totals["stored"] or totals["duplicates"] or not totals["rejected"]:
             return None
         reason, n = next(iter(self.reasons().items()))
-        return Advice(totals["rejected"], reason, n, _FIXES.get(reason))
+        fix = _FIXES.get(reason)
+        return NothingStored(totals["rejected"], reason, n, None if fix is None else Advice(fix))
 
 
 _FIXES = {
@@ -155,37 +147,35 @@ _FIXES = {
     "missing_model": "name the model with {mapping} model=COLUMN or {sets} model=VALUE",
     "ok_without_total": "map the latency with {mapping} total_s=COLUMN",
 }
-"""What usually fixes a file whose every row was rejected for one reason; ``{option}`` names
-the `ScanOptions` field (the CLI spells it as its flag)."""
+"""What usually fixes a file whose every row was rejected for one reason."""
 
 
 @dataclass(frozen=True, slots=True)
-class Advice:
+class NothingStored:
     """
     Why an ingest stored nothing: every row read was rejected, most often for ``reason``.
 
     Args:
         rejected: Rows rejected (all rows read).
-        reason: The commonest reason.
+        reason: The commonest reason (``rejected_rows(store, reason=...)`` lists them).
         count: Rows rejected for it.
-        fix: What usually fixes it, its options as ``{field}`` tokens (``None``: no usual fix).
+        fix: What usually fixes it, naming `ScanOptions` fields as ``{parameter}`` tokens
+            (``None``: no usual fix).
     """
 
     rejected: int
     reason: str
     count: int
-    fix: str | None = None
+    fix: Advice | None = None
 
     def render(self, name: Callable[[str], str] | None = None) -> str:
         """
         The advice in one line, each option spelt by ``name`` (default: its field's name).
         """
-        fix = self.fix or ""
-        for option in re.findall(r"\{(\w+)\}", fix):
-            fix = fix.replace(f"{{{option}}}", name(option) if name else option)
+        fix = f"; {self.fix.render(name)}" if self.fix else ""
         return (
             f"nothing stored: all {self.rejected:,} row(s) read were rejected, most often "
-            f"{self.reason} ({self.count:,})" + (f"; {fix}" if fix else "")
+            f"{self.reason} ({self.count:,}){fix}"
         )
 
     def __str__(self) -> str:

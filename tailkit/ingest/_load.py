@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
-from tailkit.formats import REJECT_STATUS, Scan, ScanOptions, literal
+from tailkit.formats import ScanOptions
+from tailkit.formats.lowlevel import REJECT_STATUS, Scan, literal
 from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity, source_identity
 from tailkit.ingest._long_lines import TOO_LONG, too_long_detail
 from tailkit.record import SOURCE_COLUMNS
-from tailkit.store import IngestRecord, Store
+from tailkit.store import Store
+from tailkit.store.lowlevel import IngestRecord
 
 
 _READER_REJECTS = "_tailkit_reader_rejects"

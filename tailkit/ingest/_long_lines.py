@@ -17,7 +17,7 @@ import gzip
 from pathlib import Path
 from typing import Protocol
 
-from tailkit.formats._lines import MAX_LINE
+from tailkit.formats.lowlevel import MAX_LINE
 
 
 TOO_LONG = "line_too_long"

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tailkit.errors import InputFileError
-from tailkit.formats import SUFFIXES, suffix_of
+from tailkit.formats.lowlevel import SUFFIXES, suffix_of
 
 
 def _wanted(path: Path) -> bool:

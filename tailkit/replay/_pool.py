@@ -21,7 +21,8 @@ import numpy.typing as npt
 from tailkit.config import Route, Step
 from tailkit.record import Buckets
 from tailkit.simulation.lowlevel import CUT, FAILED, OK
-from tailkit.store import Store, calls_with_buckets_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import calls_with_buckets_sql
 
 
 __all__ = ["Calls", "job_calls", "pool"]

@@ -14,7 +14,8 @@ import numpy.typing as npt
 
 from tailkit.record import Buckets
 from tailkit.report._common import label
-from tailkit.store import OK_CALL, Store
+from tailkit.store import Store
+from tailkit.store.lowlevel import OK_CALL
 from tailkit.tails import TableQuery, tail_report
 
 

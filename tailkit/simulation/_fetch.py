@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.record import Buckets
-from tailkit.store import Store, calls_with_buckets_sql, group_sample_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import calls_with_buckets_sql, group_sample_sql
 
 
 __all__ = ["Counts", "Need", "RouteData", "fetch"]

@@ -18,13 +18,8 @@ import numpy.typing as npt
 from tailkit.config import Plan
 from tailkit.fit import TailKind, tail_kind
 from tailkit.fit.lowlevel import hedge_evidence
-from tailkit.store import (
-    OK_CALL,
-    Store,
-    group_sample_sql,
-    paired_calls_sql,
-    repeat_attempts_sql,
-)
+from tailkit.store import Store
+from tailkit.store.lowlevel import OK_CALL, group_sample_sql, paired_calls_sql, repeat_attempts_sql
 
 
 __all__ = ["route_tail_kinds"]

@@ -17,7 +17,8 @@ from tailkit.record import Buckets
 from tailkit.simulation._build import SampleKey, step_routes
 from tailkit.simulation._fetch import CUT, Need, RouteData, _counts, fetch
 from tailkit.simulation._sample import RouteSample
-from tailkit.store import Store, calls_with_buckets_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import calls_with_buckets_sql
 from tailkit.text import name_parameters
 
 

@@ -53,11 +53,11 @@ from tailkit.record import Buckets
 from tailkit.simulation._build import shared_of
 from tailkit.simulation._fetch import OK, Need, lit
 from tailkit.simulation._load import _need
-from tailkit.store import (
+from tailkit.store import Store
+from tailkit.store.lowlevel import (
     ATTEMPT_KEY,
     ESCAPE_RANK,
     SLOW_RANK,
-    Store,
     calls_with_buckets_sql,
     paired_calls_sql,
 )

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tailkit.store import Store, band_quantile_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import band_quantile_sql
 from tailkit.tails._query import GROUP_ID, PHASE, SPEED, TableQuery, group_id_sql
 
 

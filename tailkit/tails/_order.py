@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from tailkit.fit.lowlevel import KaplanMeierStream, OrderStatisticRanks
 from tailkit.store import Store
-from tailkit.store._sample import record_batches
+from tailkit.store.lowlevel import record_batches
 from tailkit.tails._query import GROUP_ID, QUANTILES, TableQuery, times_sql
 
 

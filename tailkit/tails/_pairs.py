@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tailkit.store import OK_CALL, repeat_attempts_sql
-from tailkit.store._repeats import ESCAPE_RANK, MIN_REFERENCE
+from tailkit.store.lowlevel import ESCAPE_RANK, MIN_REFERENCE, OK_CALL, repeat_attempts_sql
 from tailkit.tails._order import Type7
 from tailkit.tails._query import TableQuery
 from tailkit.tails._sketch import key_sql, key_values

@@ -9,8 +9,12 @@ from dataclasses import dataclass
 
 from tailkit.errors import ConfigError
 from tailkit.record import CALL_COLUMNS, Buckets
-from tailkit.store import OK_CALL, calls_with_buckets_sql, repeat_attempts_sql
-from tailkit.store._sample import sample_hash_sql
+from tailkit.store.lowlevel import (
+    OK_CALL,
+    calls_with_buckets_sql,
+    repeat_attempts_sql,
+    sample_hash_sql,
+)
 
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailkit.store import Store
-from tailkit.store._sample import keep_threshold, record_batches
+from tailkit.store.lowlevel import keep_threshold, record_batches
 from tailkit.tails._query import GROUP_ID, ROUTE_ID, TableQuery, calls_sql, samples_sql
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from tailkit.store import Store
-from tailkit.store._sample import keep_threshold
+from tailkit.store.lowlevel import keep_threshold
 from tailkit.tails._bands import NO_ESTIMATES
 from tailkit.tails._order import Quantiles, sorted_statistics
 from tailkit.tails._pairs import firsts_sql, judge, merge_counts, pairs_sql

@@ -33,7 +33,8 @@ import polars as pl
 from tailkit.errors import OutOfMemoryError
 from tailkit.fit import fit_lognormal, phase_split, tail_warning
 from tailkit.fit.lowlevel import fit_transient_tails, goodness_of_fit_many
-from tailkit.store import Store, paired_calls_sql
+from tailkit.store import Store
+from tailkit.store.lowlevel import paired_calls_sql
 from tailkit.tails._bands import NO_ESTIMATES, band_estimates_sql, exact_in_bands
 from tailkit.tails._order import GroupTimes, Quantiles, sorted_statistics
 from tailkit.tails._query import (

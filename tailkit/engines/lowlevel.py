@@ -1,5 +1,5 @@
 """
-Low-level: the building blocks of the summaries engines, for tools that schedule them.
+Low-level: the summaries engines' building blocks, for tools that schedule them; may change.
 
 One file is summarized in two passes (`aggregate_file`, then `draw_file` with the merged
 counts, `counts_only`); partitions merge with `merge_partitions`. `tailkit.engines.stats_from`
