@@ -69,7 +69,7 @@ def prediction_warnings(plan: Plan, prediction: Prediction) -> tuple[str, ...]:
 _REPEATS = ("hedge", "retry", "downgrade")  # actions that start a fresh attempt of the step
 CONFIRM = (
     "repeat attempts (hedges or retries of its slow calls, linked by idempotency key: ingest "
-    "an executor ledger in its format, {format} trace) or paired calls (the same job on "
+    "an executor ledger in the trace format, {format} trace) or paired calls (the same job on "
     "other routes: a job_key column, or {map} job_key=<your prompt id field>)"
 )
 
