@@ -21,9 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from tailkit._config._dump import dump_plan
-from tailkit._config._load import load_plan, parse_plan
-from tailkit._config._model import (
+from tailkit._config import (
     ACTIONS,
     PLAN_VERSION,
     SIGNALS,
@@ -37,9 +35,13 @@ from tailkit._config._model import (
     StepInterval,
     StepPrediction,
     Tokens,
+    dump_plan,
+    load_plan,
+    parse_plan,
+    safe_load_bounded,
+    scale_plan,
+    write_plan,
 )
-from tailkit._config._scale import scale_plan
-from tailkit._config._write import write_plan
 
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "dump_plan",
     "load_plan",
     "parse_plan",
+    "safe_load_bounded",
     "scale_plan",
     "write_plan",
 ]

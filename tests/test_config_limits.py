@@ -116,7 +116,7 @@ def test_safe_load_bounded_refuses_a_bomb_and_reads_the_rest_as_safe_load() -> N
     """
     import yaml
 
-    from tailkit._config._yaml import safe_load_bounded
+    from tailkit.config import safe_load_bounded
 
     with pytest.raises(ConfigError, match=r"^profile.yaml:5: the aliases up to this \*d "):
         safe_load_bounded(_bomb(merge=True), "profile.yaml")

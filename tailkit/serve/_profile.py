@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tailkit._config._yaml import safe_load_bounded
+from tailkit.config import safe_load_bounded
 from tailkit.errors import ConfigError
 from tailkit.serve._outcomes import Outcomes, check_groups
 
