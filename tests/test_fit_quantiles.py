@@ -25,7 +25,7 @@ from tailkit.fit._quantiles import (
     sorted_quantiles,
 )
 from tailkit.fit._tail_warning import tail_warning
-from tailkit.text import seconds
+from tailkit.text import percent, seconds
 
 
 MU, SIGMA = math.log(8.0), 0.8
@@ -507,7 +507,7 @@ def test_tail_warning_when_cuts_hide_the_p99() -> None:
     assert (
         f"p99 is hidden by cut calls ({n_cut} cut in all): {n_cut} of 2,000 calls were cut after "
         f"the last finished "
-        f"one ({seconds(last)}), so the survival curve stops at {n_cut / 2000:.1%}, above the "
+        f"one ({seconds(last)}), so the survival curve stops at {percent(n_cut / 2000)}, above the "
         f"p99's 1%; only calls followed past the p99 (more than {seconds(cap)}) can bound it"
     ) == warning
 
@@ -522,7 +522,7 @@ def test_tail_warning_when_too_few_calls_finished() -> None:
     assert (
         "p99 is hidden by cut calls (1 cut in all): 1 of 3 calls were cut after the last finished "
         "one (1.2 s), "
-        "so the survival curve stops at 33.3%, above the p99's 1%; only calls followed past the "
+        "so the survival curve stops at 33%, above the p99's 1%; only calls followed past the "
         "p99 (more than 1.2 s) can bound it (and at least 538 calls)"
     ) == tie
     assert "p99 is hidden by cut calls: none of 4 calls finished (and at least 538 calls)" == none

@@ -29,6 +29,7 @@ from tailkit.fit._mixture_em import (
     stack,
 )
 from tailkit.fit._mixture_profile import JUMP, profile_share_intervals
+from tailkit.text import percent, times
 
 
 __all__ = ["TransientTailFit", "fit_transient_tail", "fit_transient_tails"]
@@ -38,8 +39,6 @@ _BoolArray = npt.NDArray[np.bool_]
 
 MIN_CALLS = 50  # below this many usable calls (or a fifth of it finished) nothing is fitted
 BIC_GAIN_MIN = 10.0  # a BIC difference above 10 is "very strong" evidence (Kass & Raftery)
-
-_TIMES = "\u00d7"  # the multiplication sign, as in "6.2x slower"
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,11 +349,11 @@ def _verdict(shape: Shape, *, real: bool, minority: bool) -> str:
     """
     fast = ""
     if not math.isnan(shape.fast_share):
-        faster = f"{1.0 / shape.fast_scale:.0f}{_TIMES} faster"
-        fast = f"a fast minority ({shape.fast_share:.1%} of calls, {faster}, e.g. cache hits)"
+        faster = f"{times(1.0 / shape.fast_scale)} faster"
+        fast = f"a fast minority ({percent(shape.fast_share)} of calls, {faster}, e.g. cache hits)"
     if real:
-        slower = f"{shape.scale:.1f}{_TIMES} slower than the body"
-        said = f"{shape.share:.1%} of calls fall in a transient tail {slower}"
+        slower = f"{times(shape.scale)} slower than the body"
+        said = f"{percent(shape.share)} of calls fall in a transient tail {slower}"
         return f"{said}, and {fast}: a fresh attempt escapes the tail" if fast else (
             f"{said}: a fresh attempt escapes it"
         )  # fmt: skip
@@ -363,10 +362,10 @@ def _verdict(shape: Shape, *, real: bool, minority: bool) -> str:
     if shape.bic_gain <= BIC_GAIN_MIN:
         return "no separate tail: slow calls are the body's own spread"
     if not minority or shape.share > TAIL_SHARE_MAX:
-        held = f"the slower part holds {shape.share:.0%} of calls"
+        held = f"the slower part holds {percent(shape.share)} of calls"
         return f"no transient tail: {held}, too many for a tail: a second mode or the body's skew"
     if shape.separation < Z_SEPARATION:
-        within = f"the slower part ({shape.scale:.1f}{_TIMES} the body) lies within the body's p99"
+        within = f"the slower part ({times(shape.scale)} the body) lies within the body's p99"
         return f"no separate tail: {within}, slow calls are the body's own spread"
     return (
         "no separate tail: the extra part is wide, not slow (it reaches below the body's "

@@ -19,7 +19,7 @@ from tailkit.fit._quantiles import (
     min_calls_for_quantile,
     split_censored,
 )
-from tailkit.text import seconds
+from tailkit.text import percent, seconds
 
 
 __all__ = ["tail_warning"]
@@ -159,7 +159,7 @@ def tail_warning(
         return (
             f"p99 is hidden by cut calls ({cut_in_all}): {after:,} of {n:,} calls were cut "
             f"after the last finished one ({seconds(last)}), so the survival curve stops at "
-            f"{float(km.survival[-1]):.1%}, above the p99's 1%; only calls followed past the "
+            f"{percent(float(km.survival[-1]))}, above the p99's 1%; only calls followed past the "
             f"p99 (more than {seconds(p99_low)}) can bound it{also}"
         )
     before = int(np.count_nonzero(censored < value))

@@ -42,7 +42,7 @@ from tailkit.estimate import Estimate
 from tailkit.fit._quantiles import quantile
 from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
 from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
-from tailkit.text import percent
+from tailkit.text import percent, times
 
 
 __all__ = ["TAIL_KINDS", "HedgeEvidence", "TailKind", "hedge_evidence", "tail_kind"]
@@ -61,7 +61,6 @@ KNOWN_TTFT = 0.8  # TTFT counts when 80 % of finished calls have one ...
 STREAMED_TTFT = 0.9  # ... and it is less than 90 % of the call (a non-streamed TTFT is the call)
 SPELL_ALPHA = 0.01  # slow spells alone decide only at 1 % (the pooled chi-square runs a bit hot)
 MATERIAL_WAIT = 0.25  # a first-token stall must add a quarter of a typical call's latency
-_TIMES = "\u00d7"
 WILSON = "Wilson"
 REPEATS, PAIRED = "repeat attempts", "paired calls"
 UNCONFIRMED = (
@@ -393,13 +392,13 @@ def _decide(
         if tail.present:
             parts.append(
                 f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
-                f"calls are {tail.scale:.1f}{_TIMES} slower than a call of their size"
+                f"calls are {times(tail.scale)} slower than a call of their size"
             )
         if first is not None and first.present:
             low, high = first.share_interval.low, first.share_interval.high
             parts.append(
                 f"{percent(first.share)} [{percent(low)}–{percent(high)}] wait "
-                f"{first.scale:.1f}{_TIMES} longer for their first token"
+                f"{times(first.scale)} longer for their first token"
             )
         what = " and ".join(parts)
         if not size.explains or top >= 0.5:

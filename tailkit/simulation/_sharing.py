@@ -61,6 +61,7 @@ from tailkit.store.lowlevel import (
     calls_with_buckets_sql,
     paired_calls_sql,
 )
+from tailkit.text import percent
 
 
 __all__ = [
@@ -215,8 +216,8 @@ def _by_repeats(store: Store, base: str, need: Need) -> tuple[_Part | None, _Par
         where = "the same provider" if same else "another provider"
         evidence = (
             f"repeat attempts in ledgers: {pairs - escaped} of {pairs} repeats on {where} of "
-            f"slow first attempts (the slowest {slow / firsts:.1%}) were slow too, correlation "
-            f"{rho:.2f}"
+            f"slow first attempts (the slowest {percent(slow / firsts)}) were slow too, "
+            f"correlation {rho:.2f}"
         )
         parts.append(_Part(rho, "repeat attempts", evidence, pairs))
     return parts[0], parts[1]
@@ -262,7 +263,7 @@ def _by_size(store: Store, base: str, need: Need) -> _Part | None:
         return None
     r2 = float(row[0])
     evidence = (
-        f"size regression: output length explains {r2:.0%} of log latency in {row[1]} calls "
+        f"size regression: output length explains {percent(r2)} of log latency in {row[1]} calls "
         "(a lower bound: hidden work is not in the tokens; no job keys to pair)"
     )
     return _Part(r2, "size regression", evidence)

@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from tailkit.estimate import LEVEL
 from tailkit.fit import quantile
+from tailkit.text import percent, percent_span, seconds
 
 
 __all__ = ["FACTOR", "MARGIN", "MIN_CALLS", "MIN_STALLED", "SIGMAS", "Stalls", "stall_gaps"]
@@ -157,8 +158,8 @@ def stall_gaps(
     if k >= MIN_STALLED:
         cutoff = math.ceil(MARGIN * slowest * 1000.0) / 1000.0
         reason = (
-            f"{k} of {n} streams stalled mid-way ({k / n:.1%}, 95% {low:.1%}-{high:.1%}; "
-            f"median gap {median_gap:.3g} s); normal streams run at up to {slowest:.3g} s "
+            f"{k} of {n} streams stalled mid-way ({percent(k / n)}, 95% {percent_span(low, high)}; "
+            f"median gap {seconds(median_gap)}); normal streams run at up to {slowest:.3g} s "
             f"per token, so a gap of {cutoff:g} s is a stall"
         )
     elif k:
@@ -166,6 +167,6 @@ def stall_gaps(
             f"{k} of {n} streams stalled mid-way: too few to measure a share (needs {MIN_STALLED})"
         )
     else:
-        reason = f"none of {n} streams stalled mid-way (95% up to {high:.1%})"
+        reason = f"none of {n} streams stalled mid-way (95% up to {percent(high)})"
     stalls = Stalls(n, k, k / n, (low, high), per_token, slowest, median_gap, cutoff, reason)
     return gap, stalls
