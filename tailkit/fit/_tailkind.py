@@ -42,7 +42,7 @@ from tailkit.estimate import Estimate
 from tailkit.fit._quantiles import quantile
 from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
 from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
-from tailkit.text import percent, times
+from tailkit.text import number, percent
 
 
 __all__ = ["TAIL_KINDS", "HedgeEvidence", "TailKind", "hedge_evidence", "tail_kind"]
@@ -392,13 +392,13 @@ def _decide(
         if tail.present:
             parts.append(
                 f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
-                f"calls are {times(tail.scale)} slower than a call of their size"
+                f"calls are {number(tail.scale, 1)}× slower than a call of their size"
             )
         if first is not None and first.present:
             low, high = first.share_interval.low, first.share_interval.high
             parts.append(
                 f"{percent(first.share)} [{percent(low)}–{percent(high)}] wait "
-                f"{times(first.scale)} longer for their first token"
+                f"{number(first.scale, 1)}× longer for their first token"
             )
         what = " and ".join(parts)
         if not size.explains or top >= 0.5:
