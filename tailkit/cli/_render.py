@@ -131,7 +131,7 @@ def ingest_json(report: IngestReport, summary: StoreSummary | None) -> str:
         "files": [asdict(f) for f in report.files],
         "totals": report.totals(),
         "rejected_by_reason": report.reasons(),
-        "errors": [str(e) for e in report.errors],
+        "errors": [error_text(e, "ingest") for e in report.errors],
     }
     if summary is not None:
         doc["store"] = summary_json(summary)
