@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from tailkit.cli._render import file_line
-from tailkit.ingest import ScanOptions, expand_paths, ingest_paths
+from tailkit.ingest import ScanOptions, ingest_paths
 from tailkit.ingest._identity import options_json
+from tailkit.ingest.lowlevel import expand_paths
 from tailkit.store import Store
 
 from .conftest import CORPUS

@@ -20,7 +20,8 @@ from typing import Any
 
 from tailkit.engines._files import EngineRun, Partition, Reading, peak_rss_bytes, summarize_local
 from tailkit.errors import ConfigError, IngestError, OutOfMemoryError, QueryError
-from tailkit.ingest import InPlace, Progress, ScanOptions, expand_paths, read_in_place
+from tailkit.ingest import InPlace, Progress, ScanOptions
+from tailkit.ingest.lowlevel import expand_paths, read_in_place
 from tailkit.store import DEFAULT_DB, Store
 from tailkit.tails import TableQuery, TailReport, tail_report
 from tailkit.tails.lowlevel import summary_report
