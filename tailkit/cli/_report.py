@@ -19,6 +19,7 @@ from tailkit.cli._common import (
     OutputEdges,
     buckets_of,
     fail,
+    flag_of,
     library_errors,
 )
 from tailkit.cli._progress import phase_lines
@@ -115,6 +116,7 @@ def report(
                     store, out, plan=loaded, by=names, title=title, where=where,
                     max_routes=max_routes, races=found, replay=rehearsal, buckets=buckets,
                     min_calls=min_calls, progress=say,
+                    field_name=lambda field: flag_of(field, "report"),
                 )  # fmt: skip
         except QueryError as exc:
             if not where or isinstance(exc, OutOfMemoryError):
