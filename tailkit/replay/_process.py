@@ -35,7 +35,7 @@ class ServerProcess:
     ``with ServerProcess(outcomes, access_log) as server:`` serves at ``server.url``.
 
     Args:
-        outcomes: The outcomes file (`tailkit.serve.dump_outcomes`).
+        outcomes: The outcomes file (`tailkit.serve.lowlevel.dump_outcomes`).
         access_log: Where the server appends one call record per request.
 
     Raises:

@@ -41,7 +41,7 @@ def stats(
             error measured per row in column ``approx_rank_error`` (see `tail_report`).
 
     Returns:
-        A polars DataFrame with the columns of ``tailkit stats`` (see the README).
+        A polars DataFrame with the columns of ``tailkit stats`` (see docs/stats.md).
 
     Raises:
         ConfigError: ``by`` or ``bucket`` name something that cannot be grouped by.
