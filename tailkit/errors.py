@@ -6,8 +6,9 @@ Every error a user can cause derives from `TailkitError`; the CLI prints its mes
 
 An error about one parameter carries it: ``field`` (the parameter's name as the library spells
 it, e.g. ``budget``), ``value`` (what was given) and ``fix``. The library never names a command-line
-flag; a message refers to its parameter as ``{field}``, which `TailkitError.render` fills in with
-the parameter's name (``str(error)``) or, from the CLI, with the flag that sets it.
+flag; a message refers to its parameter as ``{field}`` and to any other as ``{parameter}``, which
+`TailkitError.render` fills in with the parameters' names (``str(error)``) or, from the CLI, with
+the flags that set them.
 """
 
 from __future__ import annotations
@@ -78,15 +79,21 @@ class TailkitError(Exception):
 
     def render(self, name: Callable[[str], str] | None = None) -> str:
         """
-        The message, its ``{field}`` spelt by ``name`` (default: the parameter's own name).
+        The message, its ``{field}`` and ``{parameter}`` tokens spelt by ``name``.
         """
         template: str | None = getattr(self, "template", None)
         if template is None:  # a subclass that set args itself
             return super().__str__()
+        from tailkit.text import name_parameters  # rendering needs it; importing tailkit does not
+
         field = self.field or ""
-        text = template.replace("{field}", name(field) if name and field else field)
-        if self.fix and self.fix not in text:
-            text = f"{text.rstrip()} {self.fix}".strip()
+        spelt = name(field) if name and field else field
+        # {field} may be a key path (routes[0].ttft_s), so it is filled in as itself; every other
+        # {parameter} token is spelt as in tailkit.text.Advice, so one message can name several.
+        text = spelt.join(name_parameters(part, name) for part in template.split("{field}"))
+        fix = name_parameters(self.fix, name) if self.fix else ""
+        if fix and fix not in text:
+            text = f"{text.rstrip()} {fix}".strip()
         return text
 
     def __reduce__(self) -> tuple[Any, ...]:

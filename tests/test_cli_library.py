@@ -191,3 +191,13 @@ def test_library_strings_name_no_flag() -> None:
     }
     assert len(files) > 40  # the scan ran over the packages' modules
     assert set() == found
+
+
+def test_an_error_spells_every_parameter_it_names() -> None:
+    """Besides its own {field}, an error's message and fix may name other parameters."""
+    error = ConfigError(
+        "{field} is for {engine} dask.", field="workers", value=2, fix="Drop {workers}."
+    )
+    assert str(error) == "workers is for engine dask. Drop workers."
+    flags = error.render(lambda name: "--" + name)
+    assert flags == "--workers is for --engine dask. Drop --workers."

@@ -279,7 +279,7 @@ def test_stats_starts_and_stops_its_own_local_cluster(log: tuple[Path, Path]) ->
     [
         (["--engine", "dask"], "--engine dask reads files in place"),
         (["--engine", "spark", "--source", "x.parquet"], "--engine must be duckdb or dask"),
-        (["--workers", "2", "--source", "x.parquet"], "--workers is for engine dask"),
+        (["--workers", "2", "--source", "x.parquet"], "--workers is for --engine dask"),
         (["--sketch", "--approx", "--source", "x.parquet"], "--approx takes DuckDB's t-digest"),
         (
             ["--engine", "dask", "--scheduler", "tcp://h:1", "--workers", "2", "--source", "x"],

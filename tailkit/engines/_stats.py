@@ -159,8 +159,8 @@ def _check_engine(
     if approx or approx_above is not None:
         field = "approx" if approx else "approx_above"
         msg = (
-            "{field} takes DuckDB's t-digest on the exact path; from summaries (sketch, "
-            "engine dask) the quantiles come from their sketches: drop it"
+            "{field} takes DuckDB's t-digest on the exact path; from summaries ({sketch}, "
+            "{engine} dask) the quantiles come from their sketches: drop it"
         )
         raise ConfigError(msg, field=field, value=approx if approx else approx_above)
     if engine == "dask" and not source:
@@ -172,7 +172,7 @@ def _check_engine(
     if engine != "dask":
         for field, value in (("scheduler", scheduler), ("workers", workers)):
             if value is not None:
-                msg = "{field} is for engine dask"
+                msg = "{field} is for {engine} dask"
                 raise ConfigError(msg, field=field, value=value)
     if scheduler not in (None, "local") and workers is not None:
         msg = "{field} starts local workers: with a scheduler's address, its workers are used"

@@ -180,7 +180,7 @@ def refuse_fixed(
     if options.mapping:
         first = next(iter(options.mapping.items()))
         msg = (
-            f"{path}: {{field}} does not apply to format {fmt} (it reads fixed field names, "
+            f"{path}: {{field}} does not apply to {{format}} {fmt} (it reads fixed field names, "
             f"there are no columns to map): drop {{field}} {first[0]}={first[1]}; set "
             "COLUMN=VALUE instead to give every row one value"
         )
@@ -188,13 +188,14 @@ def refuse_fixed(
     if options.unit is not None and options.unit != unit:
         read = f"reads its durations in {unit}" if unit else "converts every value by its own unit"
         msg = (
-            f"{path}: {{field}} {options.unit} does not apply to format {fmt} (it {read}): drop it"
+            f"{path}: {{field}} {options.unit} does not apply to {{format}} {fmt} (it {read}): "
+            "drop it"
         )
         raise MappingError(msg, field="unit", value=options.unit)
     if options.status_map and status is not None:
         values = " ".join(f"{{field}} {k}={v}" for k, v in options.status_map.items())
         msg = (
-            f"{path}: {{field}} does not apply to format {fmt} (its status comes from "
+            f"{path}: {{field}} does not apply to {{format}} {fmt} (its status comes from "
             f"{status} and is always one of {', '.join(STATUSES)}): drop {values}"
         )
         raise MappingError(msg, field="status_map", value=dict(options.status_map))
@@ -263,7 +264,7 @@ def _check_sets(
         same = by_lower.get(target)
         if same is not None and same not in taken and target not in options.overrides:
             msg = (
-                f"{path}: setting {target}={value} would replace the file's own column {same!r} "
+                f"{path}: {{sets}} {target}={value} would replace the file's own column {same!r} "
                 f"in every row; use {{field}} {target}={value} to replace it, or drop the "
                 "setting to keep the file's values"
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from tailkit.simulation._fetch import CUT, Need, RouteData, _counts, fetch
 from tailkit.simulation._sample import RouteSample
 from tailkit.store import Store
 from tailkit.store.lowlevel import calls_with_buckets_sql
-from tailkit.text import name_parameters
 
 
 DEFAULT_MIN_CALLS = 200
@@ -37,11 +36,8 @@ class ThinSampleError(ConfigError):
     A step's route has too few calls in its bucket to calibrate on.
 
     Its fixes name several parameters (``min_calls``, the bucket edges), each as a
-    ``{parameter}`` token that `render` spells as its caller does (`tailkit.text.Advice`).
+    ``{parameter}`` token that `render` spells as its caller does.
     """
-
-    def render(self, name: Callable[[str], str] | None = None) -> str:
-        return name_parameters(super().render(name), name)
 
 
 def _bucket_filter(buckets: Buckets, step: Step) -> tuple[str | None, str | None, str]:
