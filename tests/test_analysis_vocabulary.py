@@ -22,6 +22,7 @@ from tailkit.estimate import Estimate
 from tailkit.fit import empirical_quantiles, fit_lognormal
 from tailkit.simulation.lowlevel import with_overrides
 from tailkit.text import Advice, name_parameters
+from tests._source import string_constants
 
 from .conftest import ROOT
 
@@ -37,34 +38,13 @@ def _sources(package: str) -> list[Path]:
     return sorted((ROOT / "tailkit" / package).glob("*.py"))
 
 
-def _strings(path: Path) -> list[tuple[int, str]]:
-    """
-    The string constants of a module that are not docstrings, with their lines.
-    """
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return [
-        (node.lineno, node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        and id(node) not in docstrings
-    ]  # fmt: skip
-
-
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_library_string_names_a_command_line_flag(package: str) -> None:
     """Messages, warnings and notes name parameters; the CLI spells them as flags."""
     found = [
         f"{path.name}:{line}: {text!r}"
         for path in _sources(package)
-        for line, text in _strings(path)
+        for line, text in string_constants(path)
         if re.search(r"(^|[\s(])--[a-z]", text)
     ]
     assert [] == found

@@ -21,6 +21,7 @@ from tailkit.check.lowlevel import figure_text, observed_text, rate, ratio
 from tailkit.errors import ConfigError
 from tailkit.fit import quantile
 from tailkit.replay._fidelity import fidelity
+from tests._source import string_constants
 
 
 PACKAGES = [Path(__file__).resolve().parent.parent / "tailkit" / name
@@ -33,32 +34,11 @@ def _modules() -> list[Path]:
     return sorted(path for package in PACKAGES for path in package.glob("*.py"))
 
 
-def _strings(tree: ast.AST) -> list[str]:
-    """
-    The module's string constants and f-string parts, docstrings left out.
-    """
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return [
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and id(node) not in docstrings
-    ]
-
-
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_library_string_names_a_flag(path: Path) -> None:
     """Messages, notes and advice name parameters; the command line spells them as flags."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    named = [s for s in _strings(tree) if FLAG.search(s) and not ARGUMENT.fullmatch(s)]
+    strings = [text for _, text in string_constants(path)]
+    named = [s for s in strings if FLAG.search(s) and not ARGUMENT.fullmatch(s)]
     assert [] == named
 
 

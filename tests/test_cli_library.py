@@ -4,7 +4,6 @@ Every command is one library call, and the library names parameters where the CL
 
 from __future__ import annotations
 
-import ast
 import re
 import stat
 
@@ -20,6 +19,7 @@ from tailkit.ingest import ScanOptions, ingest_paths
 from tailkit.races import find_races
 from tailkit.store import Store, rejected_rows
 from tailkit.tails import TableQuery
+from tests._source import string_constants
 
 from .conftest import CORPUS, ROOT
 from .test_stats_source import _rows, _write_jsonl
@@ -155,25 +155,6 @@ _NOT_OURS = {"--force-reinstall", "--save-detailed"}  # pip's and vllm's own opt
 _STORED = {"--map", "--set", "--status-map", "--unit"}  # reject details kept in the store
 
 
-def _strings(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return [
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and id(node) not in docstrings
-    ]
-
-
 def test_library_strings_name_no_flag() -> None:
     """Messages of ingest, store, engines, config, races, demo and formats name parameters."""
     package = ROOT / "tailkit"
@@ -183,7 +164,7 @@ def test_library_strings_name_no_flag() -> None:
     found = {
         f"{path.relative_to(package)}: {flag}"
         for path in files
-        for text in _strings(path)
+        for _, text in string_constants(path)
         for flag in _FLAG.findall(text)
         if flag not in _NOT_OURS
         and not (path.name == "_sql.py" and flag in _STORED)
