@@ -264,7 +264,7 @@ def _check_sets(
         same = by_lower.get(target)
         if same is not None and same not in taken and target not in options.overrides:
             msg = (
-                f"{path}: {{sets}} {target}={value} would replace the file's own column {same!r} "
+                f"{path}: setting {target}={value} would replace the file's own column {same!r} "
                 f"in every row; use {{field}} {target}={value} to replace it, or drop the "
                 "setting to keep the file's values"
             )
