@@ -1,5 +1,9 @@
 """
 Options and helpers every command shares.
+
+Light at import (typer and tailkit's vocabulary only): every command imports it, ``tailkit
+docs`` and ``tailkit check`` included, so `ScanOptions` and `Buckets` are imported where they
+are built, not here (``tailkit.formats`` loads every format's module).
 """
 
 from __future__ import annotations
@@ -8,14 +12,17 @@ import contextlib
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tailkit.errors import TailkitError
-from tailkit.formats import ScanOptions
-from tailkit.record import Buckets
 from tailkit.text import Advice
+
+
+if TYPE_CHECKING:
+    from tailkit.formats import ScanOptions
+    from tailkit.record import Buckets
 
 
 _FLAGS = {
@@ -197,6 +204,8 @@ def scan_options(
     """
     The `ScanOptions` of ``--map``, ``--set``, ``--set-over``, ``--status-map`` and ``--unit``.
     """
+    from tailkit.formats import ScanOptions
+
     sets, over = pairs(set_, "--set"), pairs(set_over, "--set-over")
     for name in sets.keys() & over.keys():
         fail(f"--set {name} and --set-over {name} both given; keep one")
@@ -221,6 +230,8 @@ def buckets_of(input_edges: str | None, output_edges: str | None) -> Buckets:
     """
     Bucket edges from ``--input-edges`` / ``--output-edges`` (defaults where not given).
     """
+    from tailkit.record import Buckets
+
     try:
         default = Buckets()
         return Buckets(

@@ -8,22 +8,29 @@ the docstring (the examples) stay as written, and an example too wide for the te
 continued with a shell backslash rather than broken anywhere. Options show a word for their
 value (``FILE``, ``N``, ``SECONDS``, ``FIELD=VALUE``) instead of ``<path>`` / ``<list[str]>``:
 the option's own ``metavar`` where it gives one, else a word for its type; flags show none.
+
+Commands load lazily (`HelpTyper.lazy_command`): the app names each command's module and its
+one-line summary, and imports the module only when the command is run or its own help is asked
+for, so ``tailkit --help`` and a short command do not pay for every command's imports (DuckDB,
+NumPy, SciPy behind ``stats``; see `LazyCommands`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import re
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import typer
 
-from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+from typer.models import CommandInfo
 
 
 _BULLET = re.compile(r"(?:[-*•]|\d+[.)])\s")
@@ -171,6 +178,8 @@ def _escaped(objects: list[Any]) -> Iterator[None]:
 
     Typer reads help text as rich markup, which eats a bracketed word such as ``[note]``.
     """
+    from rich.markup import escape  # help only: rich is not imported to run a command
+
     saved = [obj.help for obj in objects]
     try:
         for obj in objects:
@@ -229,23 +238,119 @@ class HelpCommand(_HelpFlag, TyperCommand):
             self.help = saved
 
 
+class LazyCommand(TyperCommand):
+    """
+    A command not loaded yet: its name and one-line summary, and where its function is.
+
+    The group's help lists it by its summary; anything else asks `LazyCommands` for the real
+    command, which imports the module then.
+    """
+
+    def __init__(self, *, target: str, pretty_exceptions_short: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.pretty_exceptions_short = pretty_exceptions_short
+
+    def load(self) -> Any:
+        """
+        The real command: the target's module imported, its function made a `HelpCommand`.
+
+        Built the way `HelpTyper.command` would have registered it, so it is the same command.
+        """
+        module, _, name = self.target.partition(":")
+        callback = getattr(importlib.import_module(module), name)
+        info = CommandInfo(
+            name=self.name,
+            cls=HelpCommand,
+            callback=callback,
+            options_metavar=self.options_metavar or "[OPTIONS]",
+        )
+        return typer.main.get_command_from_info(
+            info,
+            pretty_exceptions_short=self.pretty_exceptions_short,
+            rich_markup_mode=self.rich_markup_mode,
+        )
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """
+    A group's commands by name, each `LazyCommand` loaded the first time it is looked up.
+
+    Click reaches a group's commands through ``group.commands`` (``get_command``, and
+    ``typer.main.get_command(app).commands`` in tools and tests), so loading on lookup keeps
+    every reader seeing real commands; listing names loads nothing. `peek` is the one way to
+    a command without loading it, for the group's own help.
+    """
+
+    def __init__(self, commands: MutableMapping[str, Any]) -> None:
+        self._commands = dict(commands)
+
+    def peek(self, name: str) -> Any:
+        """
+        The command as it is now (a `LazyCommand` if not loaded yet), or None.
+        """
+        return self._commands.get(name)
+
+    def __getitem__(self, name: str) -> Any:
+        command = self._commands[name]
+        if isinstance(command, LazyCommand):
+            command = self._commands[name] = command.load()
+        return command
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._commands[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._commands[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._commands)
+
+    def __len__(self) -> int:
+        return len(self._commands)
+
+
 class HelpGroup(_HelpFlag, TyperGroup):
     """
     The command group: its own help reflowed, its commands listed by their first sentence.
+
+    Its commands are `LazyCommands`: the list in ``--help`` is drawn from the summaries,
+    without importing any command's module.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.help:
             self.help = reflow(self.help)
+        self.commands = LazyCommands(self.commands)
+        self._listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """
+        The commands' names in the order they were registered, none of them loaded.
+        """
+        return list(self.commands)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """
+        The command of that name, loaded; while the group's help is drawn, its summary only.
+        """
+        if self._listing:
+            return self.commands.peek(cmd_name)  # type: ignore[attr-defined]
+        return super().get_command(ctx, cmd_name)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """
-        Draw the help with every help text escaped for rich markup.
+        Draw the help with every help text escaped for rich markup, commands by summary.
         """
-        commands = [c for c in (self.get_command(ctx, n) for n in self.list_commands(ctx)) if c]
-        with _escaped([self, *commands, *self.get_params(ctx)]):
-            super().format_help(ctx, formatter)
+        self._listing = True
+        try:
+            names = self.list_commands(ctx)
+            commands = [c for c in (self.get_command(ctx, n) for n in names) if c]
+            with _escaped([self, *commands, *self.get_params(ctx)]):
+                super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
 
 class HelpTyper(typer.Typer):
@@ -260,3 +365,32 @@ class HelpTyper(typer.Typer):
         Register a command, as `typer.Typer.command`, with `HelpCommand` as its class.
         """
         return super().command(name, cls=cls or HelpCommand, **kwargs)
+
+    def lazy_command(self, name: str, target: str, summary: str) -> None:
+        """
+        Register a command whose module is imported only when the command is used.
+
+        Args:
+            name: The command's name (``stats``).
+            target: Where its function is, ``module:function``.
+            summary: The first paragraph of its help, as ``tailkit --help`` lists it (a test
+                holds it to the function's docstring).
+        """
+
+        def not_loaded() -> None:
+            raise AssertionError(target)  # the group loads the command before running it
+
+        not_loaded.__doc__ = summary
+        not_loaded.__name__ = target.rpartition(":")[2]
+        cls = functools.partial(
+            LazyCommand, target=target, pretty_exceptions_short=self.pretty_exceptions_short
+        )
+        self.registered_commands.append(
+            CommandInfo(
+                name=name,
+                cls=cls,  # type: ignore[arg-type]  # typer calls it as a class
+                callback=not_loaded,
+                help=summary,
+                options_metavar=self._info_val_str("options_metavar"),
+            )
+        )
