@@ -45,6 +45,7 @@ class Live:
     ended: float | None = None
     watch_chunks: bool = False  # the step wants to hear of every chunk (stall, projection)
     wake: Callable[[], None] | None = None  # called on every chunk while the step listens
+    on_end: Callable[..., None] | None = None  # called as its task ends, while the step waits
     recorded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     span: Any = None  # its tracing span handle, when the executor is watched
@@ -78,18 +79,39 @@ async def drive(live: Live, result: Any) -> Any:
     Raises:
         TruncatedStream: The stream ended without a terminal marker.
     """
-    if inspect.isawaitable(result):
-        result = await result
-        if hasattr(result, "__aiter__"):
-            _streams(live)
-    if not hasattr(result, "__aiter__"):
-        live.first_token = live.ended = now()
-        usage = answer_usage(result)
-        if usage:
-            live.usage_output = usage.get("output_tokens")
-            live.input_tokens = usage.get("input_tokens")
-        return result
-    return await _read_stream(live, result)
+    try:
+        if inspect.isawaitable(result):
+            result = await result
+            if hasattr(result, "__aiter__"):
+                _streams(live)
+        if not hasattr(result, "__aiter__"):
+            live.first_token = live.ended = now()
+            usage = answer_usage(result)
+            if usage:
+                live.usage_output = usage.get("output_tokens")
+                live.input_tokens = usage.get("input_tokens")
+            return result
+        return await _read_stream(live, result)
+    finally:
+        ended(live)
+
+
+def ended(live: Live) -> None:
+    """
+    The attempt's task is ending (its coroutine's last act): wake the step waiting on it.
+
+    The step is then resumed in the next turn of the loop, when the task is done. A done
+    callback would take one more turn: the loop calls it in the turn after the task ends,
+    and only then is the step scheduled. The step registers both (`Live.on_end` and a done
+    callback, for a task cancelled before it ever ran); the first to come removes the other.
+    """
+    wake = live.on_end
+    if wake is None:
+        return
+    live.on_end = None
+    if live.task is not None:
+        live.task.remove_done_callback(wake)
+    wake()
 
 
 async def _read_stream(live: Live, result: Any) -> StreamResult:
@@ -219,23 +241,28 @@ def _output_tokens(live: Live) -> int | None:
 def start(
     attempt: Attempt,
     fn: AttemptFn,
+    loop: asyncio.AbstractEventLoop,
     *,
     delay_s: float = 0.0,
+    started_by: str | None = None,
     begin: Callable[[Live], None] | None = None,
 ) -> Live:
     """
-    Start an attempt as a task on the running loop (after ``delay_s`` seconds, if given).
+    Start an attempt as a task on ``loop``, the running loop (after ``delay_s`` seconds, if given).
 
-    ``begin`` is called with the attempt before its function is (the step runner starts its
-    span there). The attempt runs in its own copy of the caller's context in which its span,
-    when it has one, is the current span: the spans an SDK or an HTTP client makes inside the
-    attempt function are its children, and `tailkit.executor._events.trace_headers` gives its
-    W3C ``traceparent``.
+    ``started_by`` goes on its ledger line (``attrs.started_by``: what started an attempt
+    other than the first). ``begin`` is called with the attempt before its function is (the
+    step runner starts its span there). The attempt runs in its own copy of the caller's
+    context in which its span, when it has one, is the current span: the spans an SDK or an
+    HTTP client makes inside the attempt function are its children, and
+    `tailkit.executor._events.trace_headers` gives its W3C ``traceparent``.
 
     Without a delay the attempt function is called here, so the step knows at once whether
     the attempt streams; an exception it raises is the attempt's, raised from its task.
     """
-    live = Live(attempt, now(), time.time(), pending=delay_s > 0.0)
+    live = Live(attempt, loop.time(), time.time(), pending=delay_s > 0.0)
+    if started_by is not None:
+        live.extra["started_by"] = started_by
     if begin is not None:
         begin(live)
     context = contextvars.copy_context()
@@ -247,19 +274,26 @@ def start(
         try:
             coro = drive(live, context.run(call, live, fn))
         except Exception as error:  # the attempt's failure, settled as such
-            coro = _raise(error)
-    live.task = asyncio.get_running_loop().create_task(coro, context=context)
+            coro = _raise(live, error)
+    live.task = loop.create_task(coro, context=context)
     return live
 
 
-async def _raise(error: Exception) -> Any:
-    raise error
+async def _raise(live: Live, error: Exception) -> Any:
+    try:
+        raise error
+    finally:
+        ended(live)
 
 
 async def _delayed(delay_s: float, live: Live, fn: AttemptFn) -> Any:
-    await asyncio.sleep(delay_s)
-    live.started, live.started_wall, live.pending = now(), time.time(), False
-    result = call(live, fn)
-    if live.wake is not None:  # the step watches it: its cutoffs' clocks start now
-        live.wake()
+    try:
+        await asyncio.sleep(delay_s)
+        live.started, live.started_wall, live.pending = now(), time.time(), False
+        result = call(live, fn)
+        if live.wake is not None:  # the step watches it: its cutoffs' clocks start now
+            live.wake()
+    except BaseException:
+        ended(live)
+        raise
     return await drive(live, result)

@@ -349,7 +349,10 @@ class Observer:
         if provider is self._tracer_of:
             return self._tracer
         if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-            return None  # nothing would record the spans: do not pay for them
+            # nothing would record the spans: do not pay for them (and remember that this
+            # provider records nothing: asked at every step, the check costs a microsecond)
+            self._tracer_of, self._tracer = provider, None
+            return None
         self._tracer_of, self._tracer = provider, provider.get_tracer(TRACER_NAME)
         return self._tracer
 

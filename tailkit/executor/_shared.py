@@ -17,6 +17,7 @@ from typing import Any
 
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
+from tailkit.executor._alarm import Alarms
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
@@ -149,6 +150,19 @@ class Shared:
     breaker: Breaker = field(default_factory=Breaker)
     time_scale: float = 1.0
     origin: datetime = field(default_factory=lambda: datetime.fromtimestamp(time.time(), UTC))
+    alarms: Alarms | None = None  # the loop timer of every wait (see `alarms_on`)
+
+    def alarms_on(self, loop: asyncio.AbstractEventLoop) -> Alarms:
+        """
+        The timer heap the executor's waits share on ``loop`` (made for the loop it runs on).
+
+        One executor runs on one loop at a time; used on another loop (a test's second
+        ``asyncio.run``), it starts a new heap there.
+        """
+        alarms = self.alarms
+        if alarms is None or alarms.loop is not loop:
+            alarms = self.alarms = Alarms(loop)
+        return alarms
 
     def ok(self, attempt: Attempt, seconds: float) -> None:
         """

@@ -96,9 +96,9 @@ class StepRun(ExtraAttempts):
     """
 
     __slots__ = (
-        "_projects", "acted", "book", "cut_tasks", "deadline", "enforce", "errors", "fired",
-        "fn", "head", "inputs", "key", "lives", "loop", "policy", "reserve_s", "run_id",
-        "running", "s", "stall_s", "start", "step", "tel", "upgraded", "won",
+        "_projects", "_waker", "acted", "book", "cut_tasks", "deadline", "enforce", "errors",
+        "fired", "fn", "head", "inputs", "key", "lives", "loop", "policy", "reserve_s",
+        "run_id", "running", "s", "stall_s", "start", "step", "tel", "upgraded", "won",
     )  # fmt: skip
 
     def __init__(
@@ -125,8 +125,11 @@ class StepRun(ExtraAttempts):
         self.start = self.loop.time()
         self.lives: list[Live] = []
         self.running: list[Live] = []
-        self.errors: list[BaseException] = []
-        self.cut_tasks: list[asyncio.Task[Any]] = []  # cancelled here, torn down before we end
+        # made at the first error, the first cut: most calls have neither (and at 10,000 runs
+        # in flight, every object a step holds is one more for each garbage collection)
+        self.errors: list[BaseException] | None = None
+        self.cut_tasks: list[asyncio.Task[Any]] | None = None  # cancelled, torn down before we end
+        self._waker: asyncio.Future[None] | None = None  # what `_wait` awaits
         self.tel: StepTelemetry | None = None  # when the executor is watched
         self.fired = self.upgraded = self.acted = self.won = False
         self.chain: Live | None = None  # the attempt whose failure is retried at once
@@ -184,15 +187,9 @@ class StepRun(ExtraAttempts):
             self.step.name, route_name, route.provider, route.model, len(self.lives), role,
             self.key, self.deadline, self.run_id, self.inputs,
         )  # fmt: skip
-        tel = self.tel
-
-        def begin(live: Live) -> None:  # before the attempt function runs: its span is current
-            if cause is not None:
-                live.extra["started_by"] = cause
-            if tel is not None:
-                tel.attempt_started(live)
-
-        live = start(attempt, self.fn, delay_s=delay_s, begin=begin)
+        # its span starts before the attempt function runs, so it is current there
+        begin = None if self.tel is None else self.tel.attempt_started
+        live = start(attempt, self.fn, self.loop, delay_s=delay_s, started_by=cause, begin=begin)
         self.lives.append(live)
         self.running.append(live)
         return live
@@ -328,8 +325,8 @@ class StepRun(ExtraAttempts):
         A cancellation that arrives meanwhile is held until they have, then re-raised: the
         caller never sees the step end while its attempts still hold connections.
         """
-        tasks = [t for t in self.cut_tasks if not t.done()]
-        self.cut_tasks = []
+        tasks = [t for t in self.cut_tasks or () if not t.done()]
+        self.cut_tasks = None
         interrupted = False
         give_up = self.loop.time() + TEARDOWN_S
         while tasks and self.loop.time() < give_up:
@@ -345,11 +342,11 @@ class StepRun(ExtraAttempts):
         """
         Sleep until an attempt ends, the next instant that matters, or (when watched) a chunk.
 
-        One future, woken by the attempts' done callbacks, one timer and the watched attempt's
+        One future, woken by the attempts' ends (`ended`, or a done callback), the executor's
+        shared timer heap (`Alarms`: no loop timer of its own) and the watched attempt's
         chunks (and the end of its retry wait): cheaper than ``asyncio.wait``, which builds a
         set, a counter and a timeout per call.
         """
-        loop = self.loop
         until = self.deadline if self.enforce else math.inf
         first = self.head
         watching = first is not None and not self.fired and first in self.running
@@ -361,33 +358,45 @@ class StepRun(ExtraAttempts):
                 until = min(until, ttft_at)
             elif first.last_chunk is not None:
                 until = min(until, first.last_chunk + self.stall_s)
-        running = list(self.running)
-        waker: asyncio.Future[None] = loop.create_future()
-
-        def wake(_: object = None) -> None:
-            if not waker.done():
-                waker.set_result(None)
-
-        tasks = [live.task for live in running if live.task is not None]
-        for task in tasks:
-            task.add_done_callback(wake)
+        running = self.running  # nothing but this coroutine changes it, and it is waiting
+        self._waker = self.loop.create_future()
+        wake = self._wake  # one bound method for every registration below
+        alarms = self.s.alarms_on(self.loop)
+        for live in running:
+            task = live.task
+            if task is not None:
+                # the callback's context does not matter (it only wakes this task, in its
+                # own): one per loop instead of a copy of the current one per registration
+                task.add_done_callback(wake, context=alarms.context)
+                live.on_end = wake  # woken a loop turn sooner (see `ended`)
         if watching and first is not None and (first.pending or (
             first.watch_chunks and (first.first_token is None or self._projects)
         )):  # fmt: skip
             # wake on chunks: the first content token starts the stall timer, and every chunk
             # updates a downgrade projection; a retry that starts starts its cutoffs' clocks
             first.wake = wake
-        timer = None if until == math.inf else loop.call_at(until, wake)
+        alarm = None if until == math.inf else alarms.add(until, wake)
         try:
-            await waker
+            await self._waker
         finally:
+            self._waker = None
             if first is not None:
                 first.wake = None
-            if timer is not None:
-                timer.cancel()
-            for task in tasks:
-                task.remove_done_callback(wake)
+            if alarm is not None:
+                alarms.cancel(alarm)
+            for live in running:
+                live.on_end = None
+                if live.task is not None:
+                    live.task.remove_done_callback(wake)
         return [live for live in running if live.task is not None and live.task.done()]
+
+    def _wake(self, _: object = None) -> None:
+        """
+        Wake `_wait`: an attempt ended, a chunk came, or an instant that matters is here.
+        """
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     def _settle(self, done: list[Live]) -> Any:
         """
@@ -409,7 +418,7 @@ class StepRun(ExtraAttempts):
                     self._throttle(live.attempt.provider, ok=True)
                     self.s.ok(live.attempt, at - live.started)
                     return _Won(value) if value is None else value
-                self.errors.append(refused)
+                self._failed(refused)
                 if not self.upgraded:
                     self.upgraded = True
                     route = self.step.upgrade_route or self.step.route
@@ -426,7 +435,7 @@ class StepRun(ExtraAttempts):
                 self._cut_all("cancelled")
                 raise error
             status, http, retry_after = classify(error)
-            self.errors.append(error)
+            self._failed(error)
             if status in _PROVIDER_FAILURES:
                 self._throttle(live.attempt.provider, ok=False)
             if status == "rate_limited" and retry_after is not None:
@@ -518,6 +527,8 @@ class StepRun(ExtraAttempts):
     def _cut(self, live: Live, status: str, at: float) -> None:
         if live.task is not None and not live.task.done():
             live.task.cancel()
+            if self.cut_tasks is None:
+                self.cut_tasks = []
             self.cut_tasks.append(live.task)
         elif live.task is not None and not live.task.cancelled():
             live.task.exception()  # it ended as it was cut: its error is read, never logged
@@ -561,14 +572,20 @@ class StepRun(ExtraAttempts):
 
         task.add_done_callback(landed)
 
+    def _failed(self, error: BaseException) -> None:
+        if self.errors is None:
+            self.errors = []
+        self.errors.append(error)
+
     def _all_failed(self) -> AllAttemptsFailed:
         spent = now() - self.start
-        causes = "; ".join(f"{type(e).__name__}: {e}" for e in self.errors)
+        failures = self.errors or []
+        causes = "; ".join(f"{type(e).__name__}: {e}" for e in failures)
         msg = f"step {self.step.name!r}: all {len(self.lives)} attempt(s) failed in {spent:.3f} s"
         msg += f": {causes}"
         error = AllAttemptsFailed(msg, step=self.step.name, spent_s=spent,
-                                  exceptions=tuple(self.errors))  # fmt: skip
-        errors = [e for e in self.errors if isinstance(e, Exception)]
+                                  exceptions=tuple(failures))  # fmt: skip
+        errors = [e for e in failures if isinstance(e, Exception)]
         if errors:
             error.__cause__ = ExceptionGroup(f"attempts of step {self.step.name!r}", errors)
         return error

@@ -17,6 +17,9 @@ the plan of the runs that start after it, never a run's later steps.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import math
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,10 +137,12 @@ class _Run:
         self.waiting = {name: len(self.plan.steps[name].depends_on) for name in self.order}
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.left = len(self.order)
-        self.over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.over: asyncio.Future[None] = self.loop.create_future()
         self.budget = loaded.shared.budget
         self.book = RunBook(self.budget.open(len(self.order)))
         self.stopping = False
+        self.context: contextvars.Context | None = None  # the step tasks' (see `_go`)
 
     async def go(self) -> RunResult:
         """
@@ -151,10 +156,21 @@ class _Run:
             # every step task (created here or in a callback registered here) inherits the
             # deadline
             with carry_deadline_at(self.deadline):
+                # One context for every step task, the run's: a step task sets no context
+                # variable (its attempts run in copies of their own), and a copy per task
+                # would be one more object per step for the garbage collector to walk.
+                self.context = contextvars.copy_context()
                 for name in self.order:
                     if self.waiting[name] == 0:
                         self._begin(name)
-                await asyncio.wait({self.over}, timeout=max(self.deadline - now(), 0.0))
+            # wait for the last step or the deadline, on the executor's timer heap
+            alarms = self.loaded.shared.alarms_on(self.loop)
+            due = None if math.isinf(self.deadline) else alarms.add(self.deadline, self._due)
+            try:
+                await self.over
+            finally:
+                if due is not None:
+                    alarms.cancel(due)
             pending = [task for task in self.tasks.values() if not task.done()]
             cancelled = [name for name, task in self.tasks.items() if task in pending]
             cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
@@ -200,6 +216,13 @@ class _Run:
         if interrupted:
             raise asyncio.CancelledError
 
+    def _due(self) -> None:
+        """
+        The run deadline: stop waiting for the steps (`_go` cuts the ones still running).
+        """
+        if not self.over.done():
+            self.over.set_result(None)
+
     def _settle(self, name: str) -> None:
         self.left -= 1
         for child in self.dependents[name]:
@@ -223,9 +246,9 @@ class _Run:
             name, self.fns[name], book=self.book, run_id=self.run_id, inputs=inputs,
             deadline=self.deadline, enforce=False,
         )  # fmt: skip
-        task = asyncio.ensure_future(step.run())
+        task = self.loop.create_task(step.run(), context=self.context)
         self.tasks[name] = task
-        task.add_done_callback(lambda t: self._landed(name, t))
+        task.add_done_callback(functools.partial(self._landed, name), context=self.context)
 
     def _landed(self, name: str, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
