@@ -338,9 +338,11 @@ class BenchError(Exception):
     """
 
 
-def measure(cmd: list[str], workdir: Path) -> tuple[float, float, str]:
+def measure(
+    cmd: list[str], workdir: Path, *, env: dict[str, str] | None = None
+) -> tuple[float, float, str]:
     """
-    Run ``cmd`` as a child; return its wall seconds, peak RSS in MB and stdout.
+    Run ``cmd`` as a child (in ``env``, else this environment); its wall s, peak RSS MB, stdout.
 
     The peak RSS comes from GNU time's ``%M`` when ``/usr/bin/time`` exists: a child that this
     (large) Python process forks inherits its high-water mark through ``exec`` on Linux, so
@@ -354,7 +356,7 @@ def measure(cmd: list[str], workdir: Path) -> tuple[float, float, str]:
     wrapped = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd] if GNU_TIME else cmd
     with out.open("wb") as fo, err.open("wb") as fe:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(wrapped, stdout=fo, stderr=fe)
+        proc = subprocess.Popen(wrapped, stdout=fo, stderr=fe, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -468,13 +470,19 @@ def ingest_steps(
     return {f"bare CTAS {fmt}": bare, f"tailkit ingest {fmt}": cli}
 
 
-def timed(cmd: list[str], d: Path, check: Callable[[str], None] | None = None) -> Step:
+def timed(
+    cmd: list[str],
+    d: Path,
+    check: Callable[[str], None] | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Step:
     """
-    A step that runs ``cmd`` and checks its stdout.
+    A step that runs ``cmd`` (in ``env``, else this environment) and checks its stdout.
     """
 
     def step() -> Sample:
-        wall, rss, out = measure(cmd, d)
+        wall, rss, out = measure(cmd, d, env=env)
         if check is not None:
             check(out)
         return {"s": wall, "rss_mb": rss}
@@ -528,6 +536,87 @@ def file_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in (path, wal) if p.exists()) / 1e6
 
 
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def ingest_all(
+    files: dict[str, Path],
+    store: Path,
+    *,
+    rows: int,
+    d: Path,
+    args: argparse.Namespace,
+    tailkit: str,
+    notes: list[str],
+) -> dict[str, Any]:
+    """
+    The bare and the tailkit ingest of each format; the Parquet store stays at ``store``.
+
+    With ``--skip ingest`` nothing is measured: the store an earlier ``--keep`` run left is.
+    """
+    if "ingest" in args.skip:
+        if not store.exists():
+            msg = f"--skip ingest needs the store an earlier run kept ({store}): run with --keep"
+            raise BenchError(msg)
+        notes.append(f"ingest: skipped (--skip); the store kept at {store} measured")
+        return {}
+    extra = ["--memory-limit", args.memory_limit] if args.memory_limit else []
+    m: dict[str, Any] = {}
+    for fmt in ("jsonl", "parquet"):  # parquet last: its store is the one queried below
+        if fmt in files:
+            steps = ingest_steps(fmt, files[fmt], rows=rows, d=d, tailkit=tailkit, extra=extra)
+            m |= interleave(steps, args.repeat, _log)
+    return m
+
+
+def stats_and_calibrate(
+    files: dict[str, Path],
+    store: Path,
+    *,
+    d: Path,
+    args: argparse.Namespace,
+    tailkit: str,
+    notes: list[str],
+) -> dict[str, Any]:
+    """
+    The bare GROUP BY against ``tailkit stats``, then the optional steps, unless skipped.
+
+    ``stats`` runs interleaved with the bare query (and with itself importing the ``--before``
+    checkout); then ``stats --approx``, ``stats --source`` and ``calibrate``.
+    """
+    extra = ["--memory-limit", args.memory_limit] if args.memory_limit else []
+    stats = [tailkit, "stats", "--db", str(store), "--by", "provider,model", "--json", *extra]
+    bare = [sys.executable, "-c", BARE_STATS, str(store), bare_stats_sql()]
+    table = {"bare GROUP BY": timed(bare, d), "tailkit stats": timed(stats, d, table_rows)}
+    if args.before is not None:  # the same command, importing another checkout of tailkit
+        path = os.pathsep.join(p for p in (str(args.before), os.environ.get("PYTHONPATH")) if p)
+        before = {**os.environ, "PYTHONPATH": path}
+        table["tailkit stats (before)"] = timed(stats, d, table_rows, env=before)
+    m = interleave(table, args.repeat, _log)
+    optional = {
+        "tailkit stats --approx": ("stats", "--approx", [*stats, "--approx"]),
+        "tailkit stats --source": ("stats", "--source", [tailkit, "stats", "--source",
+                                   str(files["parquet"]), "--by", "provider,model", "--json",
+                                   *extra]),
+    }  # fmt: skip
+    for name, (command, option, cmd) in optional.items():
+        if option.strip("-") in args.skip:
+            notes.append(f"{name}: skipped (--skip)")
+        elif has_option(tailkit, command, option):
+            m |= interleave({name: timed(cmd, d, table_rows)}, args.repeat, _log)
+        else:
+            notes.append(f"{name}: skipped, `tailkit {command}` has no {option} option yet")
+    if "calibrate" in args.skip:
+        notes.append("tailkit calibrate: skipped (--skip)")
+        return m
+    wf = d / "workflow.yaml"
+    wf.write_text(WORKFLOW)
+    cal = [tailkit, "calibrate", str(wf), "-o", str(d / "plan.yaml"), "--db", str(store), "-q",
+           "--runs", "2000", "--check-runs", "20000", "--replicates", "20", *extra]  # fmt: skip
+    return m | interleave({"tailkit calibrate": timed(cal, d)}, args.repeat, _log)
+
+
 def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -> dict[str, Any]:
     """
     Generate the log of one size, measure every step on it, delete its files unless --keep.
@@ -539,7 +628,6 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
     d = workdir / f"rows-{rows}"
     d.mkdir(parents=True, exist_ok=True)
     jsonl = rows <= args.jsonl_max_rows
-    extra = ["--memory-limit", args.memory_limit] if args.memory_limit else []
     notes: list[str] = []
     log(f"== {rows:,} rows in {d}")
     gen = [sys.executable, __file__, "--generate", str(d), "--rows", str(rows),
@@ -562,40 +650,13 @@ def one_size(rows: int, args: argparse.Namespace, tailkit: str, workdir: Path) -
         "start-up: tailkit --help": timed([tailkit, "--help"], d),
     }
     m |= interleave(startup, args.repeat, log)  # the fixed cost inside every wall time below
-    for fmt in ("jsonl", "parquet"):  # parquet last: its store is the one queried below
-        if fmt in files:
-            m |= interleave(
-                ingest_steps(fmt, files[fmt], rows=rows, d=d, tailkit=tailkit, extra=extra),
-                args.repeat,
-                log,
-            )
     store = d / "store-parquet.duckdb"
+    m |= ingest_all(files, store, rows=rows, d=d, args=args, tailkit=tailkit, notes=notes)
     sizes["store"] = file_mb(store)
     groups = count_groups(store)
     log(f"  {groups:,} groups (provider x model x input bucket x output bucket)")
     drop(d / "store-jsonl.duckdb")
-    stats = [tailkit, "stats", "--db", str(store), "--by", "provider,model", "--json", *extra]
-    bare = [sys.executable, "-c", BARE_STATS, str(store), bare_stats_sql()]
-    m |= interleave({"bare GROUP BY": timed(bare, d), "tailkit stats": timed(stats, d, table_rows)},
-                    args.repeat, log)  # fmt: skip
-    optional = {
-        "tailkit stats --approx": ("stats", "--approx", [*stats, "--approx"]),
-        "tailkit stats --source": ("stats", "--source", [tailkit, "stats", "--source",
-                                   str(files["parquet"]), "--by", "provider,model", "--json",
-                                   *extra]),
-    }  # fmt: skip
-    for name, (command, option, cmd) in optional.items():
-        if option.strip("-") in args.skip:
-            notes.append(f"{name}: skipped (--skip)")
-        elif has_option(tailkit, command, option):
-            m |= interleave({name: timed(cmd, d, table_rows)}, args.repeat, log)
-        else:
-            notes.append(f"{name}: skipped, `tailkit {command}` has no {option} option yet")
-    wf = d / "workflow.yaml"
-    wf.write_text(WORKFLOW)
-    cal = [tailkit, "calibrate", str(wf), "-o", str(d / "plan.yaml"), "--db", str(store), "-q",
-           "--runs", "2000", "--check-runs", "20000", "--replicates", "20", *extra]  # fmt: skip
-    m |= interleave({"tailkit calibrate": timed(cal, d)}, args.repeat, log)
+    m |= stats_and_calibrate(files, store, d=d, args=args, tailkit=tailkit, notes=notes)
     if not args.keep:
         shutil.rmtree(d, ignore_errors=True)
     for name, r in m.items():
@@ -637,6 +698,7 @@ def verdicts(m: dict[str, Any]) -> list[dict[str, Any]]:
     row("tailkit ingest parquet", "bare CTAS parquet", "speed", rss_target=False)
     row("tailkit ingest jsonl", "bare CTAS jsonl", "speed", rss_target=False)
     row("tailkit stats", "bare GROUP BY", "time", rss_target=True)
+    row("tailkit stats (before)", "bare GROUP BY", "time", rss_target=True)
     row("tailkit stats --approx", "bare GROUP BY", "time", rss_target=True)
     row("tailkit stats --source", "bare GROUP BY", "info", rss_target=True)
     row("tailkit calibrate", None, "", rss_target=True)
@@ -771,7 +833,14 @@ def main(argv: list[str] | None = None) -> int:
         "--skip",
         default="",
         type=lambda v: {x.strip() for x in v.split(",")},
-        help="steps to leave out: approx, source (e.g. --skip approx,source)",
+        help="steps to leave out: ingest, approx, source, calibrate (e.g. --skip "
+        "approx,source); without ingest, --reuse measures the store an earlier run kept",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also time `stats` importing tailkit from this checkout (e.g. a git worktree of "
+        "an older commit), interleaved with the others",
     )
     parser.add_argument("--generate", type=Path, help=argparse.SUPPRESS)  # the generator child
     parser.add_argument("--with-jsonl", action="store_true", help=argparse.SUPPRESS)

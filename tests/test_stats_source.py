@@ -214,9 +214,11 @@ def test_approx_options_reach_tail_report(tmp_path: Path, monkeypatch: pytest.Mo
     real = stats_module.tail_report
     seen: list[bool] = []
 
-    def spy(store: Any, query: Any, *, min_group: int = 1, approx: bool = False) -> Any:
+    def spy(
+        store: Any, query: Any, *, min_group: int = 1, approx: bool = False, fits: bool = True
+    ) -> Any:
         seen.append(approx)
-        return real(store, query, min_group=min_group)
+        return real(store, query, min_group=min_group, fits=fits)
 
     monkeypatch.setattr(stats_module, "tail_report", spy)
     path = str(_write_jsonl(tmp_path / "a.jsonl", _rows(500, seed=11)))

@@ -135,6 +135,14 @@ def stats(
         Path | None,
         typer.Option("--parquet", metavar="FILE", help="Write the table to this Parquet file."),
     ] = None,
+    fits: Annotated[
+        bool,
+        typer.Option(
+            "--fits",
+            help="Also rank distribution families and fit each row's transient-tail mixture "
+            "(columns best_family, transient_*).",
+        ),
+    ] = False,
     approx: Annotated[
         bool,
         typer.Option(
@@ -185,8 +193,10 @@ def stats(
     Show where the latency tail is, per group and token bucket, with intervals and fits.
 
     One row per group: calls, cut and failed shares, p50/p90/p95/p99 with 95% intervals,
-    p99/p50, the lognormal fit and its verdict, the transient-tail share, TTFT and generation
-    quantiles, the phase that holds the tail and the cutoff signal it suggests. Then, per
+    p99/p50, the lognormal fit and its verdict, TTFT and generation quantiles, the phase that
+    holds the tail and the cutoff signal it suggests; with --fits also the best of four
+    distribution families and the transient-tail share of a mixture fit (--json says under
+    "fits" whether those columns were computed). Then, per
     route, whether a fresh attempt would escape the tail: transient, work (the calls' size),
     mixed, or can't tell (saying what is missing), with the evidence: calls slower than their
     size explains, the share of spread size explains, slow spells in time, and how often
@@ -234,7 +244,7 @@ def stats(
     ):
         query = TableQuery(by=_names(by, "--by"), bucket=bucket_names, where=where, buckets=buckets)
         result = stats_from(
-            db=db, source=source, query=query, min_group=min_group, approx=approx,
+            db=db, source=source, query=query, min_group=min_group, fits=fits, approx=approx,
             approx_above=approx_above, sketch=sketch, engine=engine, scheduler=scheduler,
             workers=workers, format=format, options=options, memory_limit=memory_limit,
             progress=read_bar, on_file=tasks_bar,

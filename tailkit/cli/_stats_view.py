@@ -16,7 +16,7 @@ from rich.table import Table
 
 from tailkit import text
 from tailkit.fit import min_calls_for_quantile
-from tailkit.tails import TailReport
+from tailkit.tails import FIT_COLUMNS, TailReport
 
 
 def _missing(value: Any) -> bool:
@@ -43,7 +43,8 @@ def _fit(row: dict[str, Any]) -> str:
     fit = row.get("fit")
     if fit is None:
         return "-"
-    return str(fit) if fit != "rejected" else f"rejected, best {row.get('best_family')}"
+    best = row.get("best_family")  # null unless the families were ranked (--fits)
+    return f"rejected, best {best}" if fit == "rejected" and best else str(fit)
 
 
 def _evidence(row: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -178,9 +179,16 @@ def to_json(report: TailReport, *, engine: dict[str, Any] | None = None) -> str:
     """
     Both tables as one JSON document (non-finite numbers as null / "inf").
 
-    ``engine`` describes what computed them (``stats --json``'s ``"engine"``).
+    ``engine`` describes what computed them (``stats --json``'s ``"engine"``); ``"fits"`` says
+    whether the rows' `FIT_COLUMNS` were computed, and how to get them when not.
     """
     doc: dict[str, Any] = {"engine": engine} if engine else {}
+    doc["fits"] = {
+        "computed": report.fits,
+        "columns": list(FIT_COLUMNS),
+        "note": "the family ranking and the transient-tail mixture of every row"
+        + ("" if report.fits else ": null here; tailkit stats --fits computes them"),
+    }
     doc |= {
         "table": [{k: _clean(v) for k, v in r.items()} for r in report.table.iter_rows(named=True)],
         "verdicts": [

@@ -63,6 +63,7 @@ def stats_from(
     source: Sequence[str | Path] | None = None,
     query: TableQuery | None = None,
     min_group: int = 1,
+    fits: bool = True,
     approx: bool = False,
     approx_above: int | None = None,
     sketch: bool = False,
@@ -85,6 +86,8 @@ def stats_from(
             out and counted in the result's ``read``.
         query: Grouping, buckets and filter (`TableQuery`'s defaults when ``None``).
         min_group: Leave out groups with fewer calls.
+        fits: The family ranking and the transient-tail mixture of every row (`FIT_COLUMNS`:
+            null without).
         approx: Approximate quantiles (DuckDB's t-digest) on the exact path.
         approx_above: Approximate quantiles when more than this many calls are selected
             (``None``: as ``approx`` says).
@@ -118,12 +121,12 @@ def stats_from(
         if summaries:
             return _from_summaries(
                 engine=engine, db=db, source=source, scheduler=scheduler, workers=workers,
-                query=query, reading=reading, min_group=min_group, on_file=on_file,
+                query=query, reading=reading, min_group=min_group, fits=fits, on_file=on_file,
             )  # fmt: skip
         with _exact_store(db, source, reading, progress) as (store, read):
             if approx_above is not None and not approx:
                 approx = _selected_calls(store, query.where, read) > approx_above
-            report = tail_report(store, query, min_group=min_group, approx=approx)
+            report = tail_report(store, query, min_group=min_group, approx=approx, fits=fits)
         return SourceStats(report, read)
     except OutOfMemoryError as exc:
         if source and not summaries:
@@ -225,6 +228,7 @@ def _from_summaries(
     query: TableQuery,
     reading: Reading,
     min_group: int,
+    fits: bool,
     on_file: Callable[[int, int], None] | None,
 ) -> SourceStats:
     """
@@ -234,7 +238,8 @@ def _from_summaries(
         with Store.open(db, read_only=True, memory_limit=reading.memory_limit) as store:
             summary = summarize(store, query, min_group=min_group)
         run = EngineRun(Partition(summary, InPlace([])), "duckdb", 1, [peak_rss_bytes()])
-        return SourceStats(summary_report(summary, query, min_group=min_group), None, run)
+        report = summary_report(summary, query, min_group=min_group, fits=fits)
+        return SourceStats(report, None, run)
     files, missing = expand_paths(source)
     if missing:
         raise IngestError("; ".join(str(e) for e in missing))
@@ -249,5 +254,5 @@ def _from_summaries(
         )  # fmt: skip
     else:
         run = summarize_local(files, query, reading, min_group=min_group, on_file=done)
-    report = summary_report(run.partition.summary, query, min_group=min_group)
+    report = summary_report(run.partition.summary, query, min_group=min_group, fits=fits)
     return SourceStats(report, run.partition.read, run)

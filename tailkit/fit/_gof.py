@@ -131,14 +131,24 @@ def _anderson_darling_normal(ys: list[_Array]) -> list[tuple[float, float]]:
     ]
 
 
-def _family_fits(samples: list[_Sample]) -> list[tuple[tuple[FamilyFit, ...], str | None]]:
-    # Each sample's families, best first, and why the lognormal has no fit (None if it has).
+def _family_fits(
+    samples: list[_Sample], *, others: bool = True
+) -> list[tuple[tuple[FamilyFit, ...], str | None]]:
+    # Each sample's families, best first, and why the lognormal has no fit (None if it has);
+    # without ``others``, the lognormal alone.
     ys = [np.log(x) for x, _, _ in samples]
     cuts = [np.log(c) for _, c, _ in samples]
-    location_scale = {f: fit_location_scale(f, ys, cuts) for f in ("weibull", "loglogistic")}
-    gamma_shapes = gamma_shape(
-        np.array([math.log(x.mean()) - y.mean() for (x, _, _), y in zip(samples, ys, strict=True)])
-    ).tolist()
+    names = ("weibull", "loglogistic") if others else ()
+    location_scale = {f: fit_location_scale(f, ys, cuts) for f in names}
+    gamma_shapes = (
+        gamma_shape(
+            np.array(
+                [math.log(x.mean()) - y.mean() for (x, _, _), y in zip(samples, ys, strict=True)]
+            )
+        ).tolist()
+        if others
+        else []
+    )
     out = []
     for i, (x, x_cut, _) in enumerate(samples):
         fits: list[tuple[str, tuple[float, float, float], float]] = []
@@ -161,11 +171,12 @@ def _family_fits(samples: list[_Sample]) -> list[tuple[tuple[FamilyFit, ...], st
             loc, scale_log, value = found[i]
             if math.isfinite(value):
                 fits.append((family, (1.0 / scale_log, 0.0, math.exp(loc)), value))
-        try:
-            a, scale, value = fit_gamma(x, ys[i], x_cut, gamma_shapes[i])
-            fits.append(("gamma", (a, 0.0, scale), value))
-        except TailkitError:
-            pass
+        if others:
+            try:
+                a, scale, value = fit_gamma(x, ys[i], x_cut, gamma_shapes[i])
+                fits.append(("gamma", (a, 0.0, scale), value))
+            except TailkitError:
+                pass
         n_all = x.size + x_cut.size
         ranked = sorted((FamilyFit(f, p, v, 4.0 - 2.0 * v, n_all) for f, p, v in fits), key=_aic)
         out.append((tuple(ranked), note))
@@ -281,12 +292,18 @@ def goodness_of_fit_many(
     alpha: float = 0.05,
     max_n: int = 5000,
     seed: int = 0,
+    families: bool = True,
 ) -> list[GoodnessOfFit]:
     """
     `goodness_of_fit` for many samples, ``(latency_s, censored_at_s)`` each, results in order.
 
     Each result is the one `goodness_of_fit` gives for that sample alone; the fits and tests
     of all samples run together as arrays, which costs far less than one at a time.
+
+    Without ``families`` only the lognormal is fitted: the test, its p-value and verdict are
+    the same, but ``families`` holds the lognormal alone and ``best_family`` is ``""``. The
+    comparison of families is most of the cost (three more maximum-likelihood fits per
+    sample), and a table that shows only the verdict need not pay for it.
     """
     from scipy import special
 
@@ -312,17 +329,17 @@ def goodness_of_fit_many(
             todo.append((observed, censored, rng))
     tested: list[tuple[int, _Array, str]] = []  # (index in todo, log latency, method)
     verdicts: dict[int, GoodnessOfFit] = {}
-    all_families = _family_fits(todo) if todo else []
-    for i, (sample, (families, note)) in enumerate(zip(todo, all_families, strict=True)):
+    all_families = _family_fits(todo, others=families) if todo else []
+    for i, (sample, (fitted, note)) in enumerate(zip(todo, all_families, strict=True)):
         observed, censored, rng = sample
         n = observed.size + censored.size
-        best = families[0].family if families else ""
-        lognormal = next((f for f in families if f.family == "lognormal"), None)
+        best = fitted[0].family if fitted and families else ""
+        lognormal = next((f for f in fitted if f.family == "lognormal"), None)
         if lognormal is None:
             # degenerate or hopeless data (see fit_lognormal): no test, and no rejection
             method = NO_FIT_METHOD + (note or "the censored fit failed")
             verdicts[i] = GoodnessOfFit(
-                "lognormal", math.nan, math.nan, method, "too few calls", families, best, n
+                "lognormal", math.nan, math.nan, method, "too few calls", fitted, best, n
             )
             continue
         sigma, _, median = lognormal.params
@@ -331,7 +348,7 @@ def goodness_of_fit_many(
             verdict = "too few calls" if math.isnan(p_value) else "fits"
             verdict = "rejected" if p_value < alpha else verdict
             verdicts[i] = GoodnessOfFit(
-                "lognormal", statistic, p_value, method, verdict, families, best, n
+                "lognormal", statistic, p_value, method, verdict, fitted, best, n
             )
             continue
         y = np.log(observed)
@@ -344,10 +361,11 @@ def goodness_of_fit_many(
         tested.append((i, y, AD_IMPUTED_METHOD if censored.size else AD_METHOD))
     tests = _anderson_darling_normal([y for _, y, _ in tested]) if tested else []
     for (i, _, method), (statistic, p_value) in zip(tested, tests, strict=True):
-        families, n = all_families[i][0], todo[i][0].size + todo[i][1].size
+        fitted, n = all_families[i][0], todo[i][0].size + todo[i][1].size
         verdict = "rejected" if p_value < alpha else "fits"
+        best = fitted[0].family if families else ""
         verdicts[i] = GoodnessOfFit(
-            "lognormal", statistic, p_value, method, verdict, families, families[0].family, n
+            "lognormal", statistic, p_value, method, verdict, fitted, best, n
         )
     done = iter(verdicts[i] for i in range(len(todo)))
     return [r if r is not None else next(done) for r in results]

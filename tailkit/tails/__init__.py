@@ -8,12 +8,14 @@ The tail table per group and bucket (`tailkit stats`).
 
 from tailkit.tails._api import stats as stats
 from tailkit.tails._query import TableQuery as TableQuery
+from tailkit.tails._table import FIT_COLUMNS as FIT_COLUMNS
 from tailkit.tails._table import TailReport as TailReport
 from tailkit.tails._table import tail_report as tail_report
 from tailkit.tails._table import tail_table as tail_table
 
 
 __all__ = [
+    "FIT_COLUMNS",
     "TableQuery",
     "TailReport",
     "stats",

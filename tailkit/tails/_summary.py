@@ -333,6 +333,7 @@ def summary_report(
     min_group: int = 1,
     level: float = 0.95,
     window_s: float = 60.0,
+    fits: bool = True,
 ) -> TailReport:
     """
     The tail table and verdicts of a summary, by the table's own code (`build_report`).
@@ -340,9 +341,11 @@ def summary_report(
     Quantiles p50 to p99, TTFT, generation and speed come from the DDSketch bins: column
     ``quantile_rel_error`` bounds, per row, the relative distance of p50..p99 from the exact
     values (`RELATIVE_ACCURACY`, more where Kaplan-Meier curves meet cut calls inside a
-    bucket). The fits and verdicts read the same seeded samples as the store's table.
+    bucket). The fits and verdicts read the same seeded samples as the store's table;
+    ``fits`` as for `tail_report`.
     """
     return build_report(
         SummarySource(summary), query or TableQuery(),
         min_group=min_group, level=level, fit_max_n=summary.group_size, window_s=window_s,
+        fits=fits,
     )  # fmt: skip

@@ -31,7 +31,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tailkit.errors import OutOfMemoryError
-from tailkit.fit import fit_lognormal, phase_split, tail_warning
+from tailkit.fit import TransientTailFit, fit_lognormal, phase_split, tail_warning
 from tailkit.fit.lowlevel import fit_transient_tails, goodness_of_fit_many
 from tailkit.store import Store
 from tailkit.store.lowlevel import paired_calls_sql
@@ -52,6 +52,24 @@ from tailkit.tails._verdicts import MAX_ROUTE_CALLS, RouteAccumulator
 
 _Array = npt.NDArray[np.float64]
 _NAMES = {0.5: "p50", 0.9: "p90", 0.95: "p95", 0.99: "p99"}
+FIT_COLUMNS = (
+    "best_family",
+    "transient_share",
+    "transient_share_lo",
+    "transient_share_hi",
+    "transient_scale",
+    "transient_mixture",
+)
+"""
+The columns of the family ranking and the transient-tail mixture: computed with ``fits``.
+
+They cost most of the table's per-group work (three more maximum-likelihood families and a
+mixture searched from five starts with a profile-likelihood interval, on every row), and none
+is needed for a row's quantiles, intervals, lognormal fit, verdict or phase split, nor for the
+route's verdict, which regresses on the calls' size itself. ``tailkit stats`` computes them
+with ``--fits`` (``tail_report(fits=True)``, the library's default); without, they are null
+and ``stats --json`` says so under ``"fits"``.
+"""
 WARNING_MAX_CALLS = 1_000_000  # a warning's Kaplan-Meier curve reads up to this many calls
 
 
@@ -216,10 +234,13 @@ class _StoreSource:
 class TailReport:
     """
     The tail table and, per route (the ``by`` columns), whether its tail is work or transient.
+
+    ``fits``: whether `FIT_COLUMNS` were computed (else they are null).
     """
 
     table: pl.DataFrame
     verdicts: pl.DataFrame
+    fits: bool = True
 
 
 def tail_report(
@@ -231,6 +252,7 @@ def tail_report(
     fit_max_n: int = 2000,
     window_s: float = 60.0,
     approx: bool = False,
+    fits: bool = True,
 ) -> TailReport:
     """
     The tail table and the work-vs-transient verdicts, in memory that grows with groups.
@@ -248,6 +270,8 @@ def tail_report(
             ``approx_rank_error`` then states, per row, the largest distance measured between
             the rank of p50..p99 and its target (0.001: 0.1 % of the group's calls away); the
             TTFT, generation and tokens-per-second quantiles are approximate too, unmeasured.
+        fits: Fit each row's transient-tail mixture (with its profile interval) and rank the
+            families by AIC; without, `FIT_COLUMNS` are null (see `FIT_COLUMNS`).
 
     Returns:
         Both tables as polars DataFrames (columns listed in the README).
@@ -258,7 +282,7 @@ def tail_report(
     source = _StoreSource(store, approx=approx)
     return build_report(
         source, query or TableQuery(),
-        min_group=min_group, level=level, fit_max_n=fit_max_n, window_s=window_s,
+        min_group=min_group, level=level, fit_max_n=fit_max_n, window_s=window_s, fits=fits,
     )  # fmt: skip
 
 
@@ -270,19 +294,46 @@ def build_report(
     level: float,
     fit_max_n: int,
     window_s: float,
+    fits: bool = True,
 ) -> TailReport:
     """
     The tail table and the verdicts from ``source``'s numbers (see `tail_report`).
     """
     groups = source.groups(query)
+    # Every call goes to its route's verdict, also those of groups too thin to describe
+    # (cut calls, with no output tokens, often fill a bucket of their own).
+    routes = RouteAccumulator(len(query.by), window_s=window_s, level=level, background=True)
+    try:
+        return _build(
+            source, query, groups, routes,
+            min_group=min_group, level=level, fit_max_n=fit_max_n, fits=fits,
+        )  # fmt: skip
+    finally:
+        routes.close()
+
+
+def _build(
+    source: TableSource,
+    query: TableQuery,
+    groups: pl.DataFrame,
+    routes: RouteAccumulator,
+    *,
+    min_group: int,
+    level: float,
+    fit_max_n: int,
+    fits: bool,
+) -> TailReport:
+    """
+    `build_report` once the groups are read: rows, samples and verdicts, then the fits.
+
+    The routes are judged on their own thread (`RouteAccumulator`) as their samples arrive;
+    meanwhile this thread reads the exact quantiles (the sorted pass) and fits the rows.
+    """
     keys = list(query.keys)
     rows: list[dict[str, Any]] = []
     described: list[DescribedGroup] = []
     kept: dict[int, int | None] = {}  # group id: its finished and cut calls when described
     aggs: list[dict[str, Any]] = []
-    # Every call goes to its route's verdict, also those of groups too thin to describe
-    # (cut calls, with no output tokens, often fill a bucket of their own).
-    routes = RouteAccumulator(len(query.by), window_s=window_s, level=level)
     for agg in groups.iter_rows(named=True):
         n, n_ok, n_censored = int(agg["n"]), int(agg["n_ok"]), int(agg["n_censored"])
         if n < min_group:
@@ -308,24 +359,27 @@ def build_report(
             continue
         described.append(DescribedGroup(row, key, agg, censored=n_censored > 0))
         kept[int(agg[GROUP_ID])] = int(agg["n_listed"])
-    latency = source.latency(query, described, aggs, level)
-    for row, agg in zip(rows, aggs, strict=True):
-        speed = agg.get("speed_q") or [None, None]
-        row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
     hedges, paired = source.hedges(query), source.paired(query)
     group_calls = source.samples(
         query, kept, _route_counts(kept, groups),
         group_size=fit_max_n, route_size=MAX_ROUTE_CALLS,
         on_route=lambda route_id, calls: routes.judge(route_id, calls, hedges, paired),
     )  # fmt: skip
-    routes.judge_rest(hedges, paired)
+    latency = source.latency(query, described, aggs, level)
+    for row, agg in zip(rows, aggs, strict=True):
+        speed = agg.get("speed_q") or [None, None]
+        row["tokens_per_s_p50"], row["tokens_per_s_p10"] = speed[0], speed[1]
     if described:
-        _describe(source, query, described, group_calls, latency, level=level, max_n=fit_max_n)
+        _describe(
+            source, query, described, group_calls, latency,
+            level=level, max_n=fit_max_n, fits=fits,
+        )  # fmt: skip
+    routes.finish(hedges, paired)
     verdicts = routes.verdicts(list(query.by))
     table = pl.DataFrame(rows, infer_schema_length=None)
     if "transient" in table.columns:
         table = table.with_columns(pl.col("transient").cast(pl.Boolean))
-    return TailReport(table, verdicts)
+    return TailReport(table, verdicts, fits)
 
 
 def _route_counts(kept: dict[int, int | None], groups: pl.DataFrame) -> dict[int, int]:
@@ -381,6 +435,7 @@ def _describe(
     *,
     level: float,
     max_n: int,
+    fits: bool,
 ) -> None:
     """
     Add the latency columns to each group's row; ``drawn`` holds the groups' samples.
@@ -394,7 +449,7 @@ def _describe(
     _quantile_columns(described, found)
     calls = [drawn.get(g.gid, Calls.empty()) for g in described]
     samples = [c.fit_input(censored=g.censored) for g, c in zip(described, calls, strict=True)]
-    notes = _fit_columns(described, samples, level=level, max_n=max_n)
+    notes = _fit_columns(described, samples, level=level, max_n=max_n, fits=fits)
     for g, sample, c, note in zip(described, samples, calls, notes, strict=True):
         g.row |= _phase_columns(g, c)
         # The intervals are in the row already: only an unbounded one needs the warning.
@@ -505,14 +560,22 @@ def _fit_columns(
     *,
     level: float,
     max_n: int,
+    fits: bool,
 ) -> list[str | None]:
     """
-    The lognormal fit, the goodness-of-fit verdict and the transient-tail mixture.
+    The lognormal fit and the goodness-of-fit verdict; with ``fits``, `FIT_COLUMNS` too.
+
+    Without ``fits`` the family ranking and the transient-tail mixture are not computed, and
+    their columns are null.
 
     Returns, per group, why its lognormal fit has no estimate (``None`` when it has one).
     """
-    gofs = goodness_of_fit_many(samples, max_n=max_n)
-    mixes = fit_transient_tails(samples, max_n=max_n, level=level)
+    gofs = goodness_of_fit_many(samples, max_n=max_n, families=fits)
+    mixes: list[TransientTailFit | None] = (
+        list(fit_transient_tails(samples, max_n=max_n, level=level))
+        if fits
+        else [None] * len(samples)
+    )
     notes: list[str | None] = []
     for g, (latency, cut), gof, mix in zip(described, samples, gofs, mixes, strict=True):
         note = None
@@ -524,16 +587,13 @@ def _fit_columns(
             fit = fit_lognormal(latency, censored_at_s=cut, level=level)
             mu, sigma, note = fit.mu, fit.sigma, fit.note
         notes.append(note)
-        g.row |= {
-            "mu": mu,
-            "sigma": sigma,
-            "fit": gof.verdict,
-            "fit_p": gof.p_value,
+        g.row |= {"mu": mu, "sigma": sigma, "fit": gof.verdict, "fit_p": gof.p_value}
+        g.row |= dict.fromkeys(FIT_COLUMNS) if mix is None else {
             "best_family": gof.best_family,
             "transient_share": mix.tail_share,
             "transient_share_lo": mix.tail_share_interval.low,
             "transient_share_hi": mix.tail_share_interval.high,
             "transient_scale": mix.tail_scale,
             "transient_mixture": mix.has_transient_tail,
-        }
+        }  # fmt: skip
     return notes

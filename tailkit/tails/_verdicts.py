@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -28,21 +30,34 @@ from tailkit.tails._samples import Calls
 
 
 MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded sample
+MAX_WAITING_BYTES = 128 * 2**20  # route samples handed to the judging thread, not yet judged
 Counts = dict[tuple[Any, ...], tuple[int, int]]
 
 
 class RouteAccumulator:
     """
     Collects, per route (the first ``n_route_keys`` of a group's key), its rows.
+
+    With ``background``, routes are judged on a thread of their own, as their samples arrive,
+    while the caller goes on (the table's sorted pass and its rows' fits): the judging is numpy
+    on arrays (regressions, sorts, partitions), which releases the GIL, so it runs on the
+    second core. Samples waiting for that thread hold at most `MAX_WAITING_BYTES` (beyond,
+    `judge` waits for the oldest): memory stays bounded whatever the number of routes.
+    `finish` waits for every verdict; `close` lets the thread go.
     """
 
-    def __init__(self, n_route_keys: int, *, window_s: float, level: float) -> None:
+    def __init__(
+        self, n_route_keys: int, *, window_s: float, level: float, background: bool = False
+    ) -> None:
         self._n = n_route_keys
         self._window_s = window_s
         self._level = level
         self._rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._ids: dict[tuple[Any, ...], int] = {}
         self._kinds: dict[tuple[Any, ...], TailKind] = {}
+        self._pool = ThreadPoolExecutor(1, "tailkit-routes") if background else None
+        self._waiting: deque[tuple[Future[None], int]] = deque()
+        self._waiting_bytes = 0
 
     def add(self, key: tuple[Any, ...], row: dict[str, Any], route_id: int) -> None:
         """
@@ -68,13 +83,49 @@ class RouteAccumulator:
             hedges: Per route, ``(pairs, escaped)`` from repeat attempts (see `hedges_sql`).
             paired: Per route, ``(pairs, escaped)`` from paired calls (`paired_calls_sql`).
         """
-        for route, rid in self._ids.items():
-            if rid == route_id:
+        routes = [route for route, rid in self._ids.items() if rid == route_id]
+        if self._pool is None:
+            for route in routes:
                 self._judge(route, calls, hedges, paired)
+            return
+        size = sum(column.nbytes for column in calls.columns())
+        while self._waiting and self._waiting_bytes + size > MAX_WAITING_BYTES:
+            self._wait_oldest()
+        for route in routes:
+            self._waiting.append(
+                (self._pool.submit(self._judge, route, calls, hedges, paired), size)
+            )
+            self._waiting_bytes += size
+            size = 0  # one sample, however many routes share its id
+
+    def _wait_oldest(self) -> None:
+        future, size = self._waiting.popleft()
+        self._waiting_bytes -= size
+        future.result()  # a verdict that failed raises here
+
+    def finish(self, hedges: Counts | None = None, paired: Counts | None = None) -> None:
+        """
+        Wait for every route judged in the background; decide the routes with no calls.
+        """
+        while self._waiting:
+            self._wait_oldest()
+        self.judge_rest(hedges, paired)
+
+    def close(self) -> None:
+        """
+        Let the judging thread go (once the verdicts are in, or on an error).
+        """
+        if self._pool is not None:
+            for future, _ in self._waiting:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def judge_rest(self, hedges: Counts | None = None, paired: Counts | None = None) -> None:
         """
         Decide the routes not judged yet: they have no finished or cut call.
+
+        With ``background``, after `finish` (which calls it).
         """
         for route in self._ids:
             if route not in self._kinds:
