@@ -21,6 +21,8 @@ import functools
 import importlib
 import inspect
 import re
+import sys
+import types
 
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
@@ -191,6 +193,57 @@ def _escaped(objects: list[Any]) -> Iterator[None]:
             obj.help = text
 
 
+class _StandIn(type):
+    """
+    A class that stands in for a rich class until it is used, then is that class.
+
+    Calling it, or reading an attribute of it, imports the real module and forwards there; so
+    a typer that one day renders Markdown or a traceback with it still gets rich's own.
+    """
+
+    _module: str
+
+    def _real(cls) -> Any:
+        return getattr(importlib.import_module(cls._module), cls.__name__)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._real()(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        return getattr(cls._real(), name)
+
+
+_UNUSED_BY_HELP = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+"""The rich modules typer's help module imports whole but help in ``rich`` markup never uses."""
+
+
+def import_rich_help() -> None:
+    """
+    Import typer's help renderer (``typer.rich_utils``) without rich.markdown and rich.traceback.
+
+    ``typer.rich_utils`` imports both at its top, for help written in Markdown and for pretty
+    tracebacks: markdown-it, pygments and attrs, 90 ms of the 200 ms ``tailkit --help`` took
+    (issue 31). tailkit's help is rich markup and its tracebacks are plain
+    (``pretty_exceptions_enable=False``), so while typer's module is imported those two
+    modules are stand-ins (`_StandIn`), taken out of ``sys.modules`` again at once: the help
+    drawn is the same, and any later ``import rich.markdown`` gets the real module.
+    """
+    if "typer.rich_utils" in sys.modules:
+        return
+    stand_ins: dict[str, types.ModuleType] = {}
+    for module, name in _UNUSED_BY_HELP.items():
+        if module not in sys.modules:
+            stand_ins[module] = types.ModuleType(module)
+            setattr(stand_ins[module], name, _StandIn(name, (), {"_module": module}))
+    sys.modules.update(stand_ins)
+    try:
+        importlib.import_module("typer.rich_utils")
+    finally:
+        for module, stand_in in stand_ins.items():
+            if sys.modules.get(module) is stand_in:
+                del sys.modules[module]
+
+
 def _width() -> int:
     from rich.console import Console
     from typer import rich_utils
@@ -228,6 +281,7 @@ class HelpCommand(_HelpFlag, TyperCommand):
         """
         Draw the help with the examples fitted to the terminal and markup escaped.
         """
+        import_rich_help()
         saved = self.help
         if saved:
             self.help = _fit_examples(saved, _width() - _PADDING)
@@ -343,6 +397,7 @@ class HelpGroup(_HelpFlag, TyperGroup):
         """
         Draw the help with every help text escaped for rich markup, commands by summary.
         """
+        import_rich_help()
         self._listing = True
         try:
             names = self.list_commands(ctx)
