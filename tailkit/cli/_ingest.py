@@ -55,6 +55,15 @@ def ingest(
     strict: Annotated[
         bool, typer.Option("--strict", help="Store nothing from a file with any bad row.")
     ] = False,
+    path_template: Annotated[
+        str | None,
+        typer.Option(
+            "--path-template",
+            metavar="TEMPLATE",
+            help="Read columns from each file's path, e.g. '{model}/*.jsonl' (one folder per "
+            "model) or '{provider}_*.json'; matched against the end of the path.",
+        ),
+    ] = None,
     input_edges: InputEdges = None,
     output_edges: OutputEdges = None,
     quiet: Annotated[
@@ -78,6 +87,8 @@ def ingest(
         tailkit ingest latency.csv --map total_s=latency_ms --unit ms --set provider=openai
 
         tailkit ingest calls.csv --map status=success --status-map 429=rate_limited
+
+        tailkit ingest bench/ --path-template '{model}/*.jsonl'
     """
     if list_formats:
         for line in _render.formats_text(as_json=as_json):
@@ -92,8 +103,9 @@ def ingest(
     with library_errors("ingest"), Store.open(db, memory_limit=memory_limit) as store:
         with IngestProgress(enabled=not as_json) as progress:
             report = ingest_paths(
-                store, paths, format=format, options=options, strict=strict, progress=progress
-            )
+                store, paths, format=format, options=options, strict=strict, progress=progress,
+                path_template=path_template,
+            )  # fmt: skip
         summary = None if quiet else summarize_store(store, buckets)
     if as_json:
         typer.echo(_render.ingest_json(report, summary))

@@ -41,9 +41,11 @@ from tailkit.store import Store
 CONFLICT = "call_id_conflict"
 """Reject reason of a row whose scoped id is taken by a call with other values."""
 
-_SCOPE = ("provider", "model", "call_id")
+SCOPE = ("provider", "model", "call_id")
+"""The columns of a call's identity."""
+
 _VALUES = tuple(c for c in SOURCE_COLUMNS if c.name != "call_id")
-_COMPARED = tuple(c for c in SOURCE_COLUMNS if c.name not in _SCOPE)
+_COMPARED = tuple(c for c in SOURCE_COLUMNS if c.name not in SCOPE)
 _MATCHES = "_tailkit_identity_matches"
 
 
@@ -61,7 +63,7 @@ def content_text_sql() -> str:
     return f"concat_ws(chr(31), {parts})"
 
 
-def _differences_sql(new: str, old: str) -> str:
+def differences_sql(new: str, old: str) -> str:
     """
     SQL text naming each compared column where row ``new`` differs from row ``old``.
     """
@@ -74,8 +76,11 @@ def _differences_sql(new: str, old: str) -> str:
     return f"concat_ws('; ', {parts})"
 
 
-def _same_scope(new: str, old: str) -> str:
-    return " AND ".join(f"{new}.{c} IS NOT DISTINCT FROM {old}.{c}" for c in _SCOPE)
+def same_scope_sql(new: str, old: str) -> str:
+    """
+    SQL condition: rows ``new`` and ``old`` have the same scoped id.
+    """
+    return " AND ".join(f"{new}.{c} IS NOT DISTINCT FROM {old}.{c}" for c in SCOPE)
 
 
 def derive_ids(store: Store, ingest_id: int, *, source: str, good: str) -> None:
@@ -160,13 +165,13 @@ def settle_identity(
     if had_calls:
         _collect(
             store,
-            f"SELECT n.rowid AS rid, o.rowid AS other, {_equal('n', 'o')} AS same FROM calls n "
-            f"JOIN calls o ON {_same_scope('n', 'o')} "
+            f"SELECT n.rowid AS rid, o.rowid AS other, {equal_sql('n', 'o')} AS same FROM calls n "
+            f"JOIN calls o ON {same_scope_sql('n', 'o')} "
             f"WHERE n.{this} AND o.ingest_id <> {ingest_id}",
         )
         d, c = _settle(store, bad_rows, ingest_id, "already stored from")
         duplicates, conflicts = duplicates + d, conflicts + c
-    scope = ", ".join(_SCOPE)
+    scope = ", ".join(SCOPE)
     repeats = (
         None
         if ids_derived
@@ -178,7 +183,7 @@ def settle_identity(
     if repeats and repeats[0]:
         _collect(
             store,
-            f"SELECT p.rid, p.other, {_equal('n', 'o')} AS same FROM (SELECT rid, other FROM "
+            f"SELECT p.rid, p.other, {equal_sql('n', 'o')} AS same FROM (SELECT rid, other FROM "
             "(SELECT rowid AS rid, first_value(rowid) OVER (PARTITION BY "
             f"{scope} ORDER BY source_row) AS other FROM calls WHERE {this}) WHERE rid <> other"
             ") p JOIN calls n ON n.rowid = p.rid JOIN calls o ON o.rowid = p.other",
@@ -189,7 +194,10 @@ def settle_identity(
     return duplicates, conflicts
 
 
-def _equal(new: str, old: str) -> str:
+def equal_sql(new: str, old: str) -> str:
+    """
+    SQL condition: rows ``new`` and ``old`` agree in every compared call-record column.
+    """
     return " AND ".join(f"{new}.{c.name} IS NOT DISTINCT FROM {old}.{c.name}" for c in _COMPARED)
 
 
@@ -218,7 +226,7 @@ def _settle(store: Store, bad_rows: str, ingest_id: int, where: str) -> tuple[in
         f"'{CONFLICT}', 'call_id ' || to_json(n.call_id)::VARCHAR || ' of ' || "
         "coalesce(n.provider, 'null') || '/' || coalesce(n.model, 'null') || "
         f"' {where} ' || o.source_file || ' row ' || coalesce(o.source_row::VARCHAR, '?') || "
-        f"' with other values: ' || {_differences_sql('n', 'o')}, "
+        f"' with other values: ' || {differences_sql('n', 'o')}, "
         f"json_object({fields})::VARCHAR FROM ({conflicting}) m "
         "JOIN calls n ON n.rowid = m.rid JOIN calls o ON o.rowid = m.other"
     )

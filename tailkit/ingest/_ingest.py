@@ -14,6 +14,7 @@ is given the name with each of them in a character class of its own (`sql_path`)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import tempfile
 import time
@@ -26,13 +27,15 @@ from typing import Protocol
 
 import xxhash
 
-from tailkit.errors import IngestError, InputFileError, QueryError
+from tailkit.errors import IngestError, InputFileError, MappingError, QueryError
 from tailkit.formats import FORMATS, ScanOptions, detect_format
 from tailkit.formats.lowlevel import GENERIC, Detected, Scan, check_options, read_head, sql_path
+from tailkit.ingest._batch import Member, Outcome, can_batch, read_together
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
 from tailkit.ingest._paths import expand_paths
+from tailkit.ingest._template import PathTemplate
 from tailkit.store import Store
 from tailkit.text import Advice
 
@@ -228,9 +231,14 @@ def ingest_paths(
     options: ScanOptions | None = None,
     strict: bool = False,
     progress: Progress | None = None,
+    path_template: str | None = None,
 ) -> IngestReport:
     """
     Ingest files, folders and globs into the store.
+
+    Small JSON-lines and Parquet files that read alike are read together, in one scan per
+    format (`tailkit.ingest._batch`), with the same per-file results as one at a time; they are
+    settled first, as if read in order, and then every other file, in order.
 
     Args:
         store: An open store.
@@ -240,60 +248,187 @@ def ingest_paths(
         options: How to map, set and convert the files' columns.
         strict: Store nothing from a file that has any bad row.
         progress: Receives the bytes to read, then a start and a finish event per file.
+        path_template: Where the files' paths carry column values, e.g. ``{model}/*.jsonl``:
+            matched against the end of each path, each ``{column}`` gives every row of the
+            file that value (`tailkit.ingest._template`).
 
     Returns:
         Per-file results and errors; a failed file does not stop the others.
 
     Raises:
-        IngestError: ``format`` or ``options`` are invalid (before any file is read).
+        IngestError: ``format``, ``options`` or ``path_template`` are invalid (before any file
+            is read).
     """
     options, files, missing = checked_inputs(paths, format, options)
-    errors: list[IngestError] = list(missing)
-    results: list[FileResult] = []
+    template = (
+        None if path_template is None else PathTemplate.parse(path_template, taken=_taken(options))
+    )
+    run = _Run(store, files, [path.stat().st_size for path in files], progress)
     if progress:
-        progress.begin(store, sum(path.stat().st_size for path in files))
+        progress.begin(store, sum(run.sizes))
+    planned: dict[int, tuple[Detected, Detected, ScanOptions]] = {}
+    for index, path in enumerate(files):
+        try:
+            detected, chosen = choose_format(path, format)
+            planned[index] = (detected, chosen, _file_options(path, options, template))
+        except IngestError as exc:
+            run.done(index, None, exc)
+    members = _batch_members(files, run.sizes, planned)
+    alone = [i for i in planned if i not in {m.index for m in members}]
+    if members:
+        outcomes, later = read_together(
+            store, members, template=template, base_options=options, strict=strict
+        )
+        for outcome in outcomes:
+            run.done(outcome.member.index, _batched_result(outcome), None)
+        alone.extend(m.index for m in later)
     with ThreadPoolExecutor(max_workers=1) as hasher:
-        for path in files:
-            size = path.stat().st_size
-            if progress:
-                progress.start(path, size)
-            try:
-                result = _ingest_file(store, path, format, options, strict=strict, hasher=hasher)
-            except QueryError as exc:
-                # A statement DuckDB refused midway (disk full, a reader bug): the file's
-                # transaction was rolled back, so report it like any failed file.
-                failed = IngestError(f"{path}: nothing stored, DuckDB refused a step ({exc})")
-                errors.append(failed)
-                if progress:
-                    progress.finish(None, failed)
-                continue
-            except IngestError as exc:
-                errors.append(exc)
-                if progress:
-                    progress.finish(None, exc)
-                continue
-            results.append(result)
-            if progress:
-                progress.finish(result, None)
-    return IngestReport(results, errors)
+        for index in sorted(alone):
+            detected, chosen, file_options = planned[index]
+            run.alone(
+                index,
+                functools.partial(
+                    _ingest_file, store, files[index], (detected, chosen), file_options,
+                    strict=strict, hasher=hasher, path_fields=_path_fields(template, file_options),
+                ),
+            )  # fmt: skip
+    errors: list[IngestError] = [*missing, *(run.failures[i] for i in sorted(run.failures))]
+    return IngestReport([run.results[i] for i in sorted(run.results)], errors)
+
+
+@dataclass(slots=True)
+class _Run:
+    """
+    The files of one ingest, what became of each (by position), and the progress told.
+    """
+
+    store: Store
+    files: list[Path]
+    sizes: list[int]
+    progress: Progress | None
+    results: dict[int, FileResult] = field(default_factory=dict)
+    failures: dict[int, IngestError] = field(default_factory=dict)
+
+    def done(self, index: int, result: FileResult | None, error: IngestError | None) -> None:
+        """
+        Record a file read in a batch, or refused before reading; tell the progress.
+        """
+        if result is not None:
+            self.results[index] = result
+        if error is not None:
+            self.failures[index] = error
+        if self.progress:
+            self.progress.start(self.files[index], self.sizes[index])
+            self.progress.finish(result, error)
+
+    def alone(self, index: int, ingest: Callable[[], FileResult]) -> None:
+        """
+        Read one file by itself, telling the progress as it starts and ends.
+        """
+        path = self.files[index]
+        if self.progress:
+            self.progress.start(path, self.sizes[index])
+        try:
+            result = ingest()
+        except QueryError as exc:
+            # A statement DuckDB refused midway (disk full, a reader bug): the file's
+            # transaction was rolled back, so report it like any failed file.
+            failed = IngestError(f"{path}: nothing stored, DuckDB refused a step ({exc})")
+            self.failures[index] = failed
+            if self.progress:
+                self.progress.finish(None, failed)
+            return
+        except IngestError as exc:
+            self.failures[index] = exc
+            if self.progress:
+                self.progress.finish(None, exc)
+            return
+        self.results[index] = result
+        if self.progress:
+            self.progress.finish(result, None)
+
+
+def _batched_result(outcome: Outcome) -> FileResult:
+    m = outcome.member
+    return FileResult(
+        m.path, m.format, m.why, rows_in=outcome.rows_in, stored=outcome.stored,
+        rejected=outcome.rejected, duplicates=outcome.duplicates, reasons=outcome.reasons,
+        ingest_id=outcome.ingest_id, already_rejected=outcome.already_rejected,
+        inferred_provider=outcome.inferred_provider, notes=outcome.notes,
+    )  # fmt: skip
+
+
+def _taken(options: ScanOptions) -> dict[str, str]:
+    """
+    The columns ``--map`` and ``--set`` fill, to the option that fills them.
+    """
+    return {**dict.fromkeys(options.mapping, "mapping"), **dict.fromkeys(options.sets, "sets")}
+
+
+def _file_options(path: Path, options: ScanOptions, template: PathTemplate | None) -> ScanOptions:
+    """
+    A file's options: ``options`` with the values its path gives under ``template`` set.
+
+    Raises:
+        InputFileError: The path does not match the template.
+    """
+    if template is None:
+        return options
+    return dataclasses.replace(options, sets={**options.sets, **template.values(path)})
+
+
+def _path_fields(template: PathTemplate | None, options: ScanOptions) -> dict[str, str]:
+    return {name: options.sets[name] for name in template.fields} if template else {}
+
+
+def _batch_members(
+    files: list[Path],
+    sizes: list[int],
+    planned: Mapping[int, tuple[Detected, Detected, ScanOptions]],
+) -> list[Member]:
+    """
+    The files to read together (`tailkit.ingest._batch`), with their content hashes.
+    """
+    members = []
+    for index, (_, chosen, file_options) in planned.items():
+        path = files[index]
+        if chosen.format == "skip" or not can_batch(
+            path, chosen.format, sizes[index], sql_path(str(path))
+        ):
+            continue
+        members.append(
+            Member(
+                index,
+                path,
+                chosen.format,
+                chosen.why,
+                file_options,
+                options_json(chosen.format, file_options),
+                content_hash(path),
+                sizes[index],
+            )
+        )
+    return members if len(members) >= 2 else []
 
 
 def _ingest_file(
     store: Store,
     path: Path,
-    format_name: str,
+    formats: tuple[Detected, Detected],
     options: ScanOptions,
     *,
     strict: bool,
     hasher: ThreadPoolExecutor,
+    path_fields: Mapping[str, str],
 ) -> FileResult:
-    detected, chosen = choose_format(path, format_name)
+    detected, chosen = formats
     fmt_name, why = chosen.format, chosen.why
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
     load_file = functools.partial(
         _load_file, store, path, detected=(fmt_name, why),
         looks_like=_looks_like(detected, fmt_name), options=options, strict=strict, hasher=hasher,
+        path_fields=path_fields,
     )  # fmt: skip
     try:
         return load_file(path)
@@ -322,6 +457,7 @@ def _load_file(
     options: ScanOptions,
     strict: bool,
     hasher: ThreadPoolExecutor,
+    path_fields: Mapping[str, str],
     long_lines: Mapping[int, int] | None = None,
 ) -> FileResult:
     """
@@ -329,7 +465,7 @@ def _load_file(
     """
     fmt_name, why = detected
     literal_path = sql_path(str(read_path))
-    with _real_name(path, literal_path):
+    with _real_name(path, literal_path), _from_template(path, path_fields):
         scan = sniffed_scan(store, path, literal_path, fmt_name, options, looks_like=looks_like)
     digest: Future[str] = hasher.submit(content_hash, path)
     load = FileLoad(
@@ -446,6 +582,29 @@ def _real_name(path: Path, literal_path: str) -> Iterator[None]:
         # A format that opens the file itself, by the name written for the readers.
         msg = f"{path}: cannot read ({exc.strerror or exc})"
         raise InputFileError(msg) from exc
+
+
+@contextlib.contextmanager
+def _from_template(path: Path, path_fields: Mapping[str, str]) -> Iterator[None]:
+    """
+    Say that a value the path template gives would replace the file's own column.
+
+    The template's values are set like ``sets`` values, whose refusal would advise
+    ``overrides``; for a template the fix is the template.
+    """
+    try:
+        yield
+    except MappingError as exc:
+        name = str(exc.value).partition("=")[0]
+        if exc.field != "overrides" or name not in path_fields:
+            raise
+        msg = (
+            f"{path}: {{field}} gives {name}={path_fields[name]} from the path, but the file has "
+            f"its own {name} column; leave {name} out of the template to keep the file's values"
+        )
+        raise MappingError(
+            msg, field="path_template", value=f"{name}={path_fields[name]}"
+        ) from None
 
 
 def _looks_like(detected: Detected, forced: str) -> str:

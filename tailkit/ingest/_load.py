@@ -226,7 +226,7 @@ class FileLoad:
             "INSERT INTO ingests VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?, ?, to_timestamp(?), "
             "to_timestamp(?), ?)",
             [ingest_id, str(self.path), content, self.scan.format, self.options_json, rows_in,
-             stored, rejected, duplicates, started, time.time(), _version()],
+             stored, rejected, duplicates, started, time.time(), version()],
         )  # fmt: skip
 
     def _read(self, sql: str, ingest_id: int) -> int:
@@ -388,10 +388,14 @@ def _one(store: Store, sql: str) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def version() -> str:
+    """
+    The tailkit version an ingest records.
+    """
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
 
     try:
-        return version("tailkit")
+        return installed_version("tailkit")
     except PackageNotFoundError:  # running from a source tree
         return "0+unknown"
