@@ -281,8 +281,10 @@ class Scale:
         self.lags: list[float] = []
         self.elapsed: list[float] = []
         self.in_flight = self.peak = self.ok = 0
-        self.gc_pauses: list[tuple[int, float]] = []  # (generation, seconds) per collection
-        self._gc_start = 0.0
+        # (generation, seconds, CPU seconds) per collection: on a shared machine a pause's wall
+        # time counts the moments the process waited for a core; its CPU time does not
+        self.gc_pauses: list[tuple[int, float, float]] = []
+        self._gc_start = self._gc_cpu = 0.0
 
     def draw(self, step: str) -> float:
         """
@@ -348,9 +350,10 @@ class Scale:
         Time every garbage collection (``gc.callbacks`` calls this): each one stops the loop.
         """
         if phase == "start":
-            self._gc_start = time.perf_counter()
+            self._gc_start, self._gc_cpu = time.perf_counter(), time.thread_time()
         else:
-            self.gc_pauses.append((info["generation"], time.perf_counter() - self._gc_start))
+            wall, cpu = time.perf_counter() - self._gc_start, time.thread_time() - self._gc_cpu
+            self.gc_pauses.append((info["generation"], wall, cpu))
 
     async def main(self) -> dict[str, float]:
         """
@@ -407,9 +410,15 @@ class Scale:
             "cpu_ms_per_run": 1e3 * times["cpu_s"] / self.runs,
             "cpu_share": times["cpu_s"] / times["wall_s"],
             "run_p50_s": quantile(self.elapsed, 0.5), "run_p99_s": quantile(self.elapsed, 0.99),
-            "gc_full": sum(g == 2 for g, _ in self.gc_pauses),
-            "gc_longest_ms": 1e3 * max((s for _, s in self.gc_pauses), default=0.0),
-            "gc_total_s": sum(s for _, s in self.gc_pauses),
+            "gc_full": sum(g == 2 for g, _, _ in self.gc_pauses),
+            "gc_longest_ms": 1e3 * max((s for _, s, _ in self.gc_pauses), default=0.0),
+            "gc_full_longest_ms": 1e3 * max((s for g, s, _ in self.gc_pauses if g == 2),
+                                            default=0.0),
+            "gc_full_longest_cpu_ms": 1e3 * max((c for g, _, c in self.gc_pauses if g == 2),
+                                                default=0.0),
+            "gc_total_s": sum(s for _, s, _ in self.gc_pauses),
+            "gc_cpu_s": sum(c for _, _, c in self.gc_pauses),
+            "rss_growth_kb_per_run": 1024 * (rss - rss0) / max(self.peak, 1),
             "rss_before_mb": rss0, "rss_peak_mb": rss,
         }  # fmt: skip
 
@@ -443,7 +452,16 @@ def scale(spec: dict[str, Any]) -> dict[str, Any]:
 def worker(spec: dict[str, Any], *, profiled: bool = False) -> None:
     """
     Run one part-2 measurement and print it as JSON (or, ``profiled``, as a profile).
+
+    A ``spec["part"]`` of ``overhead``, ``census`` or ``trial`` runs that measurement instead.
     """
+    part = spec.get("part", "scale")
+    if part == "overhead":
+        print(json.dumps(overhead(spec["loop"], spec["calls"], spec["repeats"], spec["tracing"])))
+        return
+    if part in ("census", "trial"):
+        print(json.dumps(worker_part(spec)))
+        return
     if spec["gc"] == "off":
         gc.disable()
     with tempfile.TemporaryDirectory() as tmp:
@@ -456,6 +474,278 @@ def worker(spec: dict[str, Any], *, profiled: bool = False) -> None:
         bench.measure(spec["loop"])
         profiler.disable()
         print(profile_table(profiler))
+
+
+# -- part 3: memory per concurrent run, and the highest rate the loop keeps up with ------------
+
+
+def census(spec: dict[str, Any]) -> dict[str, Any]:
+    """
+    Bytes and garbage-collected objects per run in flight, at each stage of the workflow.
+
+    ``spec["runs"]`` runs start at once; every attempt (every bare step) waits on a gate of
+    its step, and the gates open one by one in the plan's order. Between two gates every run
+    is parked at the same steps, so the difference from before the runs started, divided by
+    the runs, is what one run in flight holds there: traced bytes (``tracemalloc``) and
+    objects the garbage collector tracks (each one walked by every full collection). The
+    figure is the heaviest stage.
+    """
+    import tracemalloc
+
+    async def main() -> list[tuple[str, float, float]]:
+        plan = scale_plan()
+        order = plan.order()
+        loop = asyncio.get_running_loop()
+        gates = {name: loop.create_future() for name in order}
+        with tempfile.TemporaryDirectory() as tmp:
+            ledger = Ledger(JsonlSink(Path(tmp) / "ledger.jsonl"))
+            executor = executor_for(plan, spec["tracing"], ledger)
+
+            async def attempt(a: Attempt) -> str:
+                await gates[a.step]
+                return a.step
+
+            async def bare_run() -> None:
+                tasks: dict[str, asyncio.Task[str]] = {}
+
+                async def step(name: str) -> str:
+                    deps = [tasks[d] for d in plan.steps[name].depends_on]
+                    if deps:
+                        await asyncio.gather(*deps)
+                    await gates[name]
+                    return name
+
+                for name in order:
+                    tasks[name] = asyncio.create_task(step(name))
+                await asyncio.gather(*tasks.values())
+
+            async def one(i: int) -> None:
+                if spec["kind"] == "bare":
+                    await bare_run()
+                else:
+                    await executor.run(attempt, run_id=f"r{i}")
+
+            for _ in range(3):
+                await asyncio.sleep(0)
+            gc.collect()
+            objects0, bytes0 = len(gc.get_objects()), tracemalloc.get_traced_memory()[0]
+            runs = spec["runs"]
+            tasks = [asyncio.create_task(one(i)) for i in range(runs)]
+            stages = []
+            for name in order:
+                for _ in range(10):  # every run reaches the gate
+                    await asyncio.sleep(0)
+                gc.collect()
+                objects = (len(gc.get_objects()) - objects0) / runs
+                held = (tracemalloc.get_traced_memory()[0] - bytes0) / runs
+                stages.append((name, objects, held))
+                gates[name].set_result(None)
+            await asyncio.gather(*tasks)
+            ledger.close()
+        return stages
+
+    tracemalloc.start()
+    stages = run_on(spec["loop"], main())
+    tracemalloc.stop()
+    heaviest = max(stages, key=lambda stage: stage[2])
+    return {"loop": spec["loop"], "kind": spec["kind"], "runs": spec["runs"],
+            "bytes_per_run": heaviest[2], "objects_per_run": max(o for _, o, _ in stages),
+            "heaviest_stage": heaviest[0],
+            "stages": {name: {"objects": o, "bytes": b} for name, o, b in stages}}  # fmt: skip
+
+
+class Trial(Scale):
+    """
+    Part 2's arrivals at one rate for a while: does the loop keep its lag p99 under 100 ms?
+
+    Arrivals last ``spec["seconds"]``; the lag is measured while they do (the runs then in
+    flight keep coming: the loop's busiest time), and the runs still going are then cancelled.
+    """
+
+    async def main(self) -> dict[str, float]:
+        """
+        The arrivals for ``seconds``, the lag meanwhile; then cancel what still runs.
+        """
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        tick = asyncio.create_task(self.ticker(stop, self.lags))
+        tasks = []
+        cpu0, t0 = time.process_time(), loop.time()
+        i = 0
+        while loop.time() - t0 < self.seconds:
+            delay = t0 + i / self.rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(self.one(i)))
+            i += 1
+        cpu = time.process_time() - cpu0
+        stop.set()
+        await tick
+        self.runs = i
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return {"arrivals_s": loop.time() - t0, "wall_s": loop.time() - t0, "cpu_s": cpu,
+                "idle_lag_p99_ms": 0.0}  # fmt: skip
+
+    def __init__(self, spec: dict[str, Any], ledger: Path) -> None:
+        super().__init__(spec, ledger)
+        self.seconds = spec["seconds"]
+
+
+def worker_part(spec: dict[str, Any]) -> dict[str, Any]:
+    """
+    One measurement in this process: part 2 (``scale``), a ``census`` or a rate ``trial``.
+    """
+    part = spec.get("part", "scale")
+    if part == "census":
+        return census(spec)
+    if spec["gc"] == "off":
+        gc.disable()
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = (Trial if part == "trial" else Scale)(spec, Path(tmp) / "ledger.jsonl")
+        return bench.measure(spec["loop"])
+
+
+def in_process(spec: dict[str, Any], tailkit_root: str | None = None) -> dict[str, Any]:
+    """
+    Run ``spec`` in a fresh process, with the tailkit package found under ``tailkit_root``.
+    """
+    env = dict(os.environ)
+    if tailkit_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tailkit_root, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    if done.returncode != 0:
+        msg = f"worker {spec} failed:\n{done.stderr}"
+        raise RuntimeError(msg)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def highest_rate(spec: dict[str, Any], tailkit_root: str | None, *, lo: float = 100.0,
+                 top: float = 3200.0, steps: int = 3) -> dict[str, Any]:  # fmt: skip
+    """
+    The highest arrival rate (runs/s) whose trial keeps the loop lag p99 under 100 ms.
+
+    Doubling from ``lo`` until a trial fails (or ``top``), then ``steps`` geometric bisections.
+    """
+    trials = []
+
+    def passes(rate: float) -> bool:
+        result = in_process({**spec, "part": "trial", "rate": rate}, tailkit_root)
+        trials.append({"rate": rate, "lag_p99_ms": result["lag_p99_ms"],
+                       "cpu_ms_per_run": result["cpu_ms_per_run"]})  # fmt: skip
+        return bool(result["lag_p99_ms"] < TARGET_LAG_MS)
+
+    good, bad = 0.0, math.inf
+    rate = lo
+    while rate <= top:
+        if not passes(rate):
+            bad = rate
+            break
+        good, rate = rate, rate * 2
+    if good and math.isfinite(bad):
+        for _ in range(steps):
+            mid = math.sqrt(good * bad)
+            good, bad = (mid, bad) if passes(mid) else (good, mid)
+    return {"kind": spec["kind"], "highest_rate": good, "first_failing_rate": bad,
+            "trials": trials}  # fmt: skip
+
+
+def compare(args: argparse.Namespace, against: str) -> dict[str, Any]:
+    """
+    This work tree's executor against the tailkit under ``against``, process by process.
+
+    Each figure alternates the two (old, new, old, new, ...) in fresh processes, so a busy
+    machine slows both alike; the bare baselines run in the same rounds.
+    """
+    loop, tracing = "asyncio", args.tracing
+    trees = {"before": against, "after": str(ROOT)}
+    out: dict[str, Any] = {"against": against, "overhead": {}, "census": {}, "scale": {},
+                           "rates": {}}  # fmt: skip
+    calls, repeats = args.calls or 1_000, args.repeats or 41
+    if args.only in (None, "overhead"):
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for _ in range(args.processes):
+            for name, root in trees.items():
+                spec = {"part": "overhead", "loop": loop, "calls": calls, "repeats": repeats,
+                        "tracing": tracing}  # fmt: skip
+                rounds[name].append(in_process(spec, root))
+        for name, results in rounds.items():
+            out["overhead"][name] = {
+                variant: statistics.median(r["variants"][variant]["ratio"] for r in results)
+                for variant in VARIANTS
+            }
+    if args.only in (None, "census"):
+        for name, root in trees.items():
+            for kind in ("bare", "executor"):
+                spec = {"part": "census", "loop": loop, "kind": kind, "runs": args.census_runs,
+                        "tracing": tracing}  # fmt: skip
+                out["census"][f"{name}/{kind}"] = in_process(spec, root)
+    base = {"loop": loop, "runs": args.runs or 10_000, "rate": args.rate or 1_000.0,
+            "seed": args.seed, "tracing": tracing, "gc": args.gc}  # fmt: skip
+    if args.only in (None, "scale"):
+        for name, root in trees.items():
+            for kind in ("bare", "executor"):
+                out["scale"][f"{name}/{kind}"] = in_process({**base, "kind": kind}, root)
+    if args.only in (None, "rates"):
+        trial = {**base, "seconds": args.trial_seconds}
+        out["rates"]["bare"] = highest_rate({**trial, "kind": "bare"}, str(ROOT))
+        for name, root in trees.items():
+            out["rates"][name] = highest_rate({**trial, "kind": "executor"}, root)
+    return out
+
+
+def compare_report(out: dict[str, Any]) -> list[str]:
+    """
+    The comparison as markdown: before and after, each against its bare baseline.
+    """
+    lines = [f"before: tailkit under {out['against']}; after: this work tree", ""]
+    if out["overhead"]:
+        lines += ["| per-call overhead (median of processes' medians) | before | after |",
+                  "|---|---:|---:|"]  # fmt: skip
+        for variant in VARIANTS[1:]:
+            b, a = out["overhead"]["before"][variant], out["overhead"]["after"][variant]
+            lines.append(f"| {TITLES[variant]} / bare | {b:.2f}× | {a:.2f}× |")
+        lines.append("")
+    if out["census"]:
+        c = out["census"]
+        lines += ["| memory per concurrent run (heaviest stage) | bare DAG | before | after |",
+                  "|---|---:|---:|---:|"]  # fmt: skip
+        bare = c["after/bare"]
+        for key, unit, scale_by in (("bytes_per_run", "KB", 1e-3), ("objects_per_run", "", 1)):
+            row = [bare[key] * scale_by, c["before/executor"][key] * scale_by,
+                   c["after/executor"][key] * scale_by]  # fmt: skip
+            lines.append(
+                f"| {key.replace('_', ' ')} | {row[0]:.1f} {unit} | {row[1]:.1f} {unit} "
+                f"({row[1] / row[0]:.2f}×) | {row[2]:.1f} {unit} ({row[2] / row[0]:.2f}×) |"
+            )
+        lines.append("")
+    if out["scale"]:
+        lines += ["| scale (one process each) | CPU ms per run (× its bare) | full GCs "
+                  "| longest full GC ms (CPU ms) | lag p99 / max ms | RSS growth KB per run |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for key, r in out["scale"].items():
+            bare = out["scale"][key.split("/")[0] + "/bare"]
+            lines.append(
+                f"| {key} | {r['cpu_ms_per_run']:.2f} "
+                f"({r['cpu_ms_per_run'] / bare['cpu_ms_per_run']:.2f}×) | {r['gc_full']} "
+                f"| {r['gc_full_longest_ms']:.0f} ({r['gc_full_longest_cpu_ms']:.0f}) "
+                f"| {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} "
+                f"| {r['rss_growth_kb_per_run']:.1f} |"
+            )
+        lines.append("")
+    if out["rates"]:
+        bare = out["rates"]["bare"]["highest_rate"]
+        lines += ["| highest arrival rate with lag p99 < 100 ms | runs/s | × bare DAG |",
+                  "|---|---:|---:|"]  # fmt: skip
+        for key, r in out["rates"].items():
+            ratio = r["highest_rate"] / bare if bare else math.nan
+            lines.append(f"| {key} | {r['highest_rate']:.0f} | {ratio:.2f}× |")
+    return lines
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -554,7 +844,26 @@ def arguments() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--quick", action="store_true", help="a smaller version (~2 minutes)")
     add("--json", action="store_true", help="print JSON instead of tables")
-    add("--only", choices=("overhead", "scale"), help="run one part")
+    add("--only", choices=("overhead", "scale", "census", "rates"),
+        help="run one part (census and rates: with --against only)")  # fmt: skip
+    add("--against", metavar="DIR",
+        help="compare with the tailkit package under DIR (e.g. a git worktree of the old "
+        "commit), process against process, interleaved: overhead, memory per concurrent run, "
+        "part 2 at --runs, and the highest arrival rate with lag p99 < 100 ms")  # fmt: skip
+    add("--processes", type=int, default=5,
+        help="with --against: overhead processes per version (default 5)")  # fmt: skip
+    add(
+        "--census-runs",
+        type=int,
+        default=2_000,
+        help="with --against: runs parked at each stage for the memory census (default 2,000)",
+    )
+    add(
+        "--trial-seconds",
+        type=float,
+        default=8.0,
+        help="with --against: seconds of arrivals per rate trial (default 8)",
+    )
     add("--loops", help="comma-separated: asyncio,uvloop (default: those installed)")
     add("--calls", type=int, help="calls per round (default 1,000; quick 500)")
     add("--repeats", type=int, help="rounds (default 41; quick 15)")
@@ -614,6 +923,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.at:
         return at_revision(args.at, sys.argv[1:] if argv is None else argv)
+    if args.against:
+        out = compare(args, str(Path(args.against).resolve()))
+        out["meta"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                       "loadavg": os.getloadavg(), "tailkit_after": provenance()}  # fmt: skip
+        print(json.dumps(out, indent=2) if args.json else "\n".join(compare_report(out)))
+        return 0
+    if args.only in ("census", "rates"):
+        parser.error("--only census and --only rates need --against DIR")
     calls = args.calls or (500 if args.quick else 1_000)
     repeats = args.repeats or (15 if args.quick else 41)
     runs = args.runs or (2_000 if args.quick else 10_000)

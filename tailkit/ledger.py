@@ -79,7 +79,12 @@ logger = logging.getLogger("tailkit.executor")
 def _iso(name: str, value: datetime) -> str:
     """
     ``2026-11-29T12:00:03.123456Z``: UTC, always with microseconds, as DuckDB reads it.
+
+    A datetime already in UTC (what the executor writes) skips the conversion: half the time
+    of the line, twice per line.
     """
+    if value.tzinfo is UTC:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"  # drop "+00:00"
     if value.tzinfo is None or value.utcoffset() is None:
         msg = f"{name} must be a timezone-aware datetime (UTC), got naive {value.isoformat()}"
         raise ConfigError(msg)
@@ -152,15 +157,25 @@ class AttemptRecord:
             ConfigError: A datetime is naive, or a number is NaN or infinite (JSON has no
                 such values).
         """
-        values: dict[str, Any] = {name: getattr(self, name) for name in LEDGER_FIELDS}
-        values["started_at"] = _iso("started_at", self.started_at)
-        if self.deadline_at is not None:
-            values["deadline_at"] = _iso("deadline_at", self.deadline_at)
+        started = _iso("started_at", self.started_at)
+        deadline = None if self.deadline_at is None else _iso("deadline_at", self.deadline_at)
         for name in _SECONDS:
-            value = values[name]
+            value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 msg = f"{name} must be a finite number of seconds or None, got {value!r}"
                 raise ConfigError(msg)
+        values = {  # spelled out, in `LEDGER_FIELDS` order (a test holds them together)
+            "call_id": self.call_id, "run_id": self.run_id, "step": self.step,
+            "attempt": self.attempt, "role": self.role, "provider": self.provider,
+            "model": self.model, "started_at": started,
+            "ttft_s": self.ttft_s, "total_s": self.total_s, "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens, "status": self.status,
+            "error_type": self.error_type, "http_status": self.http_status,
+            "censored_at_s": self.censored_at_s, "abandoned": self.abandoned,
+            "job_key": self.job_key, "idempotency_key": self.idempotency_key,
+            "deadline_at": deadline,
+            "winner": self.winner, "attrs": self.attrs,
+        }  # fmt: skip
         return _ENCODER.encode(values)
 
 
