@@ -170,8 +170,6 @@ def check(
 
         tailkit check plan.yaml logs/ --json > check.json || alert "plan drifted"
     """
-    from rich.console import Console
-
     from tailkit.check import check_plan
 
     try:
@@ -196,5 +194,7 @@ def check(
     elif quiet:
         typer.echo(report.summary())
     else:
+        from rich.console import Console  # the table only: --json and --quiet print plain text
+
         render(report, Console(width=200) if not os.isatty(1) else Console())
     raise typer.Exit(report.exit_code)
