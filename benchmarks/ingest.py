@@ -11,6 +11,12 @@ repeat runs, in fresh interpreters and interleaved so that drift hits both sides
 
 The ratio is baseline time / tailkit time (tailkit's share of the bare engine's throughput);
 the target is at least 0.8. Exits 0 whatever the ratio, nonzero only on errors.
+
+``--files N`` measures many small files instead (issue 31): the same rows split into N JSON-lines
+files, one folder per model, against the same rows in one file, both through the CLI; the ratio
+is the many files' time over the one file's (target at most 2). ``--before DIR`` also runs the
+tailkit of another source tree (a ``git worktree`` of an earlier commit) on the same inputs,
+interleaved, so that one run shows before and after.
 """
 
 from __future__ import annotations
@@ -148,6 +154,72 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
     return out
 
 
+def split_files(workdir: Path, n_files: int) -> Path:
+    """
+    Split ``calls.jsonl`` into about ``n_files`` files, one folder per model, in row order.
+    """
+    tree = workdir / f"files-{n_files}"
+    if tree.exists():
+        return tree
+    rows = (workdir / "calls.jsonl").read_text().splitlines()
+    by_model: dict[str, list[str]] = {}
+    for line in rows:
+        by_model.setdefault(json.loads(line)["model"], []).append(line)
+    per_file = max(1, round(len(rows) / n_files))
+    for model, lines in sorted(by_model.items()):
+        folder = tree / model
+        folder.mkdir(parents=True)
+        for i in range(0, len(lines), per_file):
+            chunk = lines[i : i + per_file]
+            (folder / f"part-{i // per_file:04d}.jsonl").write_text("\n".join(chunk) + "\n")
+    return tree
+
+
+def many_files(
+    workdir: Path, n_files: int, *, rows: int, repeat: int, tailkit: str, before: Path | None
+) -> dict[str, Any]:
+    """
+    CLI wall times: the folder of many files against the one file (and ``before`` on both).
+    """
+    tree = split_files(workdir, n_files)
+    one = workdir / "calls.jsonl"
+    sides: dict[str, tuple[list[str], dict[str, str]]] = {
+        "one_file": ([tailkit, "ingest", str(one)], {}),
+        "many_files": ([tailkit, "ingest", str(tree)], {}),
+    }
+    if before is not None:
+        env = {"PYTHONPATH": str(before)}
+        py = [sys.executable, "-m", "tailkit", "ingest"]
+        sides["before_one_file"] = ([*py, str(one)], env)
+        sides["before_many_files"] = ([*py, str(tree)], env)
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for i in range(repeat):
+        order = list(sides) if i % 2 == 0 else list(reversed(sides))
+        for name in order:
+            cmd, env = sides[name]
+            db = drop(workdir / f"{name}.duckdb")
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [*cmd, "--db", str(db), "--quiet"], capture_output=True, text=True,
+                env={**os.environ, **env}, check=False,
+            )  # fmt: skip
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                sys.exit(f"{name} failed: {proc.stderr[-2000:]}")
+            check(name, count_rows(db, "calls"), rows)
+            drop(db)
+            times[name].append(wall)
+            print(f"files #{i + 1} {name}: {wall:.2f}s", file=sys.stderr, flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    n = sum(1 for _ in tree.rglob("*.jsonl"))
+    out: dict[str, Any] = {"files": n, "rows": rows, "repeat": repeat, "median_s": med,
+                           "runs": times, "ratio": med["many_files"] / med["one_file"]}  # fmt: skip
+    if before is not None:
+        out["ratio_before"] = med["before_many_files"] / med["before_one_file"]
+        out["speedup_many_files"] = med["before_many_files"] / med["many_files"]
+    return out
+
+
 def machine() -> dict[str, Any]:
     """
     What the numbers were measured on.
@@ -209,6 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="default: a temporary directory")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--format", default="jsonl,parquet", help="formats to measure (default jsonl,parquet)"
+    )
+    parser.add_argument(
+        "--files", type=int, help="measure this many small files against one file instead"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="a source tree whose tailkit also runs (PYTHONPATH)"
+    )
     args = parser.parse_args(argv)
     here = str(Path(sys.executable).parent)
     tailkit = shutil.which("tailkit", path=here) or shutil.which("tailkit")
@@ -220,9 +301,19 @@ def main(argv: list[str] | None = None) -> int:
         log = sys.stderr
         print(f"generating {args.rows:,} rows in {workdir}", file=log, flush=True)
         gen = str(ROOT / "data_samples" / "generate.py")
-        run([sys.executable, gen, "--rows", str(args.rows), "--seed", str(args.seed),
-             "--out", str(workdir), "--no-gzip"])  # fmt: skip
-        runs: dict[str, list[dict[str, float]]] = {fmt: [] for fmt in READERS}
+        if not all((workdir / name).exists() for name, _ in READERS.values()):
+            run([sys.executable, gen, "--rows", str(args.rows), "--seed", str(args.seed),
+                 "--out", str(workdir), "--no-gzip"])  # fmt: skip
+        if args.files:
+            doc = many_files(
+                workdir, args.files, rows=args.rows, repeat=args.repeat, tailkit=tailkit,
+                before=args.before,
+            )  # fmt: skip
+            doc["machine"] = machine()
+            print(json.dumps(doc, indent=2))
+            return 0
+        formats = [f for f in args.format.split(",") if f in READERS]
+        runs: dict[str, list[dict[str, float]]] = {fmt: [] for fmt in formats}
         for fmt, reps in runs.items():
             for i in range(args.repeat):
                 reps.append(one_repeat(workdir, fmt, args.rows, i, tailkit))
