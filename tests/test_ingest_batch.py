@@ -257,3 +257,32 @@ def test_a_template_and_a_set_of_one_column_are_refused(store: Store, tmp_path: 
             store, [tmp_path], options=ScanOptions(sets={"model": "x"}),
             path_template="{model}/*.jsonl",
         )  # fmt: skip
+
+
+def test_parquet_files_read_together_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Parquet files are numbered by the reader: the same calls and rows, together or alone.
+    """
+    import duckdb
+
+    jsonl = _tree(tmp_path / "json")
+    parquet = []
+    with duckdb.connect() as con:
+        for path in jsonl:
+            out = tmp_path / "pq" / (path.stem + ".parquet")
+            out.parent.mkdir(exist_ok=True)
+            con.execute(
+                f"COPY (SELECT * FROM read_json('{path}', format='newline_delimited')) "
+                f"TO '{out}' (FORMAT parquet)"
+            )
+            parquet.append(out)
+    outcomes = []
+    for together in (True, False):
+        if not together:
+            monkeypatch.setattr(_batch, "MAX_FILE_BYTES", 0)
+        with Store.open(tmp_path / f"{together}.duckdb") as store:
+            outcomes.append(_outcome(store, ingest_paths(store, parquet)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0][0][2] == 6  # a.parquet: six calls stored
