@@ -176,32 +176,33 @@ def split_files(workdir: Path, n_files: int) -> Path:
 
 
 def many_files(
-    workdir: Path, n_files: int, *, rows: int, repeat: int, tailkit: str, before: Path | None
+    workdir: Path, n_files: int, *, rows: int, repeat: int, before: Path | None
 ) -> dict[str, Any]:
     """
     CLI wall times: the folder of many files against the one file (and ``before`` on both).
     """
     tree = split_files(workdir, n_files)
     one = workdir / "calls.jsonl"
-    sides: dict[str, tuple[list[str], dict[str, str]]] = {
-        "one_file": ([tailkit, "ingest", str(one)], {}),
-        "many_files": ([tailkit, "ingest", str(tree)], {}),
+    # `python -m` puts the working directory first on the path: each side runs in its tree.
+    py = [sys.executable, "-m", "tailkit", "ingest"]
+    here = str(ROOT)
+    sides: dict[str, tuple[list[str], str]] = {
+        "one_file": ([*py, str(one)], here),
+        "many_files": ([*py, str(tree)], here),
     }
     if before is not None:
-        env = {"PYTHONPATH": str(before)}
-        py = [sys.executable, "-m", "tailkit", "ingest"]
-        sides["before_one_file"] = ([*py, str(one)], env)
-        sides["before_many_files"] = ([*py, str(tree)], env)
+        sides["before_one_file"] = ([*py, str(one)], str(before))
+        sides["before_many_files"] = ([*py, str(tree)], str(before))
     times: dict[str, list[float]] = {k: [] for k in sides}
     for i in range(repeat):
         order = list(sides) if i % 2 == 0 else list(reversed(sides))
         for name in order:
-            cmd, env = sides[name]
+            cmd, cwd = sides[name]
             db = drop(workdir / f"{name}.duckdb")
             t0 = time.perf_counter()
             proc = subprocess.run(
-                [*cmd, "--db", str(db), "--quiet"], capture_output=True, text=True,
-                env={**os.environ, **env}, check=False,
+                [*cmd, "--db", str(db), "--quiet"], capture_output=True, text=True, cwd=cwd,
+                check=False,
             )  # fmt: skip
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--out", str(workdir), "--no-gzip"])  # fmt: skip
         if args.files:
             doc = many_files(
-                workdir, args.files, rows=args.rows, repeat=args.repeat, tailkit=tailkit,
+                workdir, args.files, rows=args.rows, repeat=args.repeat,
                 before=args.before,
             )  # fmt: skip
             doc["machine"] = machine()

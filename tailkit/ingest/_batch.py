@@ -459,18 +459,26 @@ def _outcome(member: Member, iid: int, tally: _Tally, notes: tuple[str, ...]) ->
 
 def _record(store: Store, fmt: str, outcomes: Sequence[Outcome], started: float) -> None:
     """
-    Write the files' rows of ``ingests``, in one statement.
+    Write the files' rows of ``ingests``, in one statement (its columns as list parameters).
     """
-    finished = time.time()
-    rows = [
-        f"({o.ingest_id}, {literal(str(o.member.path))}, {literal(o.member.content)}, "
-        f"{literal(fmt)}, {literal(o.member.options_json)}::JSON, {o.rows_in}, {o.stored}, "
-        f"{o.rejected}, {o.duplicates}, to_timestamp({started!r}), "
-        f"to_timestamp({finished!r}), {literal(version())})"
-        for o in outcomes
-    ]
-    if rows:
-        store.execute("INSERT INTO ingests VALUES " + ", ".join(rows))
+    if not outcomes:
+        return
+    columns = list(
+        zip(
+            *(
+                (o.ingest_id, str(o.member.path), o.member.content, o.member.options_json,
+                 o.rows_in, o.stored, o.rejected, o.duplicates)
+                for o in outcomes
+            ),
+            strict=True,
+        )
+    )  # fmt: skip
+    store.execute(
+        "INSERT INTO ingests SELECT unnest($1), unnest($2), unnest($3), $9, unnest($4)::JSON, "
+        "unnest($5), unnest($6), unnest($7), unnest($8), to_timestamp($10), "
+        "to_timestamp($11), $12",
+        [*(list(c) for c in columns), fmt, started, time.time(), version()],
+    )
 
 
 def _per_ingest(store: Store, sql: str) -> dict[int, tuple[int, ...]]:
@@ -488,12 +496,15 @@ def _files_table(store: Store, group: Sequence[Member], ids: dict[int, int]) -> 
         f"CREATE TEMP TABLE {_FILES} (_tk_id BIGINT, _tk_file VARCHAR, _tk_source VARCHAR, "
         "_tk_content VARCHAR)"
     )
-    values = ", ".join(
-        f"({ids[m.index]}, {literal(str(m.path))}, {literal(source_identity(m.path))}, "
-        f"{literal(m.content)})"
-        for m in group
+    store.execute(
+        f"INSERT INTO {_FILES} SELECT unnest($1), unnest($2), unnest($3), unnest($4)",
+        [
+            [ids[m.index] for m in group],
+            [str(m.path) for m in group],
+            [source_identity(m.path) for m in group],
+            [m.content for m in group],
+        ],
     )
-    store.execute(f"INSERT INTO {_FILES} VALUES {values}")
 
 
 def _number(store: Store, first: int) -> None:

@@ -24,6 +24,7 @@ duplicates``:
 
 from __future__ import annotations
 
+import functools
 import time
 
 from collections.abc import Callable, Mapping
@@ -388,9 +389,10 @@ def _one(store: Store, sql: str) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+@functools.cache
 def version() -> str:
     """
-    The tailkit version an ingest records.
+    The tailkit version an ingest records (read once: the package metadata costs 10 ms).
     """
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed_version
