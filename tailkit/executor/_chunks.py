@@ -170,7 +170,8 @@ def answer_usage(answer: object) -> Mapping[str, int] | None:
     """
     The usage of a non-streamed answer (an SDK's response object or its dict), if it has one.
     """
-    if answer is None or isinstance(answer, str | bytes | int | float):
+    # a tuple, not a union: isinstance takes half the time, on every non-streamed answer
+    if answer is None or isinstance(answer, (str, bytes, int, float)):
         return None
     return _usage(_get(answer, "usage"))
 

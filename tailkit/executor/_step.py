@@ -89,6 +89,7 @@ from tailkit.executor._types import Attempt, AttemptFn, classify, provider_failu
 _MIN_PROJECTION_TOKENS = 8  # tokens before a stream's rate is trusted for a projection
 _PROVIDER_FAILURES = ("error", "rate_limited", "timeout")
 _ACTION_ROLES = ("hedge", "retry", "downgrade")  # actions that start an extra attempt
+_VERDICTS = ("ok", "invalid", *BREAKER_FAILURES)  # statuses that tell the breaker something
 TEARDOWN_S = 2.0  # how long a step waits for the attempts it cancelled to finish tearing down
 
 
@@ -220,11 +221,7 @@ class StepRun(ExtraAttempts):
         """
         provider = live.attempt.provider
         holder = self if live is self.lives[0] else live  # the first attempt's probe: this run
-        if (
-            cut
-            or live.extra.get("caller_error")
-            or status not in ("ok", "invalid", *BREAKER_FAILURES)
-        ):
+        if cut or live.extra.get("caller_error") or status not in _VERDICTS:
             self.breaker.release(provider, holder)  # no verdict on the provider
             return
         failed = status in BREAKER_FAILURES  # an invalid answer is still an answer
@@ -325,7 +322,7 @@ class StepRun(ExtraAttempts):
                     break
                 self._watch()
         finally:
-            if self.enforce and now() >= self.deadline:
+            if self.enforce and self.loop.time() >= self.deadline:
                 executor_cutting()  # a scope due now waits for our StepTimeout and teardown
             if self.running:
                 # losers may finish only beside a winner: a caller that gave up, a step that
@@ -439,7 +436,7 @@ class StepRun(ExtraAttempts):
         for live in done:
             self.running.remove(live)
             assert live.task is not None  # noqa: S101 - started with a task
-            at = now()
+            at = self.loop.time()
             error = live.task.exception() if not live.task.cancelled() else asyncio.CancelledError()
             if error is None:
                 value = live.task.result()
@@ -480,7 +477,7 @@ class StepRun(ExtraAttempts):
 
     def _watch(self) -> None:
         first = self.head
-        at = now()
+        at = self.loop.time()
         if at >= self.deadline:
             spent = at - self.start
             self._cut_all("timeout")
