@@ -344,6 +344,9 @@ def measure(
     """
     Run ``cmd`` as a child (in ``env``, else this environment); its wall s, peak RSS MB, stdout.
 
+    The child's CPU seconds (user + system, every thread) are kept in `LAST_CPU_S`: on a
+    machine that other work shares, they vary far less than the wall time.
+
     The peak RSS comes from GNU time's ``%M`` when ``/usr/bin/time`` exists: a child that this
     (large) Python process forks inherits its high-water mark through ``exec`` on Linux, so
     ``os.wait4`` here would report at least this process's RSS (~90 MB with pyarrow loaded).
@@ -360,6 +363,7 @@ def measure(
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
+    LAST_CPU_S[0] = usage.ru_utime + usage.ru_stime
     stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
     rss_kb = float(usage.ru_maxrss)  # KiB on Linux
     if GNU_TIME and rss_file.exists():
@@ -371,6 +375,9 @@ def measure(
         msg = f"exit {proc.returncode}: {' '.join(cmd)}\n{stderr[-2000:]}"
         raise BenchError(msg)
     return wall, rss_kb / 1024.0, stdout
+
+
+LAST_CPU_S = [0.0]  # the CPU seconds of the last child `measure` ran
 
 
 def drop(db: Path) -> Path:
@@ -429,7 +436,8 @@ def interleave(steps: dict[str, Step], repeat: int, log: Callable[[str], None]) 
     return {
         name: {"error": failed[name]} if name in failed else
               {"s": statistics.median(r["s"] for r in rs), "rss_mb": max(r["rss_mb"] for r in rs),
-               "runs": rs}
+               "runs": rs} | ({"cpu_s": statistics.median(r["cpu_s"] for r in rs)}
+                              if rs and all("cpu_s" in r for r in rs) else {})
         for name, rs in runs.items()
     }  # fmt: skip
 
@@ -485,7 +493,7 @@ def timed(
         wall, rss, out = measure(cmd, d, env=env)
         if check is not None:
             check(out)
-        return {"s": wall, "rss_mb": rss}
+        return {"s": wall, "rss_mb": rss, "cpu_s": LAST_CPU_S[0]}
 
     return step
 
@@ -690,6 +698,8 @@ def verdicts(m: dict[str, Any]) -> list[dict[str, Any]]:
                 r["ratio_pass"] = r["ratio"] >= INGEST_TARGET
             else:  # tailkit s / bare s
                 r |= {"ratio": m[name]["s"] / m[base]["s"], "ratio_target": f"<= {STATS_TARGET:g}"}
+                if "cpu_s" in m[name] and "cpu_s" in m[base]:
+                    r["cpu_ratio"] = m[name]["cpu_s"] / m[base]["cpu_s"]
                 r["ratio_pass"] = r["ratio"] <= STATS_TARGET if ratio_kind == "time" else None
         if rss_target:
             r |= {"rss_target_mb": RSS_TARGET_MB, "rss_pass": r["rss_mb"] <= RSS_TARGET_MB}

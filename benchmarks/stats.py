@@ -35,7 +35,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scale import BARE_STATS, RSS_TARGET_MB, STATS_TARGET, BenchError, bare_stats_sql, measure
+from scale import (
+    BARE_STATS,
+    LAST_CPU_S,
+    RSS_TARGET_MB,
+    STATS_TARGET,
+    BenchError,
+    bare_stats_sql,
+    measure,
+)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +106,7 @@ def run(todo: dict[str, Any], repeat: int, workdir: Path, log: Any) -> dict[str,
     """
     Warm every step up once, then run them ``repeat`` times interleaved; medians, peak RSS.
     """
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in todo}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in todo}
     groups = 0
     names = list(todo)
     for i in range(-1, repeat):  # -1: the warm-up (page cache, bytecode), not kept
@@ -109,11 +117,12 @@ def run(todo: dict[str, Any], repeat: int, workdir: Path, log: Any) -> dict[str,
             if checkout is not None:
                 groups = _rows(out)
             if i >= 0:
-                runs[name].append((wall, rss))
-                log(f"  {name} #{i + 1}: {wall:.2f} s, {rss:,.0f} MB")
+                runs[name].append((wall, rss, LAST_CPU_S[0]))
+                log(f"  {name} #{i + 1}: {wall:.2f} s, {LAST_CPU_S[0]:.2f} CPU s, {rss:,.0f} MB")
     result: dict[str, dict[str, Any]] = {}
     for name, rs in runs.items():
         result[name] = {"s": statistics.median(r[0] for r in rs),
+                        "cpu_s": statistics.median(r[2] for r in rs),
                         "rss_mb": max(r[1] for r in rs), "runs": [r[0] for r in rs]}  # fmt: skip
     result["bare GROUP BY"]["groups"] = groups
     return result
@@ -150,25 +159,29 @@ def main(argv: list[str] | None = None) -> int:
         entry = dict(m)
         if name != "bare GROUP BY":
             entry["ratio"] = m["s"] / bare["s"]
+            entry["cpu_ratio"] = m["cpu_s"] / bare["cpu_s"]
             entry["ratio_pass"] = entry["ratio"] <= STATS_TARGET
             entry["rss_pass"] = m["rss_mb"] <= RSS_TARGET_MB
         result["steps"][name] = entry
     if "tailkit stats (before)" in measured:
-        result["after_over_before"] = (
-            measured["tailkit stats"]["s"] / measured["tailkit stats (before)"]["s"]
-        )
+        after, before = measured["tailkit stats"], measured["tailkit stats (before)"]
+        result["after_over_before"] = after["s"] / before["s"]
+        result["after_over_before_cpu"] = after["cpu_s"] / before["cpu_s"]
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{db}: {bare['groups']:,} groups, repeat={args.repeat} (medians; whole processes)")
-    print("| step | s | peak RSS MB | ratio to bare | target <= 3 |")
-    print("|---|---:|---:|---:|---|")
+    print("| step | s | CPU s | peak RSS MB | ratio to bare | CPU ratio | target <= 3 |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for name, m in result["steps"].items():
         ratio = f"{m['ratio']:.1f}" if "ratio" in m else "1.0"
+        cpu = f"{m['cpu_ratio']:.1f}" if "cpu_ratio" in m else "1.0"
         verdict = "" if "ratio" not in m else ("PASS" if m["ratio_pass"] else "FAIL")
-        print(f"| {name} | {m['s']:.2f} | {m['rss_mb']:,.0f} | {ratio} | {verdict} |")
+        print(f"| {name} | {m['s']:.2f} | {m['cpu_s']:.2f} | {m['rss_mb']:,.0f} | {ratio} | "
+              f"{cpu} | {verdict} |")  # fmt: skip
     if "after_over_before" in result:
-        print(f"after / before: {result['after_over_before']:.2f}")
+        print(f"after / before: {result['after_over_before']:.2f} "
+              f"(CPU {result['after_over_before_cpu']:.2f})")  # fmt: skip
     return 0
 
 
