@@ -51,6 +51,7 @@ def test_many_files_cost_a_fixed_number_of_statements(tmp_path: Path, counted: l
     """
     Forty files take as many statements as ten: one scan over the list, not a round per file.
     """
+    first: dict[int, int] = {}
     for n in (10, 40):
         folder = tmp_path / f"run{n}"
         for i in range(n):
@@ -61,10 +62,15 @@ def test_many_files_cost_a_fixed_number_of_statements(tmp_path: Path, counted: l
             assert report.ok
             assert report.totals()["stored"] == 5 * n
             assert [f.rows_in for f in report.files] == [5] * n
-        if n == 10:
-            ten = len(counted)
-    assert len(counted) == ten
-    assert ten < 60
+            first[n] = len(counted)
+            if n == 40:  # read again: each file was ingested before, still one batch
+                before = len(counted)
+                again = ingest_paths(store, [folder])
+                assert again.totals()["duplicates"] == 5 * n
+                assert all(f.already_ingested for f in again.files)
+                assert len(counted) - before < 60
+    assert first[40] == first[10]
+    assert first[10] < 60
 
 
 def _tree(root: Path) -> list[Path]:
@@ -118,7 +124,11 @@ def test_a_batch_counts_every_file_as_reading_them_one_by_one(
             monkeypatch.setattr(_batch, "MAX_FILE_BYTES", 0)
         with Store.open(tmp_path / f"{together}.duckdb") as store:
             outcomes.append(_outcome(store, ingest_paths(store, files)))
-    assert outcomes[0] == outcomes[1]
+            # Again: every file was ingested before; the bad rows are rejected again.
+            outcomes.append(_outcome(store, ingest_paths(store, files)))
+    assert outcomes[0] == outcomes[2]
+    assert outcomes[1] == outcomes[3]
+    assert outcomes[1][0][0][-1]  # a.jsonl: already ingested
     files_seen, errors, _, rejects = outcomes[0]
     assert [f[0] for f in files_seen] == ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl", "e.jsonl",
                                          "f.jsonl", "g.jsonl", "i.jsonl"]  # fmt: skip

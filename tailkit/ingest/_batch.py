@@ -45,6 +45,7 @@ from tailkit.ingest._load import check_median, version
 from tailkit.ingest._template import PathTemplate
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
+from tailkit.store.lowlevel import IngestRecord
 
 
 FORMATS_READ_TOGETHER = ("jsonl", "parquet")
@@ -86,6 +87,7 @@ class Member:
     options_json: str
     content: str
     size: int
+    previous: IngestRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,7 @@ class Outcome:
     already_rejected: int
     inferred_provider: int
     notes: tuple[str, ...]
+    already_ingested: int | None = None
 
 
 class _BatchRefusedError(Exception):
@@ -178,31 +181,79 @@ def read_together(
 
 def _not_seen_before(store: Store, members: Sequence[Member], alone: list[Member]) -> list[Member]:
     """
-    The members whose content and options no ingest has seen; the rest go to ``alone``.
+    The members to read: each with the earlier ingest of its content and options, if any.
 
-    A copy of an earlier file of the batch goes too: read alone after the batch, it finds that
-    file's ingest, as it would have had the files been read in order.
+    A file ingested before is read with the others and stores nothing (`_again`). A copy of an
+    earlier file of the batch goes to ``alone``: read after the batch, it finds that file's
+    ingest, as it would have had the files been read in order.
     """
     hashes = sorted({m.content for m in members})
-    seen: set[tuple[str, str]] = set()
+    earlier: dict[tuple[str, str], IngestRecord] = {}
     for start in range(0, len(hashes), 500):
         chunk = ", ".join(literal(h) for h in hashes[start : start + 500])
-        seen.update(
-            (str(c), str(o))
-            for c, o in store.fetchall(
-                "SELECT content_hash, options::VARCHAR FROM ingests "
-                f"WHERE content_hash IN ({chunk})"
-            )
-        )
+        for row in store.fetchall(
+            "SELECT ingest_id, source_file, content_hash, format, rows_in, stored, rejected, "
+            f"duplicates, options::VARCHAR FROM ingests WHERE content_hash IN ({chunk}) "
+            "QUALIFY row_number() OVER (PARTITION BY content_hash, options::VARCHAR "
+            "ORDER BY ingest_id) = 1"
+        ):
+            earlier[str(row[2]), str(row[8])] = IngestRecord(*row[:8])
     fresh = []
+    taken: set[tuple[str, str]] = set()
     for member in members:
         key = (member.content, member.options_json)
-        if key in seen:
+        if key in taken:
             alone.append(member)
-        else:
-            seen.add(key)
-            fresh.append(member)
+            continue
+        taken.add(key)
+        member.previous = earlier.get(key)
+        fresh.append(member)
     return fresh
+
+
+def _again(
+    store: Store,
+    again: Sequence[Member],
+    ids: dict[int, int],
+    read: dict[int, tuple[int, ...]],
+    notes: tuple[str, ...],
+) -> list[Outcome]:
+    """
+    The outcomes of files ingested before with the same options; their rows are deleted.
+
+    As `tailkit.ingest._load.FileLoad` says it: the rows read now are the rows read then, so
+    the bad ones are rejected again (counted, not stored again) and the rest are duplicates;
+    the earlier ``call_id_conflict`` rejects are the rest of its ``rejected``.
+    """
+    if not again:
+        return []
+    listed = ", ".join(str(ids[m.index]) for m in again)
+    bad: dict[int, dict[str, int]] = {}
+    for iid, reason, n in store.fetchall(
+        f"SELECT ingest_id, attrs->>'reason', count(*) FROM calls WHERE ingest_id IN ({listed}) "
+        f"AND status = {_REJECT} GROUP BY 1, 2"
+    ):
+        bad.setdefault(int(iid), {})[str(reason)] = int(n)
+    store.execute(f"DELETE FROM calls WHERE ingest_id IN ({listed})")
+    outcomes = []
+    for member in again:
+        assert member.previous is not None  # noqa: S101 - only files ingested before
+        iid = ids[member.index]
+        rows_in = read.get(iid, (0, 0))[0]
+        reasons = bad.get(iid, {})
+        rejected = max(member.previous.rejected, sum(reasons.values()))
+        if rejected > sum(reasons.values()):
+            reasons[CONFLICT] = rejected - sum(reasons.values())
+        rejected = min(rejected, rows_in)
+        ordered = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        previous = member.previous.ingest_id
+        said = (f"{rejected:,} row(s) already rejected in ingest #{previous}",) if rejected else ()
+        outcome = Outcome(
+            member, iid, rows_in, 0, rejected, rows_in - rejected, ordered, rejected, 0,
+            notes + said, already_ingested=previous,
+        )  # fmt: skip
+        outcomes.append(outcome)
+    return outcomes
 
 
 def _sniff(
@@ -379,7 +430,10 @@ def _read_batch(
             gone = ", ".join(str(ids[m.index]) for m in later)
             store.execute(f"DELETE FROM calls WHERE ingest_id IN ({gone})")
             store.execute(f"DELETE FROM {_FILES} WHERE _tk_id IN ({gone})")
-        kept = [m for m in group if m not in later]
+        kept = [m for m in group if m not in later and m.previous is None]
+        again = _again(
+            store, [m for m in group if m not in later and m.previous], ids, read, scan.notes
+        )
         _derive_ids(store, batch)
         store.execute(f"DROP TABLE IF EXISTS {_BAD}")
         store.execute(
@@ -408,6 +462,7 @@ def _read_batch(
         store.execute(f"DROP TABLE {_BAD}")
         tally = _Tally(read, stored, inferred, matched, conflicts, moved, reasons)
         outcomes = [_outcome(m, ids[m.index], tally, scan.notes) for m in kept]
+        outcomes = sorted([*outcomes, *again], key=lambda o: o.ingest_id)
         _record(store, fmt, outcomes, started)
         store.execute(f"DROP TABLE {_FILES}")
     return outcomes, list(later)

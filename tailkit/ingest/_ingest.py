@@ -353,8 +353,9 @@ def _batched_result(outcome: Outcome) -> FileResult:
     return FileResult(
         m.path, m.format, m.why, rows_in=outcome.rows_in, stored=outcome.stored,
         rejected=outcome.rejected, duplicates=outcome.duplicates, reasons=outcome.reasons,
-        ingest_id=outcome.ingest_id, already_rejected=outcome.already_rejected,
-        inferred_provider=outcome.inferred_provider, notes=outcome.notes,
+        ingest_id=outcome.ingest_id, already_ingested=outcome.already_ingested,
+        already_rejected=outcome.already_rejected, inferred_provider=outcome.inferred_provider,
+        notes=outcome.notes,
     )  # fmt: skip
 
 
