@@ -315,21 +315,24 @@ def _alike(sniffed: dict[int, tuple[tuple[Any, ...], ...]]) -> list[tuple[list[i
     """
     from tailkit.formats._lines import sniffed_types
 
-    groups: list[tuple[list[int], list[tuple[str, str]]]] = []
+    exact: dict[tuple[tuple[Any, ...], ...], list[int]] = {}
     for index, found in sniffed.items():
+        exact.setdefault(found, []).append(index)
+    groups: list[tuple[list[int], list[tuple[str, str]]]] = []
+    for found, indexes in exact.items():
         for members, columns in groups:
             if [k for k, _ in columns] == [k for k, _ in found] and all(
                 _fits(a, b) for (_, a), (_, b) in zip(columns, found, strict=True)
             ):
-                members.append(index)
+                members.extend(indexes)
                 columns[:] = [
                     (k, b if a == "NULL" else a)
                     for (k, a), (_, b) in zip(columns, found, strict=True)
                 ]
                 break
         else:
-            groups.append(([index], list(found)))
-    return [(members, sniffed_types(columns)) for members, columns in groups]
+            groups.append((list(indexes), list(found)))
+    return [(sorted(members), sniffed_types(columns)) for members, columns in groups]
 
 
 def _fits(a: str, b: str) -> bool:

@@ -391,12 +391,16 @@ def _batch_members(
     The files to read together (`tailkit.ingest._batch`), with their content hashes.
     """
     members = []
+    recorded: dict[tuple[str, int], str] = {}  # one options text per format and options
     for index, (_, chosen, file_options) in planned.items():
         path = files[index]
         if chosen.format == "skip" or not can_batch(
             path, chosen.format, sizes[index], sql_path(str(path))
         ):
             continue
+        key = (chosen.format, id(file_options))  # the options live in `planned`: ids stay theirs
+        if key not in recorded:
+            recorded[key] = options_json(chosen.format, file_options)
         members.append(
             Member(
                 index,
@@ -404,7 +408,7 @@ def _batch_members(
                 chosen.format,
                 chosen.why,
                 file_options,
-                options_json(chosen.format, file_options),
+                recorded[key],
                 content_hash(path),
                 sizes[index],
             )
