@@ -44,6 +44,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.path not in slow_files)  # stable: in-file order is kept
 
 
+@pytest.fixture(scope="session")
+def production_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """
+    The bundled production sample (200,000 calls) in a store, ingested once per test process.
+
+    Six files read the same 200,000 calls; each ingest takes seconds, a copy milliseconds. Tests
+    open this file with ``read_only=True``; one that adds to it copies it first.
+    """
+    from tailkit.ingest import ingest_paths
+
+    db = tmp_path_factory.mktemp("production") / "calls.duckdb"
+    with Store.open(db) as s:
+        assert ingest_paths(s, [PRODUCTION / "calls.parquet"]).ok
+    return db
+
+
+@pytest.fixture(scope="session")
+def llmperf_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """
+    The llmperf leaderboard's raw data in a store, ingested once per test process (read-only).
+    """
+    from tailkit.ingest import ingest_paths
+
+    db = tmp_path_factory.mktemp("llmperf") / "s.duckdb"
+    with Store.open(db) as s:
+        assert ingest_paths(s, [LLMPERF]).ok
+    return db
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     """

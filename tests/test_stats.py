@@ -23,18 +23,7 @@ from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
 
-from .conftest import LLMPERF, PRODUCTION
-
-
-@pytest.fixture(scope="module")
-def llmperf_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """
-    A store holding the llmperf leaderboard data.
-    """
-    db = tmp_path_factory.mktemp("llmperf") / "s.duckdb"
-    with Store.open(db) as store:
-        ingest_paths(store, [LLMPERF])
-    return db
+from .conftest import LLMPERF
 
 
 def _numpy_quantiles() -> dict[tuple[str, str], tuple[float, float]]:
@@ -76,12 +65,11 @@ def test_together_13b_stall_is_a_transient_ttft_tail(llmperf_db: Path) -> None:
     assert row["transient"][0]
 
 
-def test_bucket_rows_add_up_to_the_group(tmp_path: Path) -> None:
+def test_bucket_rows_add_up_to_the_group(production_db: Path) -> None:
     """
     Calls per route summed over its token buckets equal the route's calls without buckets.
     """
-    with Store.open(tmp_path / "s.duckdb") as store:
-        ingest_paths(store, [PRODUCTION / "calls.parquet"])
+    with Store.open(production_db, read_only=True) as store:
         split = tail_report(store, TableQuery(by=("provider",), bucket=("input", "output")))
         whole = tail_report(store, TableQuery(by=("provider",), bucket=()))
 
@@ -89,12 +77,13 @@ def test_bucket_rows_add_up_to_the_group(tmp_path: Path) -> None:
     assert whole.table.select("provider", "n").sort("provider").rows() == summed.rows()
 
 
-def test_intervals_are_order_statistics_or_kaplan_meier_over_every_call(tmp_path: Path) -> None:
+def test_intervals_are_order_statistics_or_kaplan_meier_over_every_call(
+    production_db: Path,
+) -> None:
     """
     Each group's quantiles and intervals are empirical_quantiles' on all its calls, cut or not.
     """
-    with Store.open(tmp_path / "s.duckdb") as store:
-        ingest_paths(store, [PRODUCTION / "calls.parquet"])
+    with Store.open(production_db, read_only=True) as store:
         table = tail_report(store, TableQuery(by=("provider", "model", "step"), bucket=())).table
         calls = store.arrow(
             "SELECT provider, model, step, CASE WHEN status = 'ok' THEN total_s END AS total_s, "
