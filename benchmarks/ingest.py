@@ -114,9 +114,11 @@ def drop(db: Path) -> Path:
     return db
 
 
-def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict[str, float]:
+def one_repeat(  # noqa: PLR0917 - one repeat's inputs
+    workdir: Path, fmt: str, rows: int, i: int, tailkit: str, before: Path | None = None
+) -> dict[str, float]:
     """
-    One baseline, one library and one CLI run of a format; times in seconds.
+    One baseline, one library and one CLI run of a format (and ``before``'s CLI); seconds.
     """
     name, reader = READERS[fmt]
     data = str(workdir / name)
@@ -147,8 +149,25 @@ def one_repeat(workdir: Path, fmt: str, rows: int, i: int, tailkit: str) -> dict
         out["tk_cli"] = wall
         drop(db)
 
+    def cli_before() -> None:
+        db = drop(workdir / f"before-{fmt}-{i}.duckdb")
+        t0 = time.perf_counter()
+        # `python -m` puts the working directory first on the path: run it in that tree.
+        proc = subprocess.run(
+            [sys.executable, "-m", "tailkit", "ingest", data, "--db", str(db), "--json"],
+            capture_output=True, text=True, cwd=str(before), check=False,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            sys.exit(f"before CLI {fmt} failed: {proc.stderr[-2000:]}")
+        check(f"before CLI {fmt} (calls)", count_rows(db, "calls"), rows)
+        out["tk_cli_before"] = wall
+        drop(db)
+
     # Alternate who goes first so that a warm-up or drift does not always favour one side.
     steps = [baseline, library, cli] if i % 2 == 0 else [cli, library, baseline]
+    if before is not None:
+        steps.insert(1 if i % 2 == 0 else 0, cli_before)
     for step in steps:
         step()
     return out
@@ -235,9 +254,15 @@ def summarize(runs: dict[str, list[dict[str, float]]], rows: int) -> list[dict[s
     Median times, rows/s and ratio per (level, format).
     """
     table = []
-    levels = (("library", "base_lib", "tk_lib"), ("cli", "base_cli", "tk_cli"))
+    levels = (
+        ("library", "base_lib", "tk_lib"),
+        ("cli", "base_cli", "tk_cli"),
+        ("cli-before", "base_cli", "tk_cli_before"),
+    )
     for level, base_key, tk_key in levels:
         for fmt, reps in runs.items():
+            if not all(tk_key in r for r in reps):
+                continue
             base = statistics.median(r[base_key] for r in reps)
             tk = statistics.median(r[tk_key] for r in reps)
             ratio = base / tk
@@ -302,9 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         log = sys.stderr
         print(f"generating {args.rows:,} rows in {workdir}", file=log, flush=True)
         gen = str(ROOT / "data_samples" / "generate.py")
-        if not all((workdir / name).exists() for name, _ in READERS.values()):
+        formats = [f for f in args.format.split(",") if f in READERS]
+        wanted = ["jsonl"] if args.files else formats
+        if not all((workdir / READERS[f][0]).exists() for f in wanted):
             run([sys.executable, gen, "--rows", str(args.rows), "--seed", str(args.seed),
-                 "--out", str(workdir), "--no-gzip"])  # fmt: skip
+                 "--out", str(workdir), "--no-gzip", "--formats", ",".join(wanted)])  # fmt: skip
         if args.files:
             doc = many_files(
                 workdir, args.files, rows=args.rows, repeat=args.repeat,
@@ -313,11 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             doc["machine"] = machine()
             print(json.dumps(doc, indent=2))
             return 0
-        formats = [f for f in args.format.split(",") if f in READERS]
         runs: dict[str, list[dict[str, float]]] = {fmt: [] for fmt in formats}
         for fmt, reps in runs.items():
             for i in range(args.repeat):
-                reps.append(one_repeat(workdir, fmt, args.rows, i, tailkit))
+                reps.append(one_repeat(workdir, fmt, args.rows, i, tailkit, args.before))
                 times = " ".join(f"{k}={v:.2f}" for k, v in reps[-1].items())
                 print(f"{fmt} #{i + 1}: {times}", file=log, flush=True)
         info = machine()
