@@ -19,7 +19,6 @@ from tailkit.calibration import calibrate, predict, workflow_of
 from tailkit.calibration.lowlevel import QUANTILES
 from tailkit.cli import app
 from tailkit.config import Plan, Route, Step, Tokens, dump_plan, load_plan, parse_plan
-from tailkit.ingest import ingest_paths
 from tailkit.simulation import (
     ThinSampleError,
     compare_policies,
@@ -38,13 +37,9 @@ RUNS, CHECK_RUNS = 8_000, 40_000
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled production sample in a store."""
-    path = tmp_path_factory.mktemp("calibrate") / "calls.duckdb"
-    with Store.open(path) as store:
-        report = ingest_paths(store, [ROOT / "data_samples" / "production" / "calls.parquet"])
-    assert report.ok
-    return path
+def db(production_db: Path) -> Path:
+    """The bundled production sample in a store (conftest's, shared: read only)."""
+    return production_db
 
 
 @pytest.fixture(scope="module")
