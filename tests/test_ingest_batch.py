@@ -15,6 +15,8 @@ from tailkit.errors import IngestError, MappingError
 from tailkit.ingest import IngestReport, _batch, ingest_paths
 from tailkit.store import Store
 
+from .conftest import ROOT
+
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -296,3 +298,15 @@ def test_parquet_files_read_together_as_one_by_one(
             outcomes.append(_outcome(store, ingest_paths(store, parquet)))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0][0][2] == 6  # a.parquet: six calls stored
+
+
+def test_a_file_not_read_takes_nothing_from_the_template(store: Store) -> None:
+    """
+    The llmperf leaderboard under a template for its result files: the summaries (read for
+    model names, skipped) are no error, and the provider is the file name's, as without it.
+    """
+    tree = ROOT / "data_samples" / "llmperf-leaderboard" / "raw_data"
+    report = ingest_paths(store, [tree], path_template="individual/{provider}_*.json")
+    assert report.ok
+    assert report.totals()["stored"] == 2845
+    assert store.fetchall("SELECT count(DISTINCT provider) FROM calls") == [(8,)]

@@ -270,7 +270,11 @@ def ingest_paths(
     for index, path in enumerate(files):
         try:
             detected, chosen = choose_format(path, format)
-            planned[index] = (detected, chosen, _file_options(path, options, template))
+            # A file not read (an llmperf summary) takes no values from the template.
+            skipped = chosen.format == "skip"
+            planned[index] = (
+                detected, chosen, options if skipped else _file_options(path, options, template)
+            )  # fmt: skip
         except IngestError as exc:
             run.done(index, None, exc)
     members = _batch_members(files, run.sizes, planned)
@@ -379,7 +383,8 @@ def _file_options(path: Path, options: ScanOptions, template: PathTemplate | Non
 
 
 def _path_fields(template: PathTemplate | None, options: ScanOptions) -> dict[str, str]:
-    return {name: options.sets[name] for name in template.fields} if template else {}
+    fields = template.fields if template else ()
+    return {name: options.sets[name] for name in fields if name in options.sets}
 
 
 def _batch_members(
