@@ -302,8 +302,9 @@ def test_parquet_files_read_together_as_one_by_one(
 
 def test_a_file_not_read_takes_nothing_from_the_template(store: Store) -> None:
     """
-    The llmperf leaderboard under a template for its result files: the summaries (read for
-    model names, skipped) are no error, and the provider is the file name's, as without it.
+    The llmperf leaderboard under a template for its result files: the summaries are no error.
+
+    They are read for model names and skipped; the provider is the file name's, as without it.
     """
     tree = ROOT / "data_samples" / "llmperf-leaderboard" / "raw_data"
     report = ingest_paths(store, [tree], path_template="individual/{provider}_*.json")
