@@ -578,6 +578,14 @@ def ingest_all(
     return m
 
 
+def _checkout_env(checkout: Path) -> dict[str, str]:
+    """
+    This environment with ``checkout`` first on ``PYTHONPATH``: the tailkit it imports.
+    """
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def stats_and_calibrate(
     files: dict[str, Path],
     store: Path,
@@ -596,10 +604,11 @@ def stats_and_calibrate(
     extra = ["--memory-limit", args.memory_limit] if args.memory_limit else []
     stats = [tailkit, "stats", "--db", str(store), "--by", "provider,model", "--json", *extra]
     bare = [sys.executable, "-c", BARE_STATS, str(store), bare_stats_sql()]
-    table = {"bare GROUP BY": timed(bare, d), "tailkit stats": timed(stats, d, table_rows)}
+    after = _checkout_env(args.after) if args.after is not None else None
+    table = {"bare GROUP BY": timed(bare, d),
+             "tailkit stats": timed(stats, d, table_rows, env=after)}  # fmt: skip
     if args.before is not None:  # the same command, importing another checkout of tailkit
-        path = os.pathsep.join(p for p in (str(args.before), os.environ.get("PYTHONPATH")) if p)
-        before = {**os.environ, "PYTHONPATH": path}
+        before = _checkout_env(args.before)
         table["tailkit stats (before)"] = timed(stats, d, table_rows, env=before)
     m = interleave(table, args.repeat, _log)
     optional = {
@@ -851,6 +860,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="also time `stats` importing tailkit from this checkout (e.g. a git worktree of "
         "an older commit), interleaved with the others",
+    )
+    parser.add_argument(
+        "--after",
+        type=Path,
+        help="time `tailkit stats` importing tailkit from this checkout (default: the "
+        "installed one)",
     )
     parser.add_argument("--generate", type=Path, help=argparse.SUPPRESS)  # the generator child
     parser.add_argument("--with-jsonl", action="store_true", help=argparse.SUPPRESS)

@@ -14,7 +14,8 @@ warm-up each, medians of ``--repeat``:
   mixture on every row, which the default table leaves out);
 - with ``--before DIR``: the same command with another checkout of tailkit first on
   ``PYTHONPATH`` (e.g. ``git worktree add /tmp/before HEAD~5``), for a before/after ratio
-  measured in the same run.
+  measured in the same run; ``--after DIR`` likewise for the checkout measured as "tailkit
+  stats" (default: this one).
 
 The ratio is tailkit seconds / bare seconds (target at most 3, and at most 5 s at 2 M calls);
 peak RSS is GNU time's ``%M`` (target at most 2 GB). The store is ``--db``, or a seeded log of
@@ -85,7 +86,9 @@ def _rows(out: str) -> int:
     return len(rows)
 
 
-def steps(db: Path, before: Path | None, *, fits: bool) -> dict[str, list[str] | Any]:
+def steps(
+    db: Path, before: Path | None, *, fits: bool, after: Path = ROOT
+) -> dict[str, list[str] | Any]:
     """
     Per step name: its command and the checkout it imports tailkit from (``None``: bare).
     """
@@ -93,10 +96,10 @@ def steps(db: Path, before: Path | None, *, fits: bool) -> dict[str, list[str] |
              "provider,model", "--json"]  # fmt: skip
     out: dict[str, Any] = {
         "bare GROUP BY": ([sys.executable, "-c", BARE_STATS, str(db), bare_stats_sql()], None),
-        "tailkit stats": (stats, ROOT),
+        "tailkit stats": (stats, after),
     }
     if fits:
-        out["tailkit stats --fits"] = ([*stats, "--fits"], ROOT)
+        out["tailkit stats --fits"] = ([*stats, "--fits"], after)
     if before is not None:
         out["tailkit stats (before)"] = (stats, before)
     return out
@@ -138,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="report the median (default 5)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--before", type=Path, help="another checkout of tailkit to compare")
+    parser.add_argument(
+        "--after",
+        type=Path,
+        default=ROOT,
+        help="the checkout measured as `tailkit stats` (default: this one; a worktree of a "
+        "commit keeps others' uncommitted edits out of the figures)",
+    )
     parser.add_argument("--fits", action="store_true", help="also time `stats --fits`")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -147,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="tailkit-stats-") as tmp:
         db = args.db or prepare(Path(tmp), args.rows, args.seed)
-        measured = run(steps(db, args.before, fits=args.fits), args.repeat, Path(tmp), log)
+        todo = steps(db, args.before, fits=args.fits, after=args.after)
+        measured = run(todo, args.repeat, Path(tmp), log)
     bare = measured["bare GROUP BY"]
     result: dict[str, Any] = {
         "db": str(db), "repeat": args.repeat, "groups": bare["groups"],
