@@ -8,6 +8,7 @@ import itertools
 import math
 import random
 
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -18,13 +19,9 @@ from hypothesis import strategies as st
 
 import tailkit
 
-from tailkit.ingest import ingest_paths
 from tailkit.serve import ModelProfile, profile_from_stats
 from tailkit.serve._draw import draw
 from tailkit.serve._grid import GRID_SIZE, QuantileCurve, grid
-from tailkit.store import Store
-
-from .conftest import LLMPERF
 
 
 DRAWS = 20_000
@@ -57,14 +54,13 @@ def _tolerance(q: float, n: int = DRAWS) -> float:
 
 
 @pytest.fixture(scope="module")
-def llmperf_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def llmperf_rows(llmperf_db: Path) -> list[dict[str, Any]]:
     """
     ``tailkit stats --by provider,model --bucket none`` rows of the llmperf sample.
     """
-    db = tmp_path_factory.mktemp("llmperf") / "s.duckdb"
-    with Store.open(db) as store:
-        ingest_paths(store, [LLMPERF])
-    rows: list[dict[str, Any]] = tailkit.stats(db, by=("provider", "model"), bucket=()).to_dicts()
+    rows: list[dict[str, Any]] = tailkit.stats(
+        llmperf_db, by=("provider", "model"), bucket=()
+    ).to_dicts()
     return rows
 
 
