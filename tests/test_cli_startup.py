@@ -19,9 +19,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import typer
 
-from tailkit.cli import COMMANDS
-from tailkit.cli._help import reflow
+from typer._coercion import build_runtime_param  # typer's own coercion: the reference
+
+from tailkit.cli import COMMANDS, app
+from tailkit.cli._help import _Shortcuts, reflow
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,20 +89,21 @@ def _commands_loaded(modules: set[str]) -> set[str]:
 
 
 def test_help_imports_no_analysis_library_and_no_command(tmp_path: Path) -> None:
-    """`tailkit --help` lists every command without importing one, nor DuckDB, NumPy, yaml."""
+    """`tailkit --help` lists every command without importing one, nor DuckDB, NumPy or yaml."""
     modules = _modules("--help", tmp_path=tmp_path)
 
-    assert set() == _roots(modules) & (HEAVY | {"yaml", "pydantic"})
+    assert set() == _roots(modules) & (HEAVY | {"yaml"})
     assert set() == _commands_loaded(modules)
     assert set() == _roots(modules) & {"markdown_it", "pygments"}  # typer's, unused by our help
 
 
 def test_docs_imports_its_command_only(tmp_path: Path) -> None:
     """`tailkit docs` and `tailkit docs stats` load the docs command, no analysis library."""
+    # nor pydantic: typer checks values with it, but a PAGE given or not needs no check
     for args in (["docs"], ["docs", "stats"]):
         modules = _modules(*args, tmp_path=tmp_path)
 
-        assert set() == _roots(modules) & (HEAVY | {"yaml", "rich"})
+        assert set() == _roots(modules) & (HEAVY | {"yaml", "rich", "pydantic"})
         assert {"tailkit.cli._docs"} == _commands_loaded(modules)
 
 
@@ -140,3 +144,22 @@ def test_each_summary_is_the_first_paragraph_of_its_docstring(name: str) -> None
 
     assert docstring
     assert summary == reflow(docstring).split("\n\n")[0]
+
+
+def test_values_checked_without_pydantic_are_what_typer_makes_of_them() -> None:
+    """None for every parameter, and text for every str one, come back as typer's coercion makes."""
+    group = typer.main.get_command(app)
+    texts = ["plan.yaml", "", " spaced out ", "ünïcode", "--not-a-flag", "3"]
+    checked_text = 0
+    for command in group.commands.values():  # type: ignore[attr-defined]
+        ctx = command.context_class(command, info_name=command.name)
+        for param in [*command.params, command.get_help_option(ctx)]:
+            ours, typers = param.get_runtime_param(), build_runtime_param(param.type_descriptor)
+            assert isinstance(ours, _Shortcuts), param.name
+            assert typers.coerce(None, param, ctx) == ours.coerce(None, param, ctx), param.name
+            if param.type_descriptor.annotation is str:
+                checked_text += 1
+                for text in texts:
+                    theirs, mine = typers.coerce(text, param, ctx), ours.coerce(text, param, ctx)
+                    assert (type(theirs), theirs) == (type(mine), mine), (param.name, text)
+    assert checked_text >= 5  # PLAN, PAGE, --format, --unit, ... were compared

@@ -147,6 +147,8 @@ def name_values(params: list[Any]) -> None:
     Give every option a word for its value (flags none) and every argument an upper-case name.
 
     An explicit ``metavar`` is kept. Arguments lose typer's type column: their name says it.
+    Every parameter also checks a value not given, or plain text, without pydantic
+    (`_Shortcuts`).
 
     Args:
         params: The command's parameters (changed in place).
@@ -156,15 +158,70 @@ def name_values(params: list[Any]) -> None:
             if param.metavar is None:
                 param.metavar = param.name.upper()
             param.__class__ = _WordArgument
-        elif isinstance(param, TyperOption) and param.metavar is None:
-            flag = param.is_flag or param.count
-            param.metavar = "" if flag else _type_word(param.type_descriptor.annotation)
+        elif isinstance(param, TyperOption):
+            if param.metavar is None:
+                flag = param.is_flag or param.count
+                param.metavar = "" if flag else _type_word(param.type_descriptor.annotation)
+            param.__class__ = _PlainOption
+
+
+class _Shortcuts:
+    """
+    Strictly private: a parameter's coercion that checks None and plain text without pydantic.
+
+    typer 0.29 checks each value with a pydantic ``TypeAdapter`` that it builds on first use, and
+    importing pydantic for it costs 70 ms: most of ``tailkit docs``'s start-up (issue 31). Two
+    cases need no adapter, by typer's own code: a value not given (None), which its coercion
+    returns as None (or ``()`` for a repeatable one) before it looks at the adapter; and text
+    for a ``str`` parameter without a parser, which its adapter returns unchanged (``str()``,
+    then pydantic's str). Those return here as typer would; every other value goes to typer's
+    coercion, built then. A test holds both to typer's own for every parameter of every command.
+    """
+
+    def __init__(self, typer_coercion: Callable[[], Any]) -> None:
+        self._typer_coercion = typer_coercion
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        """
+        None and plain text as typer's coercion returns them; anything else through it.
+        """
+        described = param.type_descriptor
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        plain = described.annotation is str and described.parameter_info.parser is None
+        if plain and type(value) is str and described.file_annotation is None:
+            return value
+        return self._typer_coercion().coerce(value, param=param, ctx=ctx)
+
+
+class _PlainOption(TyperOption):
+    """
+    An option that checks a value not given, or plain text, without pydantic (`_Shortcuts`).
+    """
+
+    def get_runtime_param(self) -> Any:
+        """
+        Typer's coercion once built; before that, the shortcuts in front of it.
+        """
+        if self._runtime_param is None:
+            return _Shortcuts(super().get_runtime_param)
+        return super().get_runtime_param()
 
 
 class _WordArgument(TyperArgument):
     """
     An argument whose help row shows its name only (``PLAN``), no ``<path>`` type label.
+
+    It checks a value not given, or plain text, without pydantic, as `_PlainOption` does.
     """
+
+    def get_runtime_param(self) -> Any:
+        """
+        Typer's coercion once built; before that, the shortcuts in front of it.
+        """
+        if self._runtime_param is None:
+            return _Shortcuts(super().get_runtime_param)
+        return super().get_runtime_param()
 
     def display_type_rich(self, ctx: Any) -> str | None:
         """
@@ -254,6 +311,8 @@ def _width() -> int:
 class _HelpFlag:
     """
     Strictly private: ``--help`` as a flag without a value word (a mixin before typer's class).
+
+    Its value is checked without pydantic (`_Shortcuts`): not given, it is None.
     """
 
     def get_help_option(self, ctx: Any) -> Any:
@@ -263,6 +322,8 @@ class _HelpFlag:
         option = super().get_help_option(ctx)  # type: ignore[misc]
         if option is not None:
             option.metavar = ""
+            if isinstance(option, TyperOption):
+                option.__class__ = _PlainOption  # not given, it is None: no pydantic for it
         return option
 
 
