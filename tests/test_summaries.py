@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from tailkit.cli import app
 from tailkit.engines import Reading, summarize_local
 from tailkit.engines.lowlevel import aggregate_file
-from tailkit.ingest import ingest_paths, open_in_place
+from tailkit.ingest import open_in_place
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
 from tailkit.tails.lowlevel import (
@@ -51,9 +51,11 @@ APPROXIMATE = ("mu", "sigma", "tokens_per_s_p50", "tokens_per_s_p10", "ttft_p50_
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def log(tmp_path_factory: pytest.TempPathFactory, production_db: Path) -> tuple[Path, Path]:
     """
-    The production sample as a store and as `PARTS` Parquet files (each run in one file).
+    The production sample as a store (conftest's, read only) and as `PARTS` Parquet files.
+
+    A run's calls are all in one file.
     """
     folder = tmp_path_factory.mktemp("summaries")
     source = PRODUCTION / "calls.parquet"
@@ -64,10 +66,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             f"TO '{folder / f'part-{i}.parquet'}' (FORMAT parquet)"
         )
     con.close()
-    db = folder / "s.duckdb"
-    with Store.open(db) as store:
-        assert ingest_paths(store, [source]).ok
-    return db, folder
+    return production_db, folder
 
 
 def _files(folder: Path) -> list[Path]:
