@@ -29,7 +29,7 @@ from tailkit.ledger import AttemptRecord, JsonlSink, Ledger
 from tailkit.report import write_report
 from tailkit.store import Store
 
-from .conftest import PRODUCTION, ROOT
+from .conftest import ROOT
 
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -81,13 +81,15 @@ def _ledger(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def reports(tmp_path_factory: pytest.TempPathFactory, production_db: Path) -> dict[str, Path]:
     """
     Two reports from the production sample: bare (no plan, no traces), and full (both).
+
+    The store is a copy of conftest's production store, to which the traces are added.
     """
     tmp = tmp_path_factory.mktemp("report")
+    shutil.copyfile(production_db, tmp / "calls.duckdb")
     with Store.open(tmp / "calls.duckdb") as store:
-        assert ingest_paths(store, [str(PRODUCTION / "calls.parquet")]).ok
         bare = write_report(store, tmp / "bare", max_routes=4)
         assert ingest_paths(store, [str(_ledger(tmp / "ledger.jsonl"))], format="trace").ok
         plan = calibrate(
