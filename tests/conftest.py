@@ -49,7 +49,7 @@ def production_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     The bundled production sample (200,000 calls) in a store, ingested once per test process.
 
-    Six files read the same 200,000 calls; each ingest takes seconds, a copy milliseconds. Tests
+    Four files read the same 200,000 calls; each ingest takes seconds, a copy milliseconds. Tests
     open this file with ``read_only=True``; one that adds to it copies it first.
     """
     from tailkit.ingest import ingest_paths
