@@ -38,8 +38,21 @@ Both parts run under the default asyncio loop and, when it is installed (``pip i
 runs at 500/s). ``--at REV`` measures the tailkit of a git revision (``--at HEAD``: without
 the work tree's uncommitted changes), for before/after figures. ``--tracing off`` gives the
 executor an observer that never traces (by default it traces whenever OpenTelemetry's API can
-be imported); ``--gc off`` disables garbage collection in part 2, to show what it costs. Exits
-0 whatever the figures, nonzero only on errors.
+be imported); ``--gc off`` disables garbage collection in part 2, to show what it costs, and
+``--gc tuned`` applies docs/executor.md's advice for a service (``gc.freeze()`` after set-up,
+thresholds 50,000 / 50 / 50). Part 2 times every collection in wall and CPU time (on a busy
+machine the wall time of a pause counts the moments the process waited for a core).
+
+Before and after (issue 31). ``--against DIR`` compares this work tree's tailkit with the one
+under ``DIR`` (a git worktree of the old commit: ``git worktree add /tmp/before HEAD``), each
+figure in fresh processes, the two versions alternating: part 1 in ``--processes`` processes
+each (the median of their medians); part 3, memory per concurrent run (``--census-runs`` runs
+parked at each stage of the workflow, gates opening in order: traced bytes and collected
+objects per run at the heaviest stage, against the bare DAG parked the same way); part 2 at
+``--runs``; and the highest arrival rate at which the loop lag p99 stays under 100 ms (trials of
+``--trial-seconds`` of arrivals, doubling from 100 runs/s, then three bisections), for the bare
+DAG and each version. ``--only`` picks one of ``overhead``, ``census``, ``scale``, ``rates``.
+Exits 0 whatever the figures, nonzero only on errors.
 """
 
 from __future__ import annotations
