@@ -24,7 +24,8 @@ import typer
 from typer._coercion import build_runtime_param  # typer's own coercion: the reference
 
 from tailkit.cli import COMMANDS, app
-from tailkit.cli._help import _Shortcuts, reflow
+from tailkit.cli._help import reflow
+from tailkit.cli._startup import Shortcuts
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def test_values_checked_without_pydantic_are_what_typer_makes_of_them() -> None:
         ctx = command.context_class(command, info_name=command.name)
         for param in [*command.params, command.get_help_option(ctx)]:
             ours, typers = param.get_runtime_param(), build_runtime_param(param.type_descriptor)
-            assert isinstance(ours, _Shortcuts), param.name
+            assert isinstance(ours, Shortcuts), param.name
             assert typers.coerce(None, param, ctx) == ours.coerce(None, param, ctx), param.name
             if param.type_descriptor.annotation is str:
                 checked_text += 1
