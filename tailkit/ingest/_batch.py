@@ -22,10 +22,12 @@ each of its files is read alone, so one bad file still fails alone, by name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,9 +131,12 @@ def read_together(
     template: PathTemplate | None,
     base_options: ScanOptions,
     strict: bool,
+    early_sniff: Future[Sniffs] | None = None,
 ) -> tuple[list[Outcome], list[Member]]:
     """
     Read ``members`` in as few scans as their formats and columns allow.
+
+    ``early_sniff``: the JSON-lines files' sniffs, started before their formats were known.
 
     Returns:
         The outcomes of the files read, and the files to read alone (in their order).
@@ -144,7 +149,7 @@ def read_together(
         by_format.setdefault(member.format, []).append(member)
     for fmt, group in by_format.items():
         try:
-            sniffed = _sniff(store, fmt, group)
+            sniffed = _sniff(store, fmt, group, early_sniff)
         except QueryError:
             alone.extend(group)
             continue
@@ -257,16 +262,15 @@ def _again(
 
 
 def _sniff(
-    store: Store, fmt: str, group: Sequence[Member]
+    store: Store, fmt: str, group: Sequence[Member], early: Future[Sniffs] | None
 ) -> dict[int, tuple[tuple[Any, ...], ...]]:
     """
     Each file's sniffed columns, from one query over the group.
 
     JSON lines: the merged keys of each file's first `SAMPLE` objects, as its own sniff reads
-    them (a file with more objects is sniffed alone). Parquet: each file's schema.
+    them (a file with more objects is sniffed alone), from ``early`` when it covers the group.
+    Parquet: each file's schema.
     """
-    from tailkit.formats._lines import SAMPLE, objects
-
     out: dict[int, tuple[tuple[Any, ...], ...]] = {}
     if fmt == "parquet":
         for member in group:
@@ -275,7 +279,56 @@ def _sniff(
             )
             out[member.index] = tuple(tuple(r) for r in rows)
         return out
-    files = _file_list(group)
+    names = {str(m.path) for m in group}
+    sniffs = None
+    if early is not None:
+        with contextlib.suppress(QueryError):
+            sniffs = early.result()
+    if sniffs is None or not names <= sniffs.files:
+        sniffs = sniff_json_lines(store, [m.path for m in group])
+    by_file, too_many = sniffs.columns, sniffs.too_many
+    fmt_adapter = FORMATS[fmt]
+    for member in group:
+        name = str(member.path)
+        if name in too_many:
+            sniff = fmt_adapter.sniff_sql(name)
+            found = store.fetchall(sniff) if sniff else []
+        else:
+            found = by_file.get(name, [])
+        out[member.index] = tuple((str(key), str(kind)) for key, kind in found)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Sniffs:
+    """
+    The sniffs of many JSON-lines files, from one query.
+
+    Args:
+        files: The files asked about.
+        columns: File name → its ``(key, type)`` rows, as `tailkit.formats._lines.sniff_sql`
+            gives them (a file without objects has none).
+        too_many: Files with more objects than the sniff's sample: to be sniffed alone.
+    """
+
+    files: frozenset[str]
+    columns: dict[str, list[tuple[Any, ...]]]
+    too_many: frozenset[str]
+
+
+def sniff_json_lines(store: Store, paths: Sequence[Path]) -> Sniffs:
+    """
+    Sniff many JSON-lines files in one query, each as its own sniff would.
+
+    Safe to run in another thread while the caller does no other work on ``store`` (ingest
+    runs it while Python detects the files' formats, which DuckDB does not need).
+
+    Raises:
+        QueryError: A file cannot be read this way (then each is sniffed as its group needs).
+    """
+    from tailkit.formats._lines import SAMPLE, objects
+
+    files = "[" + ", ".join(literal(str(p)) for p in paths) + "]"
     reader = objects(_MARKER_PATH).replace(
         literal(_MARKER_PATH), f"{files}, filename={literal(_FILE)}"
     )
@@ -287,22 +340,13 @@ def _sniff(
             f=_FILE, r=reader
         )
     )
-    by_file: dict[str, list[tuple[Any, ...]]] = {}
+    columns: dict[str, list[tuple[Any, ...]]] = {}
     too_many: set[str] = set()
     for name, n, key, kind in rows:
-        by_file.setdefault(str(name), []).append((key, kind))
+        columns.setdefault(str(name), []).append((key, kind))
         if int(n) > SAMPLE:
             too_many.add(str(name))
-    fmt_adapter = FORMATS[fmt]
-    for member in group:
-        name = str(member.path)
-        if name in too_many:
-            sniff = fmt_adapter.sniff_sql(name)
-            found = store.fetchall(sniff) if sniff else []
-        else:
-            found = by_file.get(name, [])
-        out[member.index] = tuple((str(key), str(kind)) for key, kind in found)
-    return out
+    return Sniffs(frozenset(str(p) for p in paths), columns, frozenset(too_many))
 
 
 def _alike(sniffed: dict[int, tuple[tuple[Any, ...], ...]]) -> list[tuple[list[int], list[Any]]]:

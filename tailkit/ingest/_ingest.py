@@ -29,8 +29,24 @@ import xxhash
 
 from tailkit.errors import IngestError, InputFileError, MappingError, QueryError
 from tailkit.formats import FORMATS, ScanOptions, detect_format
-from tailkit.formats.lowlevel import GENERIC, Detected, Scan, check_options, read_head, sql_path
-from tailkit.ingest._batch import Member, Outcome, can_batch, read_together
+from tailkit.formats.lowlevel import (
+    GENERIC,
+    SUFFIXES,
+    Detected,
+    Scan,
+    check_options,
+    read_head,
+    sql_path,
+    suffix_of,
+)
+from tailkit.ingest._batch import (
+    Member,
+    Outcome,
+    Sniffs,
+    can_batch,
+    read_together,
+    sniff_json_lines,
+)
 from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
@@ -267,22 +283,28 @@ def ingest_paths(
     if progress:
         progress.begin(store, sum(run.sizes))
     planned: dict[int, tuple[Detected, Detected, ScanOptions]] = {}
-    for index, path in enumerate(files):
-        try:
-            detected, chosen = choose_format(path, format)
-            # A file not read (an llmperf summary) takes no values from the template.
-            skipped = chosen.format == "skip"
-            planned[index] = (
-                detected, chosen, options if skipped else _file_options(path, options, template)
-            )  # fmt: skip
-        except IngestError as exc:
-            run.done(index, None, exc)
-    members = _batch_members(files, run.sizes, planned)
+    with ThreadPoolExecutor(max_workers=1) as early:
+        # DuckDB sniffs the JSON-lines files while Python detects every file's format.
+        sniffs = _early_sniff(store, files, run.sizes, early)
+        for index, path in enumerate(files):
+            try:
+                detected, chosen = choose_format(path, format)
+                # A file not read (an llmperf summary) takes no values from the template.
+                skipped = chosen.format == "skip"
+                planned[index] = (
+                    detected, chosen, options if skipped else _file_options(path, options, template)
+                )  # fmt: skip
+            except IngestError as exc:
+                run.done(index, None, exc)
+        members = _batch_members(files, run.sizes, planned)
+        if sniffs is not None:
+            sniffs.exception()  # the store is free again
     alone = [i for i in planned if i not in {m.index for m in members}]
     if members:
         outcomes, later = read_together(
-            store, members, template=template, base_options=options, strict=strict
-        )
+            store, members, template=template, base_options=options, strict=strict,
+            early_sniff=sniffs,
+        )  # fmt: skip
         for outcome in outcomes:
             run.done(outcome.member.index, _batched_result(outcome), None)
         alone.extend(m.index for m in later)
@@ -350,6 +372,26 @@ class _Run:
         self.results[index] = result
         if self.progress:
             self.progress.finish(result, None)
+
+
+def _early_sniff(
+    store: Store, files: list[Path], sizes: list[int], pool: ThreadPoolExecutor
+) -> Future[Sniffs] | None:
+    """
+    Start sniffing the files that will likely be read together as JSON lines, by their names.
+
+    A guess from the suffix: the batch uses the result only for files detected as JSON lines,
+    and sniffs again (after detection) when the guess fails or misses one.
+    """
+    likely = [
+        path
+        for path, size in zip(files, sizes, strict=True)
+        if SUFFIXES.get(suffix_of(path)) == "jsonl"
+        and can_batch(path, "jsonl", size, sql_path(str(path)))
+    ]
+    if len(likely) < 2:
+        return None
+    return pool.submit(sniff_json_lines, store, likely)
 
 
 def _batched_result(outcome: Outcome) -> FileResult:
