@@ -359,7 +359,9 @@ def measure(
     wrapped = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd] if GNU_TIME else cmd
     with out.open("wb") as fo, err.open("wb") as fe:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(wrapped, stdout=fo, stderr=fe, env=env)
+        # in ``workdir``: ``python -m`` and ``-c`` put the working folder first on sys.path,
+        # before PYTHONPATH, so a run from a checkout would import that checkout's tailkit
+        proc = subprocess.Popen(wrapped, stdout=fo, stderr=fe, env=env, cwd=workdir)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
