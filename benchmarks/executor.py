@@ -287,7 +287,8 @@ class Scale:
         self.kind, self.runs, self.rate = spec["kind"], spec["runs"], spec["rate"]
         self.plan = scale_plan()
         self.order = self.plan.order()
-        self.ledger = Ledger(JsonlSink(ledger))
+        # the executor's attempts go to a JSON-lines file (``--ledger none``: counted only)
+        self.ledger = Ledger(JsonlSink(ledger)) if spec.get("ledger") != "none" else Ledger()
         self.executor = executor_for(self.plan, spec["tracing"], self.ledger)
         self.rng = random.Random(spec["seed"])  # noqa: S311 - simulated latency, not secrets
         self.roles: Counter[str] = Counter()
@@ -715,7 +716,8 @@ def compare(args: argparse.Namespace, against: str) -> dict[str, Any]:
                         "tracing": tracing}  # fmt: skip
                 out["census"][f"{name}/{kind}"] = in_process(spec, root)
     base = {"loop": loop, "runs": args.runs or 10_000, "rate": args.rate or 1_000.0,
-            "seed": args.seed, "tracing": tracing, "gc": args.gc}  # fmt: skip
+            "seed": args.seed, "tracing": tracing, "gc": args.gc,
+            "ledger": args.ledger}  # fmt: skip
     if args.only in (None, "scale"):
         for name, root in trees.items():
             for kind in ("bare", "executor"):
@@ -918,6 +920,12 @@ def arguments() -> argparse.ArgumentParser:
         default="default",
         help="off: no garbage collection in part 2 (what the full collections cost); tuned: "
         "gc.freeze() after set-up and thresholds (50,000, 50, 50), as docs/executor.md advises",
+    )
+    add(
+        "--ledger",
+        choices=("jsonl", "none"),
+        default="jsonl",
+        help="with --against: part 2's ledger (none: attempts counted, no line written)",
     )
     add("--worker", help=argparse.SUPPRESS)
     return parser  # fmt: skip
