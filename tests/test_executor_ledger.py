@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 
 from datetime import UTC, datetime, timedelta, timezone
+from http import HTTPStatus
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -24,6 +27,7 @@ from tailkit.ledger import (
     JsonlSink,
     Ledger,
     MemorySink,
+    _iso,
 )
 from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES
 
@@ -38,6 +42,14 @@ def _record(**changes: object) -> AttemptRecord:
     }  # fmt: skip
     values.update(changes)
     return AttemptRecord(**values)  # type: ignore[arg-type]
+
+
+class _Named(str):
+    """
+    A string subclass (an SDK's model-name type, say).
+    """
+
+    __slots__ = ()
 
 
 class _Broken:
@@ -302,3 +314,40 @@ def test_no_sinks_still_validates_and_counts() -> None:
     assert {"attempts": 2, "ok": 1, "timeout": 1, "winners": 1, "abandoned": 1} == {
         k: v for k, v in ledger.counts().items() if v
     }
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"ttft_s": 0.123456789, "total_s": 1.5, "input_tokens": 812, "output_tokens": 0,
+         "status": "ok", "winner": True, "attrs": {"started_by": "cutoff", "hedge": True}},
+        {"run_id": None, "step": None, "error_type": "APIError", "http_status": 503,
+         "status": "error", "censored_at_s": 2, "abandoned": True, "job_key": 'q"\\ü\n',
+         "deadline_at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)},
+        # values the plain line leaves to the encoder: each must come out the same
+        {"http_status": HTTPStatus.TOO_MANY_REQUESTS, "status": "rate_limited"},
+        {"input_tokens": math.nan, "output_tokens": 7.0},
+        {"abandoned": 0, "winner": 1},
+        {"model": _Named("gpt-4o"), "attrs": MappingProxyType({})},
+        {"attrs": {"error": ValueError("x")}, "total_s": True},
+        {"started_at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))},
+    ],
+)  # fmt: skip
+def test_a_line_is_what_the_json_encoder_writes_whatever_the_values(
+    changes: dict[str, object],
+) -> None:
+    """
+    `to_json` writes plain records itself (half the time): byte for byte the encoder's line.
+
+    The encoder with the ledger's options, over the fields in `LEDGER_FIELDS` order, is the
+    reference; values that are not plain (an ``IntEnum``, a NaN, an int where a bool belongs,
+    a string subclass, a mapping that is not a dict) take the encoder's own path.
+    """
+    record = _record(**changes)
+    values = {name: getattr(record, name) for name in LEDGER_FIELDS}
+    values["started_at"] = _iso("started_at", record.started_at)
+    if record.deadline_at is not None:
+        values["deadline_at"] = _iso("deadline_at", record.deadline_at)
+    reference = json.JSONEncoder(separators=(",", ":"), default=str).encode(values)
+    assert record.to_json() == reference

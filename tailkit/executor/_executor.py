@@ -356,11 +356,10 @@ class Executor:
         """
         Run the plan's workflow once (see `tailkit.executor.run_workflow`).
         """
-        from tailkit.executor._workflow import run_workflow
+        from tailkit.executor._workflow import prepared_run
 
-        return await run_workflow(
-            self, attempt_fns, run_id=run_id or new_run_id(), deadline_s=deadline_s
-        )
+        run = prepared_run(self, attempt_fns, run_id=run_id or new_run_id(), deadline_s=deadline_s)
+        return await run.go()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -104,10 +104,25 @@ async def run_workflow(
             never later than a deadline already in force. A time-scaled executor scales it
             like the plan, and reports the `RunResult`'s seconds back in plan seconds.
     """
+    return await prepared_run(executor, attempt_fns, run_id=run_id, deadline_s=deadline_s).go()
+
+
+def prepared_run(
+    executor: Executor,
+    attempt_fns: Mapping[str, AttemptFn] | AttemptFn,
+    *,
+    run_id: str,
+    deadline_s: float | None = None,
+) -> _Run:
+    """
+    One run of the executor's plan, made: await its ``go()`` (see `run_workflow`).
+
+    `Executor.run` awaits it directly, so a run in flight is one coroutine of the executor's.
+    """
     loaded = executor.loaded  # the run keeps this plan to its end, whatever replaces it
     fns = _resolve(loaded.order, attempt_fns)
     budget_s = loaded.profile_plan.deadline_s if deadline_s is None else deadline_s
-    return await _Run(executor, loaded, fns, run_id, budget_s).go()
+    return _Run(executor, loaded, fns, run_id, budget_s)
 
 
 class _Run:
@@ -147,52 +162,54 @@ class _Run:
     async def go(self) -> RunResult:
         """
         The run, to its end or its deadline (a scope due at the same instant lets it report).
+
+        One coroutine for the whole run (at 10,000 runs in flight, every object a run holds is
+        walked by every full garbage collection).
         """
         with executor_cuts(self.deadline):
-            return await self._go()
-
-    async def _go(self) -> RunResult:
-        try:
-            # every step task (created here or in a callback registered here) inherits the
-            # deadline
-            with carry_deadline_at(self.deadline):
-                # One context for every step task, the run's: a step task sets no context
-                # variable (its attempts run in copies of their own), and a copy per task
-                # would be one more object per step for the garbage collector to walk.
-                self.context = contextvars.copy_context()
-                for name in self.order:
-                    if self.waiting[name] == 0:
-                        self._begin(name)
-            # wait for the last step or the deadline, on the executor's timer heap
-            alarms = self.loaded.shared.alarms_on(self.loop)
-            due = None if math.isinf(self.deadline) else alarms.add(self.deadline, self._due)
             try:
-                await self.over
+                # every step task (created here or in a callback registered here) inherits the
+                # deadline
+                with carry_deadline_at(self.deadline):
+                    # One context for every step task, the run's: a step task sets no context
+                    # variable (its attempts run in copies of their own), and a copy per task
+                    # would be one more object per step for the garbage collector to walk.
+                    self.context = contextvars.copy_context()
+                    for name in self.order:
+                        if self.waiting[name] == 0:
+                            self._begin(name)
+                # wait for the last step or the deadline, on the executor's timer heap
+                alarms = self.loaded.shared.alarms_on(self.loop)
+                due = None if math.isinf(self.deadline) else alarms.add(self.deadline, self._due)
+                try:
+                    await self.over
+                finally:
+                    if due is not None:
+                        alarms.cancel(due)
+                pending = [task for task in self.tasks.values() if not task.done()]
+                cancelled = [name for name, task in self.tasks.items() if task in pending]
+                cancelled += [
+                    n for n in self.order if n not in self.tasks and n not in self.skipped
+                ]
             finally:
-                if due is not None:
-                    alarms.cancel(due)
-            pending = [task for task in self.tasks.values() if not task.done()]
-            cancelled = [name for name, task in self.tasks.items() if task in pending]
-            cancelled += [n for n in self.order if n not in self.tasks and n not in self.skipped]
-        finally:
-            if now() >= self.deadline:
-                executor_cutting()
-            # at the deadline, and also when the run itself is cancelled: no step outlives it
-            await self._stop_steps()
-            self.budget.close(self.book.account)
-        required = (n for n in self.order if self.plan.steps[n].required)
-        return RunResult(
-            run_id=self.run_id,
-            ok=all(name in self.results for name in required),
-            results=self.results,
-            finished=tuple(self.finished),
-            failed=self.failed,
-            skipped=tuple(self.skipped),
-            cancelled=tuple(cancelled),
-            elapsed_s=(now() - self.started) / self.scale,
-            deadline_s=self.budget_s,
-            denials=dict(self.book.denials),
-        )
+                if now() >= self.deadline:
+                    executor_cutting()
+                # at the deadline, and also when the run itself is cancelled: no step outlives it
+                await self._stop_steps()
+                self.budget.close(self.book.account)
+            required = (n for n in self.order if self.plan.steps[n].required)
+            return RunResult(
+                run_id=self.run_id,
+                ok=all(name in self.results for name in required),
+                results=self.results,
+                finished=tuple(self.finished),
+                failed=self.failed,
+                skipped=tuple(self.skipped),
+                cancelled=tuple(cancelled),
+                elapsed_s=(now() - self.started) / self.scale,
+                deadline_s=self.budget_s,
+                denials=dict(self.book.denials),
+            )
 
     async def _stop_steps(self) -> None:
         """
