@@ -165,7 +165,7 @@ def profile_from_stats(
     A serve profile that replays measured latency, one model per route of a ``tailkit stats`` table.
 
     Each request draws its TTFT and total from the route's measured quantiles (see the module
-    docstring and the README); rows of one route (token buckets) are mixed by their calls.
+    docstring and docs/serve.md); rows of one route (token buckets) are mixed by their calls.
     Failures are not replayed.
 
     Args:
