@@ -7,7 +7,9 @@ repeat runs, in fresh interpreters and interleaved so that drift hits both sides
 - baseline: ``connect`` + ``CREATE TABLE t AS SELECT * FROM read_json(...)`` (or
   ``read_parquet``) + ``close``, timed inside the child (imports excluded) and as wall time;
 - tailkit library: ``Store.open`` + ``ingest_paths`` + ``close``, timed inside the child;
-- tailkit CLI: the whole ``tailkit ingest FILE --db NEW --json`` command, as wall time.
+- tailkit CLI: the whole ``tailkit ingest FILE --db NEW --json`` command, as wall time;
+  and (level ``cli-quiet``) the same with ``--quiet``, which leaves out the summary of the
+  whole store (calls and p50/p99 per route) that ``--json`` and the default output print.
 
 The ratio is baseline time / tailkit time (tailkit's share of the bare engine's throughput);
 the target is at least 0.8. Exits 0 whatever the ratio, nonzero only on errors.
@@ -149,6 +151,15 @@ def one_repeat(  # noqa: PLR0917 - one repeat's inputs
         out["tk_cli"] = wall
         drop(db)
 
+    def cli_quiet() -> None:
+        # The same ingest printing only its totals: without the store summary (per-route
+        # quantiles over the whole store) that --json and the default output add after it.
+        db = drop(workdir / f"quiet-{fmt}-{i}.duckdb")
+        wall, _ = run([tailkit, "ingest", data, "--db", str(db), "--quiet"])
+        check(f"tailkit CLI --quiet {fmt} (calls)", count_rows(db, "calls"), rows)
+        out["tk_cli_quiet"] = wall
+        drop(db)
+
     def cli_before() -> None:
         db = drop(workdir / f"before-{fmt}-{i}.duckdb")
         t0 = time.perf_counter()
@@ -165,7 +176,9 @@ def one_repeat(  # noqa: PLR0917 - one repeat's inputs
         drop(db)
 
     # Alternate who goes first so that a warm-up or drift does not always favour one side.
-    steps = [baseline, library, cli] if i % 2 == 0 else [cli, library, baseline]
+    steps = [baseline, library, cli, cli_quiet]
+    if i % 2:
+        steps.reverse()
     if before is not None:
         steps.insert(1 if i % 2 == 0 else 0, cli_before)
     for step in steps:
@@ -257,6 +270,7 @@ def summarize(runs: dict[str, list[dict[str, float]]], rows: int) -> list[dict[s
     levels = (
         ("library", "base_lib", "tk_lib"),
         ("cli", "base_cli", "tk_cli"),
+        ("cli-quiet", "base_cli", "tk_cli_quiet"),
         ("cli-before", "base_cli", "tk_cli_before"),
     )
     for level, base_key, tk_key in levels:

@@ -311,3 +311,36 @@ def test_a_file_not_read_takes_nothing_from_the_template(store: Store) -> None:
     assert report.ok
     assert report.totals()["stored"] == 2845
     assert store.fetchall("SELECT count(DISTINCT provider) FROM calls") == [(8,)]
+
+
+def test_a_small_file_is_hashed_from_the_bytes_detection_read(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    A file detection read whole is not opened again for its hash; the hash is the same.
+
+    A gzip file's head is its decompressed text, never its stored bytes: it is hashed as before.
+    """
+    import gzip
+
+    import xxhash
+
+    from tailkit.ingest import _ingest
+
+    files = [_write(tmp_path / f"part-{i}.jsonl", _rows(3, "gpt-4o", start=10 * i)) for i in (1, 2)]
+    packed = tmp_path / "part-3.jsonl.gz"
+    packed.write_bytes(gzip.compress(files[0].read_bytes().replace(b'"c1', b'"c3')))
+    hashed: list[Path] = []
+    original = _ingest.content_hash
+
+    def spy(path: Path) -> str:
+        hashed.append(path)
+        return original(path)
+
+    monkeypatch.setattr(_ingest, "content_hash", spy)
+    report = ingest_paths(store, [tmp_path])
+    assert not report.errors
+    assert hashed == [packed]
+    stored = dict(store.fetchall("SELECT source_file, content_hash FROM ingests"))
+    for path in [*files, packed]:
+        assert stored[str(path)] == f"xxh3_128:{xxhash.xxh3_128(path.read_bytes()).hexdigest()}"

@@ -105,6 +105,16 @@ def read_head(path: Path) -> bytes:
     Raises:
         InputFileError: The file is missing, empty, unreadable, or a broken gzip.
     """
+    return read_head_whole(path)[0]
+
+
+def read_head_whole(path: Path) -> tuple[bytes, bool]:
+    """
+    `read_head`, and whether those bytes are the whole file as stored (not gzip, not cut).
+
+    Raises:
+        InputFileError: The file is missing, empty, unreadable, or a broken gzip.
+    """
     try:
         size = path.stat().st_size
         with path.open("rb") as fh:
@@ -125,7 +135,8 @@ def read_head(path: Path) -> bytes:
         except (OSError, EOFError, zlib.error) as exc:
             msg = f"{path}: broken gzip file ({exc})"
             raise InputFileError(msg) from None
-    return head
+        return head, False
+    return head, len(head) == size
 
 
 def detect_format(path: Path, head: bytes, detectors: Sequence[Detector] = ()) -> Detected:

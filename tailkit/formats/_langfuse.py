@@ -102,7 +102,9 @@ _OBSERVATION_TYPE = re.compile(r'"type"\s*:\s*"(GENERATION|SPAN|EVENT)"')
 
 
 def _has_key(text: str, key: str) -> bool:
-    return re.search(rf'"{key}"\s*:', text) is not None
+    # The quoted key as plain text first: a substring search is several times faster than the
+    # regular expression, and most files (every file of a folder of JSON lines) lack the key.
+    return f'"{key}"' in text and re.search(rf'"{key}"\s*:', text) is not None
 
 
 def detect(text: str, first: object | None) -> str | None:

@@ -7,7 +7,14 @@ The registry's parts (`GENERIC` formats, the `DETECTORS` asked first), a file's 
 and the longest line the readers take (`MAX_LINE`). Code that ingests files needs none of them.
 """
 
-from tailkit.formats._detect import SUFFIXES, Detected, Detector, read_head, suffix_of
+from tailkit.formats._detect import (
+    SUFFIXES,
+    Detected,
+    Detector,
+    read_head,
+    read_head_whole,
+    suffix_of,
+)
 from tailkit.formats._lines import MAX_LINE
 from tailkit.formats._mapping import FileFormat, Scan, check_options
 from tailkit.formats._paths import sql_path
@@ -28,6 +35,7 @@ __all__ = [
     "check_options",
     "literal",
     "read_head",
+    "read_head_whole",
     "sql_path",
     "suffix_of",
 ]

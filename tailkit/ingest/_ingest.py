@@ -35,7 +35,7 @@ from tailkit.formats.lowlevel import (
     Detected,
     Scan,
     check_options,
-    read_head,
+    read_head_whole,
     sql_path,
     suffix_of,
 )
@@ -283,12 +283,15 @@ def ingest_paths(
     if progress:
         progress.begin(store, sum(run.sizes))
     planned: dict[int, tuple[Detected, Detected, ScanOptions]] = {}
+    hashes: dict[int, str] = {}  # of the small files, from the bytes detection read
     with ThreadPoolExecutor(max_workers=1) as early:
         # DuckDB sniffs the JSON-lines files while Python detects every file's format.
         sniffs = _early_sniff(store, files, run.sizes, early)
         for index, path in enumerate(files):
             try:
-                detected, chosen = choose_format(path, format)
+                detected, chosen, digest = _choose_format(path, format)
+                if digest is not None:
+                    hashes[index] = digest
                 # A file not read (an llmperf summary) takes no values from the template.
                 skipped = chosen.format == "skip"
                 planned[index] = (
@@ -296,10 +299,11 @@ def ingest_paths(
                 )  # fmt: skip
             except IngestError as exc:
                 run.done(index, None, exc)
-        members = _batch_members(files, run.sizes, planned)
+        members = _batch_members(files, run.sizes, planned, hashes)
         if sniffs is not None:
             sniffs.exception()  # the store is free again
-    alone = [i for i in planned if i not in {m.index for m in members}]
+    batched = {m.index for m in members}
+    alone = [i for i in planned if i not in batched]
     if members:
         outcomes, later = read_together(
             store, members, template=template, base_options=options, strict=strict,
@@ -433,9 +437,12 @@ def _batch_members(
     files: list[Path],
     sizes: list[int],
     planned: Mapping[int, tuple[Detected, Detected, ScanOptions]],
+    hashes: Mapping[int, str],
 ) -> list[Member]:
     """
     The files to read together (`tailkit.ingest._batch`), with their content hashes.
+
+    ``hashes`` holds those already known (of files detection read whole).
     """
     members = []
     recorded: dict[tuple[str, int], str] = {}  # one options text per format and options
@@ -456,7 +463,7 @@ def _batch_members(
                 chosen.why,
                 file_options,
                 recorded[key],
-                content_hash(path),
+                hashes.get(index) or content_hash(path),
                 sizes[index],
             )
         )
@@ -680,16 +687,31 @@ def choose_format(path: Path, format_name: str) -> tuple[Detected, Detected]:
         InputFileError: The file cannot be detected and no ``--format`` was given, or the
             given one does not fit what it is.
     """
+    detected, chosen, _ = _choose_format(path, format_name)
+    return detected, chosen
+
+
+def _choose_format(path: Path, format_name: str) -> tuple[Detected, Detected, str | None]:
+    """
+    `choose_format`, and the file's content hash when its first bytes were all of it.
+
+    A small file (most files of a many-file folder) is read whole by the detection: hashing
+    those bytes spares opening and reading it a second time for the hash.
+    """
+    digest = None
     try:
-        detected = detect_format(path, read_head(path))
+        head, whole = read_head_whole(path)
+        if whole:
+            digest = f"xxh3_128:{xxhash.xxh3_128(head).hexdigest()}"
+        detected = detect_format(path, head)
     except InputFileError:
         if format_name == "auto":
             raise
         detected = Detected(format_name, FORMAT_GIVEN)  # forced: the reader is the judge
     if format_name == "auto":
-        return detected, detected
+        return detected, detected, digest
     _check_forced(path, format_name, detected)
-    return detected, Detected(format_name, FORMAT_GIVEN)
+    return detected, Detected(format_name, FORMAT_GIVEN), digest
 
 
 def _check_forced(path: Path, forced: str, detected: Detected) -> None:
