@@ -267,11 +267,12 @@ def test_replay_agrees_with_the_simulation(small: tuple[Path, Path], tmp_path: P
     found = result.fidelity
     if not found.ok:
         # Even at its slowest time scale the replay could not keep time: the machine was too
-        # busy, and its own loop shows it (a lag of at least half the error it allows: the
-        # rest of a busy machine's error is the server's bias and jitter, measured with it),
-        # so it must refuse to judge rather than print numbers that mean nothing.
-        allowed = MAX_ERROR_SHARE * found.smallest_cutoff_s
-        assert found.loop_lag_s >= 0.5 * allowed, found.describe()
+        # busy (its client loop's lag, the server's bias and jitter: which of them dominates
+        # depends on who else holds the cores, so the test does not ask), the error it measured
+        # is over what it allows, and it must refuse to judge rather than print numbers that
+        # mean nothing.
+        assert found.error_share > MAX_ERROR_SHARE, found.describe()
+        assert found.requests > 0, found.describe()
         assert "can't tell" == result.verdict
         assert any("too busy for the figures to mean anything" in n for n in result.notes)
     # every call here has one size and no job key, so the replay serves independent repeats:
