@@ -30,7 +30,7 @@ from tailkit.tails._samples import Calls
 
 
 MAX_ROUTE_CALLS = 200_000  # beyond this a route's verdict runs on a seeded sample
-MAX_WAITING_BYTES = 128 * 2**20  # route samples handed to the judging thread, not yet judged
+MAX_WAITING_BYTES = 64 * 2**20  # route samples handed to the judging thread, not yet judged
 Counts = dict[tuple[Any, ...], tuple[int, int]]
 
 
