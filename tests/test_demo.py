@@ -57,7 +57,13 @@ def test_demo_quick_runs_the_whole_loop(tmp_path: Path) -> None:
             json.loads(line) for line in (out / f"ledger-{name}.jsonl").read_text().splitlines()
         ]
         assert {row["step"] for row in ledger} == set(plan.steps)
-        assert sum(row["winner"] for row in ledger) >= 30 * 5  # most steps of 30 runs won
+        # a step's answer is one attempt: at most one winner per run and step, a finished one
+        # (how many steps finish before the deadline is the demo's figure: a busy machine
+        # moves it)
+        won = [(row["run_id"], row["step"]) for row in ledger if row["winner"]]
+        assert won
+        assert len(won) == len(set(won))
+        assert all(row["status"] == "ok" for row in ledger if row["winner"])
         assert len({row["run_id"] for row in ledger}) == 30
 
 
