@@ -66,9 +66,9 @@ The columns of the family ranking and the transient-tail mixture: computed with 
 They cost most of the table's per-group work (three more maximum-likelihood families and a
 mixture searched from five starts with a profile-likelihood interval, on every row), and none
 is needed for a row's quantiles, intervals, lognormal fit, verdict or phase split, nor for the
-route's verdict, which regresses on the calls' size itself. ``tailkit stats`` computes them
-with ``--fits`` (``tail_report(fits=True)``, the library's default); without, they are null
-and ``stats --json`` says so under ``"fits"``.
+route's verdict, which regresses on the calls' size itself. The library computes them by
+default (``tail_report(fits=True)``); the ``stats`` command only when asked, and otherwise
+leaves them null and says so in its JSON under ``"fits"``.
 """
 WARNING_MAX_CALLS = 1_000_000  # a warning's Kaplan-Meier curve reads up to this many calls
 
