@@ -43,7 +43,7 @@ from tailkit.ingest._identity import (
     equal_sql,
     same_scope_sql,
 )
-from tailkit.ingest._load import check_median, version
+from tailkit.ingest._load import Counts, check_median, version
 from tailkit.ingest._template import PathTemplate
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
@@ -95,18 +95,13 @@ class Member:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """
-    What a batched file came to: its counts and notes, as `FileResult` wants them.
+    What a batched file came to, in the per-file path's `Counts`.
+
+    ``already_ingested``: the earlier ingest of the same content, when this one stored nothing.
     """
 
     member: Member
-    ingest_id: int
-    rows_in: int
-    stored: int
-    rejected: int
-    duplicates: int
-    reasons: dict[str, int]
-    already_rejected: int
-    inferred_provider: int
+    counts: Counts
     notes: tuple[str, ...]
     already_ingested: int | None = None
 
@@ -251,13 +246,8 @@ def _again(
             reasons[CONFLICT] = rejected - sum(reasons.values())
         rejected = min(rejected, rows_in)
         ordered = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-        previous = member.previous.ingest_id
-        said = (f"{rejected:,} row(s) already rejected in ingest #{previous}",) if rejected else ()
-        outcome = Outcome(
-            member, iid, rows_in, 0, rejected, rows_in - rejected, ordered, rejected, 0,
-            notes + said, already_ingested=previous,
-        )  # fmt: skip
-        outcomes.append(outcome)
+        counts = Counts(iid, rows_in, 0, rejected, rows_in - rejected, ordered, rejected)
+        outcomes.append(Outcome(member, counts, notes, member.previous.ingest_id))
     return outcomes
 
 
@@ -509,7 +499,7 @@ def _read_batch(
         store.execute(f"DROP TABLE {_BAD}")
         tally = _Tally(read, stored, inferred, matched, conflicts, moved, reasons)
         outcomes = [_outcome(m, ids[m.index], tally, scan.notes) for m in kept]
-        outcomes = sorted([*outcomes, *again], key=lambda o: o.ingest_id)
+        outcomes = sorted([*outcomes, *again], key=lambda o: o.counts.ingest_id)
         _record(store, fmt, outcomes, started)
         store.execute(f"DROP TABLE {_FILES}")
     return outcomes, list(later)
@@ -547,16 +537,12 @@ def _outcome(member: Member, iid: int, tally: _Tally, notes: tuple[str, ...]) ->
     stored = tally.stored.get(iid, (0,))[0]
     if stored + rejected + duplicates != rows_in:  # pragma: no cover - an invariant
         raise _BatchRefusedError
-    already = rejected - tally.moved.get(iid, 0)
-    if already:
-        notes += (
-            f"{already:,} rejected row(s) already in rejects from an earlier ingest "
-            "of the same content; not stored again",
-        )
-    return Outcome(
-        member, iid, rows_in, stored, rejected, duplicates, tally.reasons.get(iid, {}),
-        already, tally.inferred.get(iid, (0,))[0], notes,
+    counts = Counts(
+        iid, rows_in, stored, rejected, duplicates, tally.reasons.get(iid, {}),
+        already_rejected=rejected - tally.moved.get(iid, 0),
+        inferred_provider=tally.inferred.get(iid, (0,))[0],
     )  # fmt: skip
+    return Outcome(member, counts, notes)
 
 
 def _record(store: Store, fmt: str, outcomes: Sequence[Outcome], started: float) -> None:
@@ -568,8 +554,9 @@ def _record(store: Store, fmt: str, outcomes: Sequence[Outcome], started: float)
     columns = list(
         zip(
             *(
-                (o.ingest_id, str(o.member.path), o.member.content, o.member.options_json,
-                 o.rows_in, o.stored, o.rejected, o.duplicates)
+                (o.counts.ingest_id, str(o.member.path), o.member.content,
+                 o.member.options_json, o.counts.rows_in, o.counts.stored, o.counts.rejected,
+                 o.counts.duplicates)
                 for o in outcomes
             ),
             strict=True,

@@ -400,12 +400,34 @@ def _early_sniff(
 
 def _batched_result(outcome: Outcome) -> FileResult:
     m = outcome.member
+    return _file_result(
+        (m.path, m.format, m.why), outcome.counts, outcome.notes, outcome.already_ingested
+    )
+
+
+def _file_result(
+    detected: tuple[Path, str, str],
+    counts: Counts,
+    notes: tuple[str, ...],
+    already_ingested: int | None = None,
+) -> FileResult:
+    """
+    One file's result from its counts, read alone or in a batch.
+
+    Rows rejected before (by an earlier ingest of the same content) get the note that says so.
+    """
+    if already_ingested is not None and counts.rejected:
+        notes += (f"{counts.rejected:,} row(s) already rejected in ingest #{already_ingested}",)
+    elif already_ingested is None and counts.already_rejected:
+        notes += (
+            f"{counts.already_rejected:,} rejected row(s) already in rejects from an earlier "
+            "ingest of the same content; not stored again",
+        )
     return FileResult(
-        m.path, m.format, m.why, rows_in=outcome.rows_in, stored=outcome.stored,
-        rejected=outcome.rejected, duplicates=outcome.duplicates, reasons=outcome.reasons,
-        ingest_id=outcome.ingest_id, already_ingested=outcome.already_ingested,
-        already_rejected=outcome.already_rejected, inferred_provider=outcome.inferred_provider,
-        notes=outcome.notes,
+        *detected, rows_in=counts.rows_in, stored=counts.stored, rejected=counts.rejected,
+        duplicates=counts.duplicates, reasons=counts.reasons, ingest_id=counts.ingest_id,
+        already_ingested=already_ingested, already_rejected=counts.already_rejected,
+        inferred_provider=counts.inferred_provider, notes=notes,
     )  # fmt: skip
 
 
@@ -543,18 +565,7 @@ def _load_file(
                 counts = _transaction(load, scan.fallback_sql, strict=strict, started=started)
     except AlreadyIngestedError as again:
         return _already_ingested(load, again, detected=(fmt_name, why), started=started)
-    notes = scan.notes
-    if counts.already_rejected:
-        notes += (
-            f"{counts.already_rejected:,} rejected row(s) already in rejects from an earlier "
-            "ingest of the same content; not stored again",
-        )
-    return FileResult(
-        path, fmt_name, why, rows_in=counts.rows_in, stored=counts.stored,
-        rejected=counts.rejected, duplicates=counts.duplicates, reasons=counts.reasons,
-        ingest_id=counts.ingest_id, already_rejected=counts.already_rejected,
-        inferred_provider=counts.inferred_provider, notes=notes,
-    )  # fmt: skip
+    return _file_result((path, fmt_name, why), counts, scan.notes)
 
 
 def _already_ingested(
@@ -570,15 +581,8 @@ def _already_ingested(
     with load.store.transaction():
         ingest_id = load.store.next_ingest_id()
         load.record(ingest_id, load.content_hash(), n, 0, rejected, n - rejected, started)
-    previous = again.previous.ingest_id
-    notes = load.scan.notes
-    if rejected:
-        notes += (f"{rejected:,} row(s) already rejected in ingest #{previous}",)
-    return FileResult(
-        load.path, *detected, rows_in=n, rejected=rejected, duplicates=n - rejected,
-        reasons=again.reasons, ingest_id=ingest_id, already_ingested=previous,
-        already_rejected=rejected, notes=notes,
-    )  # fmt: skip
+    counts = Counts(ingest_id, n, 0, rejected, n - rejected, again.reasons, rejected)
+    return _file_result((load.path, *detected), counts, load.scan.notes, again.previous.ingest_id)
 
 
 def checked_inputs(
