@@ -24,6 +24,7 @@ __all__ = [
     "number",
     "percent",
     "percent_span",
+    "printable",
     "seconds",
     "times",
 ]
@@ -102,6 +103,30 @@ def count(n: int | None) -> str:
     A count with thousands separators: ``12,345``.
     """
     return ABSENT if n is None else f"{n:,}"
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+"""Characters a terminal acts on instead of showing (C0 and C1 controls, DEL, zero-width and
+direction marks, line and paragraph separators, bidirectional overrides and isolates)."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(value: object) -> str:
+    r"""
+    ``value`` as text a terminal shows as it is: every control character spelt as an escape.
+
+    Names in call logs are data, chosen by whoever sent the request (behind a gateway, any
+    client): an escape sequence in a model id must not move the cursor, retitle the window or
+    hide the rest of a line, and a newline in a step name must not forge a table row. Each such
+    character becomes ``\x1b``-style text (``\u202e`` above U+00FF), so the name stays
+    recognisable. Rich markup is a second, separate matter: the CLI escapes it where it prints
+    (``tailkit.cli._common.shown``).
+    """
+    return _UNPRINTABLE.sub(_escaped, str(value))
 
 
 _PARAMETER = re.compile(r"\{([a-z][a-z0-9_]*)\}")

@@ -64,6 +64,23 @@ def flag_of(field: str, command: str | None = None) -> str:
     return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
+def shown(value: object) -> str:
+    """
+    A name from the data (a model, step, provider, file) as text for a rich console.
+
+    Control characters are spelt out (`tailkit.text.printable`) and ``[`` that could open a
+    rich tag is escaped: a step called ``[/]`` prints as itself instead of crashing the
+    command, and ``[link=…]`` never becomes a live link. Every name printed through rich goes
+    through here; text that is not markup (a ``rich.text.Text``, plain ``print``) needs only
+    ``printable``.
+    """
+    from rich.markup import escape  # only the commands that print need rich
+
+    from tailkit.text import printable
+
+    return escape(printable(value))
+
+
 def said(message: object, command: str | None = None) -> str:
     """
     A library warning or note as the command line shows it: its parameters spelt as flags.
