@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from tailkit.errors import TailkitError
-from tailkit.text import Advice
+from tailkit.text import Advice, printable
 
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tailkit.formats import ScanOptions
     from tailkit.record import Buckets
 
@@ -76,9 +78,38 @@ def shown(value: object) -> str:
     """
     from rich.markup import escape  # only the commands that print need rich
 
-    from tailkit.text import printable
-
     return escape(printable(value))
+
+
+def echo(line: object = "", *, err: bool = False) -> None:
+    """
+    Print a plain line that may hold names from the data (``typer.echo``).
+
+    Control characters are spelt out by `tailkit.text.printable`: a newline in a name cannot
+    forge a second line, an escape sequence cannot move the cursor.
+    """
+    typer.echo(printable(line), err=err)
+
+
+PIPE_WIDTH = 100_000
+"""The width of a console that is not a terminal: wide enough that no line is ever cut."""
+
+
+def new_console(*, stderr: bool = False) -> Console:
+    """
+    The console a command prints its tables and lines through (stdout, or ``stderr``).
+
+    A terminal gets its own width, and a name too long for its column folds onto the next line
+    (each table's columns fold, never end in ``…``). A pipe or a file gets the whole table on
+    unwrapped lines whatever ``COLUMNS`` says: output piped to a file or ``grep`` is complete.
+    Emoji codes stay as typed: a model named ``:fire:`` prints as ``:fire:``.
+    """
+    from rich.console import Console
+
+    terminal = Console(stderr=stderr, emoji=False)
+    if terminal.is_terminal:
+        return terminal
+    return Console(stderr=stderr, emoji=False, width=PIPE_WIDTH)
 
 
 def said(message: object, command: str | None = None) -> str:
@@ -86,6 +117,8 @@ def said(message: object, command: str | None = None) -> str:
     A library warning or note as the command line shows it: its parameters spelt as flags.
 
     Library advice (`tailkit.text.Advice`) names parameters; any other text is shown as is.
+    The text is exact (for ``--json``); a terminal line prints it through `printable` (plain)
+    or `shown` (rich markup), since a message may quote a name from the data.
     """
     if isinstance(message, Advice):
         return message.render(lambda field: flag_of(field, command))
@@ -102,8 +135,11 @@ def error_text(error: TailkitError, command: str | None = None) -> str:
 def fail_with(error: TailkitError, command: str | None = None, *, code: int = 1) -> NoReturn:
     """
     Print ``Error: …`` for a library error (its parameter spelt as the flag) and exit.
+
+    The message may quote a name or a path from the data: its control characters are spelt
+    out (`tailkit.text.printable`), so the error stays one line that moves no cursor.
     """
-    typer.echo(f"Error: {error_text(error, command)}", err=True)
+    typer.echo(f"Error: {printable(error_text(error, command))}", err=True)
     raise typer.Exit(code)
 
 
@@ -237,9 +273,9 @@ def scan_options(
 
 def fail(message: str) -> NoReturn:
     """
-    Print ``Error: message`` on stderr and exit 1.
+    Print ``Error: message`` on stderr and exit 1 (control characters spelt out: `fail_with`).
     """
-    typer.echo(f"Error: {message}", err=True)
+    typer.echo(f"Error: {printable(message)}", err=True)
     raise typer.Exit(1)
 
 

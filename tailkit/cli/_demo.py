@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tailkit.cli._common import JsonOption, library_errors
+from tailkit.cli._common import JsonOption, echo, library_errors, new_console, shown
 from tailkit.cli._progress import ReplayProgress, phase_lines
 
 
@@ -71,15 +71,13 @@ def demo(
 
         tailkit demo --out demo/ --runs 200
     """
-    from rich.console import Console
-
     from tailkit.cli import _stats_view
     from tailkit.cli._replay import render_replay
     from tailkit.demo import run_demo
 
-    console = Console(width=None if os.isatty(1) else 120, stderr=as_json)
+    console = new_console(stderr=as_json)
     started = time.perf_counter()
-    shown: list[TailReport] = []
+    tables: list[TailReport] = []
     say = phase_lines(console, enabled=not (as_json or quiet))
     with (
         library_errors("demo"),
@@ -88,30 +86,32 @@ def demo(
         result = run_demo(
             out, runs=30 if quick else runs, time_scale=0.05 if quick else time_scale,
             calibrate_runs=4000 if quick else 20_000, replicates=20 if quick else None,
-            seed=seed, progress=say, replay_progress=bar, show_table=shown.append,
+            seed=seed, progress=say, replay_progress=bar, show_table=tables.append,
         )  # fmt: skip
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
     check = result.check
     if quiet:
-        typer.echo(f"{check.summary()} (tailkit check, with-plan ledger); report: {result.report}")
+        echo(f"{check.summary()} (tailkit check, with-plan ledger); report: {result.report}")
         return
     render_replay(result.replay, console)
     counts = check.counts()
     console.print(
-        f"tailkit check on the with-plan ledger: [bold]{check.verdict}[/bold] "
-        f"({', '.join(f'{n} {v}' for v, n in counts.items() if n)}); on the without-plan "
-        f"ledger: {result.check_without.verdict} (those runs did not follow the plan)"
+        f"tailkit check on the with-plan ledger: [bold]{shown(check.verdict)}[/bold] "
+        f"({shown(', '.join(f'{n} {v}' for v, n in counts.items() if n))}); on the "
+        f"without-plan ledger: {shown(result.check_without.verdict)} (those runs did not "
+        "follow the plan)"
     )
     for line in check.drifted:
-        console.print(f"  drifted: {line.scope} {line.figure}: {line.reason}")
-    if shown:
+        console.print(f"  drifted: {shown(line.scope)} {shown(line.figure)}: {shown(line.reason)}")
+    if tables:
         console.print(
             f"\nthe tail per route (the {_SHORT_TABLE} busiest; all of them in the report)"
         )
-        _stats_view.render_table(shown[0], ["provider", "model"], console, limit=_SHORT_TABLE)
-    console.print(f"plan: {result.out_dir / 'plan.yaml'}")
-    console.print(f"ledgers: {result.replay.sides[0].ledger}, {result.replay.sides[1].ledger}")
-    console.print(f"report: {result.report}")
+        _stats_view.render_table(tables[0], ["provider", "model"], console, limit=_SHORT_TABLE)
+    console.print(f"plan: {shown(result.out_dir / 'plan.yaml')}")
+    ledgers = result.replay.sides[0].ledger, result.replay.sides[1].ledger
+    console.print(f"ledgers: {shown(ledgers[0])}, {shown(ledgers[1])}")
+    console.print(f"report: {shown(result.report)}")
     console.print(f"done in {time.perf_counter() - started:.0f} s")

@@ -23,6 +23,7 @@ from tailkit.cli._common import (
     StatusMapOption,
     UnitOption,
     buckets_of,
+    echo,
     fail,
     flag_of,
     library_errors,
@@ -121,7 +122,7 @@ def ingest(
     advice = report.advice()
     if advice is not None:
         where = "" if db == DEFAULT_DB else f" --db {db}"
-        typer.echo(
+        echo(
             f"Error: {advice.render(flag_of)}{', or' if advice.fix else ';'} see why with: "
             f"tailkit rejects{where} --reason {advice.reason}",
             err=True,
@@ -177,6 +178,10 @@ def rejects(
     if not rows:
         typer.echo("no rejected rows")
     for row in rows:
-        typer.echo(f"{row.source_file}:{row.source_row}: {row.reason}: {row.detail}")
+        echo(f"{row.source_file}:{row.source_row}: {row.reason}: {row.detail}")
         if row.raw:
-            typer.echo(f"    {row.raw[:200]}")
+            echo(f"    {row.raw[:_RAW_SHOWN]}{'…' if len(row.raw) > _RAW_SHOWN else ''}")
+
+
+_RAW_SHOWN = 200
+"""Characters of a rejected row's raw text that `rejects` shows (--json has it all)."""

@@ -5,7 +5,8 @@ The library reports progress through callbacks (`tailkit.ingest.Progress` for fi
 ``on_file(done, total)`` for file tasks, ``progress(done, per_pass)`` for the calibration's
 search, ``progress(phase, done, total)`` for a replay, ``progress(message)`` for phases); this
 module is the one place that draws them. A bar is drawn on stderr, and only when stderr is a
-terminal, so that piped output and ``--json`` stay clean.
+terminal, so that piped output and ``--json`` stay clean. A label that holds a name from the
+data (a file's, a phase's) is drawn as text, never read as rich markup.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from tailkit.cli._common import shown
+from tailkit.text import printable
 
 
 if TYPE_CHECKING:
@@ -84,9 +88,9 @@ class IngestProgress:
         self._file_bytes = 0
         self._shown = 0
         self._stop = threading.Event()
-        self._console = Console(stderr=True)
+        self._console = Console(stderr=True, emoji=False)
         self._bar = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             DownloadColumn(),
             TimeElapsedColumn(),
@@ -148,7 +152,7 @@ class IngestProgress:
         A file is about to be read.
         """
         self._file_bytes = size_bytes
-        self._bar.update(self._task, description=f"{self._verb} {path.name}")
+        self._bar.update(self._task, description=f"{self._verb} {printable(path.name)}")
 
     def finish(self, result: FileResult | None, error: IngestError | None) -> None:
         """
@@ -169,7 +173,7 @@ class FileTasksProgress(_Bar):
     """
 
     def __init__(self, *, enabled: bool) -> None:
-        console = Console(stderr=True)
+        console = Console(stderr=True, emoji=False)
         self._bar = Progress(
             TextColumn("summarizing files (2 passes)"),
             BarColumn(),
@@ -200,7 +204,7 @@ class SearchProgress(_Bar):
     """
 
     def __init__(self, *, enabled: bool) -> None:
-        console = Console(stderr=True)
+        console = Console(stderr=True, emoji=False)
         self._bar = Progress(
             TextColumn("calibrate pass {task.fields[pass_no]}"),
             BarColumn(),
@@ -230,11 +234,11 @@ class ReplayProgress(_Bar):
 
     def __init__(self, *, enabled: bool) -> None:
         self._bar = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=Console(stderr=True, emoji=False),
             refresh_per_second=4,  # the replay's client loop shares this process: stay light
             disable=not enabled,
         )
@@ -245,9 +249,9 @@ class ReplayProgress(_Bar):
         ``done`` of ``total`` runs of ``phase``; a phase seen again gets a bar of its own.
         """
         if phase not in self._tasks or self._bar.tasks[self._tasks[phase]].finished:
-            label = f"replay {phase}"
+            label = f"replay {printable(phase)}"
             if phase in self._tasks:  # a second pass (slower time scale) gets its own bar
-                label = f"replay {phase} (again, slower)"
+                label += " (again, slower)"
             self._tasks[phase] = self._bar.add_task(label, total=total)
         self._bar.update(self._tasks[phase], completed=done)
 
@@ -262,7 +266,7 @@ def phase_lines(console: Console, *, enabled: bool = True) -> Callable[[str], No
         if enabled:
             elapsed = time.perf_counter() - started
             console.print(
-                f"[bold]>[/bold] {message}  [dim]({elapsed:.0f} s)[/dim]", highlight=False
+                f"[bold]>[/bold] {shown(message)}  [dim]({elapsed:.0f} s)[/dim]", highlight=False
             )
 
     return say

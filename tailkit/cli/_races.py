@@ -5,14 +5,13 @@
 from __future__ import annotations
 
 import json
-import os
 
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tailkit import text
-from tailkit.cli._common import JsonOption, fail, library_errors
+from tailkit.cli._common import JsonOption, fail, library_errors, new_console, shown
 from tailkit.ingest import ScanOptions
 
 
@@ -44,15 +43,16 @@ def _spread_row(name: str, spread: Spread, unit: str = "s") -> tuple[str, ...]:
 
 
 def _render(report: RaceReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=200) if not os.isatty(1) else Console()
+    console = new_console()
     for line in report.findings():
-        console.print(line, highlight=False, markup=False)
+        console.print(shown(line), highlight=False)
     table = Table(title="distributions (seconds; budget share as a fraction)", title_justify="left")
     for column in ("quantity", "n", "p50", "p90", "p99", "max"):
-        table.add_column(column, justify="left" if column == "quantity" else "right")
+        table.add_column(
+            column, justify="left" if column == "quantity" else "right", overflow="fold"
+        )
     table.add_row(*_spread_row("t-zero gap", report.t_zero_gap))
     table.add_row(*_spread_row("budget share eaten by the gap", report.budget_share, "share"))
     table.add_row(*_spread_row("budget the tool really had", report.budget_real))
@@ -61,26 +61,26 @@ def _render(report: RaceReport) -> None:
     if report.abandoned:
         late = Table(title="finished after the harness gave up", title_justify="left")
         for column in ("key", "step", "harness status", "late s", "side-effecting"):
-            late.add_column(column)
+            late.add_column(column, overflow="fold")
         for call in report.abandoned:
             late.add_row(
-                call.key, call.step or "-", call.caller_status, _s(call.late_s),
-                "yes" if call.side_effecting else "",
+                shown(call.key), shown(call.step or "-"), shown(call.caller_status),
+                _s(call.late_s), "yes" if call.side_effecting else "",
             )  # fmt: skip
         console.print(late)
     if report.duplicates:
         dup = Table(title="executed more than once", title_justify="left")
         for column in ("key", "step", "executions"):
-            dup.add_column(column)
+            dup.add_column(column, overflow="fold")
         for d in report.duplicates:
-            dup.add_row(d.key, d.step or "-", str(d.executions))
+            dup.add_row(shown(d.key), shown(d.step or "-"), str(d.executions))
         console.print(dup)
     if report.replans:
         plans = Table(title="re-planned steps", title_justify="left")
         for column in ("run", "step", "keys", "executed"):
-            plans.add_column(column)
+            plans.add_column(column, overflow="fold")
         for r in report.replans:
-            plans.add_row(r.run_id or "-", r.step, str(r.keys), str(r.executed))
+            plans.add_row(shown(r.run_id or "-"), shown(r.step), str(r.keys), str(r.executed))
         console.print(plans)
 
 

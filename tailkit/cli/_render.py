@@ -1,5 +1,11 @@
 """
 Plain-text and JSON renderings of library results, for the CLI.
+
+The text renderings are lines for a terminal: every name from the data (a file, a provider, a
+model, a reason) is spelt with `tailkit.text.printable`, and a column is padded by the cells
+its text fills (a CJK character fills two). Names are never shortened: two long model ids that
+differ only in the middle or at the end stay two names. The JSON renderings keep every value
+exact (JSON escapes control characters itself).
 """
 
 from __future__ import annotations
@@ -24,23 +30,29 @@ def _s(value: float | None) -> str:
     return text.number(value, 2)
 
 
-def _route(provider: str, model: str, width: int = 48) -> str:
-    # Cut long model ids in the middle: their ends (size, version) tell routes apart.
-    name = f"{provider}/{model}"
-    if len(name) <= width:
-        return name
-    head = width // 2
-    return name[:head] + "…" + name[len(name) - (width - head - 1) :]
+def _route(provider: str, model: str) -> str:
+    # Whole: a cut id reads as another model (llama-2-7… for a 70b); the column grows instead.
+    return text.printable(f"{provider}/{model}")
+
+
+def _left(value: str, width: int) -> str:
+    """
+    ``value`` padded on the right to ``width`` terminal cells.
+    """
+    from rich.cells import cell_len
+
+    return value + " " * max(width - cell_len(value), 0)
 
 
 def file_line(result: FileResult) -> str:
     """
     One line per ingested file; a file skipped as already ingested says so, and why.
     """
+    path, why = text.printable(result.path), text.printable(result.why)
     if result.skipped:
-        return f"skipped {result.path}: {result.why}"
+        return f"skipped {path}: {why}"
     line = (
-        f"{result.path}: {result.format} ({result.why}): {_n(result.rows_in)} rows, "
+        f"{path}: {result.format} ({why}): {_n(result.rows_in)} rows, "
         f"{_n(result.stored)} stored, {_n(result.rejected)} rejected, "
         f"{_n(result.duplicates)} duplicates"
     )
@@ -72,7 +84,10 @@ def totals_text(report: IngestReport) -> list[str]:
         )
     reasons = report.reasons()
     if reasons:
-        lines.append("rejected by reason: " + ", ".join(f"{k} {_n(v)}" for k, v in reasons.items()))
+        lines.append(
+            "rejected by reason: "
+            + ", ".join(f"{text.printable(k)} {_n(v)}" for k, v in reasons.items())
+        )
         lines.append("see them with: tailkit rejects")
     return lines
 
@@ -86,7 +101,7 @@ def ingest_text(report: IngestReport) -> list[str]:
     for f in report.files:
         if f.skipped:
             skipped[f.why] = skipped.get(f.why, 0) + 1
-    lines.extend(f"skipped {n} file(s): {why}" for why, n in skipped.items())
+    lines.extend(f"skipped {n} file(s): {text.printable(why)}" for why, n in skipped.items())
     return lines + totals_text(report)
 
 
@@ -100,15 +115,17 @@ def summary_text(summary: StoreSummary) -> list[str]:
     ]
     if not summary.routes:
         return lines
+    from rich.cells import cell_len
+
     names = [_route(r.provider, r.model) for r in summary.routes]
-    width = max(len(n) for n in names)
+    width = max(cell_len(n) for n in ["route", *names])
     lines.append(
-        f"{'route':<{width}}  {'calls':>9}  {'ok':>9}  {'failed':>7}  {'cut':>6}  "
+        f"{_left('route', width)}  {'calls':>9}  {'ok':>9}  {'failed':>7}  {'cut':>6}  "
         f"{'ttft':>9}  {'p50_s':>7}  {'p99_s':>7}"
     )
     for name, r in zip(names, summary.routes, strict=True):
         lines.append(
-            f"{name:<{width}}  {_n(r.calls):>9}  {_n(r.ok):>9}  "
+            f"{_left(name, width)}  {_n(r.calls):>9}  {_n(r.ok):>9}  "
             f"{_n(r.failed):>7}  {_n(r.censored):>6}  {_n(r.with_ttft):>9}  "
             f"{_s(r.p50_s):>7}  {_s(r.p99_s):>7}"
         )
@@ -158,7 +175,7 @@ def error_line(error: IngestError) -> str:
     """
     How one failed file is reported on stderr (its option spelt as ingest's flag).
     """
-    return f"Error: {error_text(error, 'ingest')}"
+    return f"Error: {text.printable(error_text(error, 'ingest'))}"
 
 
 def formats_text(*, as_json: bool = False) -> list[str]:

@@ -20,8 +20,11 @@ from tailkit.cli._common import (
     JsonOption,
     OutputEdges,
     buckets_of,
+    echo,
     library_errors,
+    new_console,
     said,
+    shown,
 )
 from tailkit.cli._progress import ReplayProgress
 from tailkit.store import DEFAULT_DB
@@ -50,12 +53,12 @@ def render_replay(result: ReplayResult, console: Console) -> None:
 
     deadline = result.plan.deadline_s
     table = Table(
-        title=f"{result.plan.workflow}: replayed {result.sides[0].runs} runs per side against "
-        f"the simulation (deadline {deadline:g} s, profile seconds)"
+        title=f"{shown(result.plan.workflow)}: replayed {result.sides[0].runs} runs per side "
+        f"against the simulation (deadline {deadline:g} s, profile seconds)"
     )
     for name, justify in (("side", "left"), ("figure", "left"), ("predicted", "right"),
                           ("observed (95% interval)", "right"), ("", "left")):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     names = {"miss_rate": "miss rate", "p50_s": "p50 s", "p99_s": "p99 s",
              "extra_attempts": "extra attempts"}  # fmt: skip
     for side in result.sides:
@@ -68,7 +71,7 @@ def render_replay(result: ReplayResult, console: Console) -> None:
             mark = "agrees" if side.agrees[key] else "[red]differs[/red]"
             if key in side.borderline:
                 mark = "[yellow]borderline[/yellow]"
-            table.add_row(side.label if i == 0 else "", title, show(side.predicted[key]),
+            table.add_row(shown(side.label) if i == 0 else "", title, show(side.predicted[key]),
                           observed, mark)  # fmt: skip
         table.add_section()
     console.print(table)
@@ -80,18 +83,21 @@ def render_replay(result: ReplayResult, console: Console) -> None:
             "figures together (one replay in three shows such a figure by chance)"
         )
     console.print(verdict_line(result, verdict))
-    console.print(result.fidelity.describe())
+    console.print(shown(result.fidelity.describe()))
     for note in result.notes:
-        console.print(f"note: {said(note, 'replay')}")
+        console.print(f"note: {shown(said(note, 'replay'))}")
 
 
 def verdict_line(result: ReplayResult, verdict: str | None = None) -> str:
     """
     The replay's verdict and whether the plan helps, by a test over the sides, in one line.
 
-    ``verdict``: the verdict as drawn (``None``: as the result says it).
+    ``verdict``: the verdict as rich markup draws it (``None``: as the result says it, for a
+    plain line); the sentence after it is escaped for markup then, spelt `printable` else.
     """
-    return f"replay {verdict or result.verdict} with the simulation; {result.effect.sentence()}"
+    sentence = result.effect.sentence()
+    sentence = text.printable(sentence) if verdict is None else shown(sentence)
+    return f"replay {verdict or result.verdict} with the simulation; {sentence}"
 
 
 MAX_REPLAY_RUNS = 100_000
@@ -157,8 +163,6 @@ def replay(
 
         tailkit replay plan.yaml --db tailkit.duckdb --runs 400 --out replay/
     """
-    from rich.console import Console
-
     from tailkit.config import load_plan
     from tailkit.replay import replay as run_replay
     from tailkit.store import Store
@@ -179,7 +183,7 @@ def replay(
     elif quiet:
         typer.echo(verdict_line(result))
     else:
-        render_replay(result, Console(width=None if os.isatty(1) else 120))
-        typer.echo(f"ledgers: {result.sides[0].ledger} and {result.sides[1].ledger}")
+        render_replay(result, new_console())
+        echo(f"ledgers: {result.sides[0].ledger} and {result.sides[1].ledger}")
     if result.verdict != "agrees":
         raise typer.Exit(1)

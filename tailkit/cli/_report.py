@@ -18,9 +18,11 @@ from tailkit.cli._common import (
     JsonOption,
     OutputEdges,
     buckets_of,
+    echo,
     fail,
     flag_of,
     library_errors,
+    new_console,
 )
 from tailkit.cli._progress import phase_lines
 from tailkit.errors import OutOfMemoryError, QueryError
@@ -99,9 +101,7 @@ def report(
     buckets = buckets_of(input_edges, output_edges)
     say = None
     if not quiet and os.isatty(2):
-        from rich.console import Console
-
-        say = phase_lines(Console(stderr=True))
+        say = phase_lines(new_console(stderr=True))
     with library_errors("report"):
         try:
             loaded = load_plan(plan) if plan is not None else None
@@ -127,16 +127,20 @@ def report(
         return
     if not quiet:
         typer.echo(summary(result), err=True, nl=False)
-    typer.echo(str(result.index))
+    echo(result.index)
 
 
 def summary(result: ReportResult) -> str:
     """
     The findings as text: the page's headline line, then one indented line per finding.
+
+    A finding may quote a route's name: each line is spelt `tailkit.text.printable`, so that
+    a name cannot add a line or move the cursor.
     """
-    return "".join(
-        f"{line}\n" for line in [result.headline, *(f"  {f}" for f in result.findings())]
-    )
+    from tailkit.text import printable
+
+    lines = [result.headline, *(f"  {f}" for f in result.findings())]
+    return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def _replay_document(path: Path) -> dict[str, Any]:

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from pathlib import Path
 from typing import Annotated
 
@@ -24,8 +22,10 @@ from tailkit.cli._common import (
     StatusMapOption,
     UnitOption,
     buckets_of,
+    echo,
     fail,
     library_errors,
+    new_console,
     scan_options,
 )
 from tailkit.cli._progress import FileTasksProgress, IngestProgress
@@ -219,8 +219,6 @@ def stats(
 
         tailkit stats --source 'lake/day=*/*.parquet' --engine dask --scheduler tcp://10.0.0.5:8786
     """
-    from rich.console import Console
-
     from tailkit.cli import _stats_view
     from tailkit.engines import stats_from
     from tailkit.tails import TableQuery
@@ -251,7 +249,7 @@ def stats(
         )  # fmt: skip
     if result.read is not None and result.read.rejected:
         reason, n = next(iter(result.read.reasons().items()))
-        typer.echo(
+        echo(
             f"{result.read.rejected:,} of {result.read.rows_in:,} rows rejected, most often "
             f"{reason} ({n:,}), and left out of the table; tailkit ingest shows them",
             err=True,
@@ -259,12 +257,10 @@ def stats(
     report = result.report
     if parquet is not None:
         report.table.write_parquet(parquet)
-        typer.echo(f"wrote {len(report.table)} rows to {parquet}")
+        echo(f"wrote {len(report.table)} rows to {parquet}")
     elif as_json:
         typer.echo(_stats_view.to_json(report, engine=result.engine()))
     elif as_csv:
         typer.echo(report.table.write_csv(), nl=False)
     else:
-        # A terminal gets its own width; a pipe or file gets a wide, unwrapped table.
-        console = Console() if sys.stdout.isatty() else Console(width=200)
-        _stats_view.render_table(report, list(query.keys), console)
+        _stats_view.render_table(report, list(query.keys), new_console())

@@ -1,5 +1,9 @@
 """
 How `tailkit stats` shows the tail table: a rich table for people, JSON/CSV/Parquet for tools.
+
+Every cell and line that holds a value from the data (a group's name, a warning that quotes
+one) is escaped (`tailkit.cli._common.shown`); every column folds a long value onto more lines
+rather than cutting it. JSON carries the values exact.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailkit import text
+from tailkit.cli._common import shown
 from tailkit.fit import min_calls_for_quantile
 from tailkit.tails import FIT_COLUMNS, TailReport
 
@@ -93,17 +98,19 @@ def render_table(
         return
     table = Table(title="Where the tail is (seconds; [95% interval])", show_lines=False)
     for key in keys:
-        table.add_column(key.replace("_bucket", ""), overflow="fold")
+        table.add_column(shown(key.replace("_bucket", "")), overflow="fold")
     for name in ("n", "cut", "failed", "p50", "p99", "p99/p50", "σ", "fit", "transient",
                  "tail in", "signal"):  # fmt: skip
-        table.add_column(name, justify="right" if name in ("n", "cut", "failed") else "left")
+        table.add_column(
+            name, justify="right" if name in ("n", "cut", "failed") else "left", overflow="fold"
+        )
     rows = report.table if limit is None else report.table.sort("n", descending=True).head(limit)
     for row in rows.iter_rows(named=True):
         transient = {True: "yes", False: "no", None: "?"}[row.get("transient")]
         if row.get("transient") and row.get("transient_mixture"):
             transient = f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
         table.add_row(
-            *(str(row[k]) for k in keys),
+            *(shown(row[k]) for k in keys),
             f"{row['n']:,}",
             f"{row['censored_share']:.1%}",
             f"{row['failed_share']:.1%}",
@@ -111,10 +118,10 @@ def render_table(
             _with_interval(row, "p99_s"),
             _with_interval(row, "p99_p50"),
             _num(row.get("sigma")),
-            _fit(row),
+            shown(_fit(row)),
             transient,
-            str(row.get("tail_phase") or "-"),
-            str(row.get("signal") or "-"),
+            shown(row.get("tail_phase") or "-"),
+            shown(row.get("signal") or "-"),
         )
     console.print(table)
     if limit is not None:
@@ -123,11 +130,10 @@ def render_table(
         verdicts = Table(title="Would a fresh attempt escape the tail? (per route)")
         by = report.verdicts.columns[: report.verdicts.columns.index("n")]  # the route
         for name in (*by, "kind", "residual tail", "size", "time", "repeats", "verdict"):
-            verdicts.add_column(name, overflow="fold")
+            verdicts.add_column(shown(name), overflow="fold")
         for row in report.verdicts.iter_rows(named=True):
-            verdicts.add_row(
-                *(str(row[k]) for k in by), row["tail_kind"], *_evidence(row), row["verdict"]
-            )
+            cells = (row[k] for k in by), (row["tail_kind"],), _evidence(row), (row["verdict"],)
+            verdicts.add_row(*(shown(cell) for group in cells for cell in group))
         console.print(verdicts)
     _print_warnings(report.table, keys, console)
 
@@ -138,13 +144,13 @@ def _print_warnings(table: pl.DataFrame, keys: list[str], console: Console) -> N
     """
     unbounded, empty = [], []
     for row in table.filter(pl.col("warning").is_not_null()).iter_rows(named=True):
-        where = ", ".join(str(row[k]) for k in keys)
+        where = ", ".join(shown(row[k]) for k in keys)
         if "not bounded above" in str(row["warning"]):
             unbounded.append(where)
         elif "no latency statistics" in str(row["warning"]):
             empty.append(where)
         else:
-            console.print(f"[yellow]warning[/yellow] {where}: {row['warning']}")
+            console.print(f"[yellow]warning[/yellow] {where}: {shown(row['warning'])}")
     if empty:
         console.print(
             f"[yellow]note[/yellow] {len(empty)} group(s) have fewer than two finished calls "

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,8 +20,11 @@ from tailkit.cli._common import (
     OutputEdges,
     ReadMemoryLimitOption,
     buckets_of,
+    echo,
     library_errors,
+    new_console,
     said,
+    shown,
 )
 from tailkit.cli._progress import SearchProgress
 from tailkit.store import DEFAULT_DB, Store
@@ -50,12 +52,6 @@ MinCalls = Annotated[
     int,
     typer.Option("--min-calls", help="Fewest calls a step's route needs in its bucket.", min=2),
 ]
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    return Console(width=200) if not os.isatty(1) else Console()
 
 
 def _seconds(value: float | None) -> str:
@@ -150,7 +146,7 @@ def calibrate(
     elif not quiet:
         _print_calibration(found, policies, out, runs=runs, check_runs=check_runs)
     for warning in found.warnings:
-        typer.echo(f"Warning: {said(warning, 'calibrate')}", err=True)
+        echo(f"Warning: {said(warning, 'calibrate')}", err=True)
 
 
 def _print_calibration(
@@ -159,12 +155,12 @@ def _print_calibration(
     """
     The plan table, the policy comparison, how the search went and where the plan is.
     """
-    console = _console()
+    console = new_console()
     _plan_table(found.plan, console, kinds=found.tail_kinds)
     _sharing_lines(found.plan, console)
     console.print("cutoffs beside the watched one (total beside TTFT, stall):")
     for line in found.notes:
-        console.print(f"  {said(line, 'calibrate')}", highlight=False, markup=False)
+        console.print(f"  {shown(said(line, 'calibrate'))}", highlight=False)
     _policy_table(found.plan, policies, console, prediction=found.prediction)
     console.print(
         f"searched {found.search.evaluated:,} candidates in {found.search.passes} passes "
@@ -177,7 +173,7 @@ def _print_calibration(
             f"the measured calls ({prediction.replicate_runs:,} runs each); other rows: "
             "± one Monte Carlo standard error"
         )
-    console.print(f"wrote {out}")
+    console.print(f"wrote {shown(out)}")
 
 
 def simulate(
@@ -230,7 +226,7 @@ def simulate(
     elif quiet:
         typer.echo(policy_line(plan, policies))
     else:
-        _policy_table(plan, policies, _console())
+        _policy_table(plan, policies, new_console())
 
 
 def policy_line(plan: Plan, policies: dict[str, SimResult]) -> str:
@@ -260,8 +256,9 @@ def _sharing_lines(plan: Plan, console: Console) -> None:
         if shared is None:
             continue
         console.print(
-            f"  {name}: {shared.other_provider:.2f} on another provider, "
-            f"{shared.same_provider:.2f} on the same ({shared.source}; more in basis.shared)",
+            f"  {shown(name)}: {shared.other_provider:.2f} on another provider, "
+            f"{shared.same_provider:.2f} on the same ({shown(shared.source)}; more in "
+            "basis.shared)",
             highlight=False,
         )
 
@@ -292,10 +289,14 @@ def _plan_table(plan: Plan, console: Console, *, kinds: dict[str, str] | None = 
     """
     from rich.table import Table
 
-    table = Table(title=f"plan {plan.workflow} (deadline {plan.deadline_s:g} s)")
+    table = Table(title=f"plan {shown(plan.workflow)} (deadline {plan.deadline_s:g} s)")
     for name in ("step", "route", *(("tail",) if kinds else ()), "bucket", "calls", "watch",
                  "cutoff s", "action", "p50 s", "p99 s", "hedge rate"):  # fmt: skip
-        table.add_column(name, justify="right" if name.endswith(("s", "calls", "rate")) else "left")
+        table.add_column(
+            name,
+            justify="right" if name.endswith(("s", "calls", "rate")) else "left",
+            overflow="fold",
+        )
     for name in plan.order():
         step = plan.steps[name]
         cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
@@ -306,14 +307,14 @@ def _plan_table(plan: Plan, console: Console, *, kinds: dict[str, str] | None = 
             action = f"downgrade to {step.downgrade_route}"
         pred, basis = step.predicted, step.basis
         table.add_row(
-            name + ("" if step.required else " (optional)"),
-            step.route,
-            *((kinds.get(name, "?"),) if kinds else ()),
-            basis.bucket if basis else "",
+            shown(name) + ("" if step.required else " (optional)"),
+            shown(step.route),
+            *((shown(kinds.get(name, "?")),) if kinds else ()),
+            shown(basis.bucket) if basis else "",
             f"{basis.calls:,}" if basis else "",
             step.signal if cutoff is not None else "-",
             _seconds(cutoff) if cutoff is not None else "-",
-            action,
+            shown(action),
             _seconds(pred.p50_s) if pred else "",
             _seconds(pred.p99_s) if pred else "",
             f"{pred.hedge_rate:.1%}" if pred else "",
@@ -334,12 +335,12 @@ def _policy_table(
 
     some = next(iter(policies.values()))
     table = Table(
-        title=f"{plan.workflow}: {some.runs:,} simulated runs, deadline {plan.deadline_s:g} s, "
-        f"hedge budget {plan.hedge_budget:.0%}"
+        title=f"{shown(plan.workflow)}: {some.runs:,} simulated runs, deadline "
+        f"{plan.deadline_s:g} s, hedge budget {plan.hedge_budget:.0%}"
     )
     for name in ("policy", "miss rate", "p50 s", "p90 s", "p99 s", "extra attempts",
                  "extra tokens/run"):  # fmt: skip
-        table.add_column(name, justify="left" if name == "policy" else "right")
+        table.add_column(name, justify="left" if name == "policy" else "right", overflow="fold")
     for key, result in policies.items():
         over = result.extra_attempts > plan.hedge_budget + 1e-9
         miss = f"{result.miss_rate:.2%} ± {result.miss_rate_se:.2%}"
@@ -348,7 +349,7 @@ def _policy_table(
             miss = f"{result.miss_rate:.2%} ({text.percent_span(*prediction.miss_rate.bounds)})"
             extra += f" ({text.percent_span(*prediction.extra_attempts.bounds)})"
         table.add_row(
-            POLICY_TITLES.get(key, key),
+            shown(POLICY_TITLES.get(key, key)),
             miss,
             _seconds(result.p50_s),
             _seconds(result.p90_s),
