@@ -33,8 +33,8 @@ KNOWN_SHARE = 0.8  # a token count is used when at least 80 % of finished calls 
 MIN_LOG_SPREAD = 0.05  # and its log varies by more than this (5 %): else size cannot matter
 TAIL_Z = 3.0  # a residual tail call lies 3 body spreads beyond a same-size call's median ...
 TAIL_FLOOR = math.log(1.25)  # ... and at least 1.25x slower: slower than that is material
-MIN_TAIL_SHARE = 0.003  # a tail is material: at least 0.3 % of calls (at large n, less is
-# significant too, and says nothing a fresh attempt would change)
+MIN_TAIL_SHARE = 0.005  # a tail is material: its share's low end at least 0.5 % of calls (at
+# large n, less is significant too, and says nothing a fresh attempt would change)
 TAIL_SHARE_MAX = 0.2  # beyond this the body's slow side is skewed: no separate tail to tell
 NULL_SLACK = 2.5  # the threshold's standard errors the null share allows for (see residual_tail)
 _MAD = 1.4826  # MAD x 1.4826 estimates a normal sigma
@@ -198,8 +198,10 @@ class ResidualTail:
             cut), the lower end on the finished calls beyond.
         present: The share beyond is significantly above ``null_beyond`` (its one-sided
             lower bound at ``alpha``, from finished calls beyond the threshold, lies above
-            it), the excess is material (at least ``MIN_TAIL_SHARE``: at large n a negligible
-            excess is significant too) and a minority (at most ``TAIL_SHARE_MAX``).
+            it), the excess is material (the low end of ``share_interval`` at least
+            ``MIN_TAIL_SHARE``, 0.5 % of calls: at large n a negligible excess is significant
+            too, and a point estimate alone is one or two slow calls in a small sample) and a
+            minority (at most ``TAIL_SHARE_MAX``).
         skewed: Significant, but more than ``TAIL_SHARE_MAX`` of calls: the body's slow side
             is heavier than a lognormal's, and no separate tail can be told from it.
         scale: Median slow-down of the tail calls against a same-size call of the body.
@@ -275,6 +277,7 @@ def residual_tail(
     in_tail = residual > threshold
     slow = residual[in_tail] - median
     excess = max(beyond - body_beyond, 0.0)
+    excess_low = max(low - body_beyond, 0.0)
     return ResidualTail(
         body_median=median,
         body_sigma=sigma,
@@ -283,11 +286,9 @@ def residual_tail(
         body_beyond=body_beyond,
         null_beyond=null_beyond,
         share=excess,
-        share_interval=Estimate(
-            excess, max(low - body_beyond, 0.0), max(high - body_beyond, 0.0), n, _SHARE, level
-        ),
+        share_interval=Estimate(excess, excess_low, max(high - body_beyond, 0.0), n, _SHARE, level),
         present=bool(
-            test_low > null_beyond and excess >= MIN_TAIL_SHARE and excess <= TAIL_SHARE_MAX
+            test_low > null_beyond and excess_low >= MIN_TAIL_SHARE and excess <= TAIL_SHARE_MAX
         ),
         skewed=bool(test_low > null_beyond and excess > TAIL_SHARE_MAX),
         scale=float(math.exp(np.median(slow))) if slow.size else math.nan,

@@ -39,8 +39,17 @@ import numpy.typing as npt
 from scipy import stats
 
 from tailkit.estimate import Estimate
+from tailkit.fit._modes import SlowMode, slow_mode
 from tailkit.fit._quantiles import quantile
-from tailkit.fit._size import TAIL_FLOOR, ResidualTail, SizeModel, residual_tail, size_model
+from tailkit.fit._size import (
+    KNOWN_SHARE,
+    MIN_TAIL_SHARE,
+    TAIL_FLOOR,
+    ResidualTail,
+    SizeModel,
+    residual_tail,
+    size_model,
+)
 from tailkit.fit._trend import ALPHA, TimeClustering, time_clustering
 from tailkit.text import number, percent
 
@@ -147,6 +156,11 @@ class TailKind:
             transient), and, with slow spells, that a retry on the same provider does not
             escape a spell.
         paired: Evidence from paired calls (the same job on other routes), when given.
+        counted: Token counts are known for most finished calls (80 %), whether or not they
+            vary: without them, size cannot be measured, and a tail cannot be called
+            transient from single calls (the big calls may be it).
+        mode: A second, slower mode of the calls (`slow_mode`), e.g. retries after a
+            client's timeout; ``None`` when there is none.
     """
 
     kind: str
@@ -161,6 +175,8 @@ class TailKind:
     hedges: HedgeEvidence | None
     sentence: str
     paired: HedgeEvidence | None = None
+    counted: bool = True
+    mode: SlowMode | None = None
 
     @property
     def transient(self) -> bool | None:
@@ -215,6 +231,8 @@ def tail_kind(
     The rules, in order:
 
     - fewer than 50 calls or 20 finished: ``unknown``;
+    - no token counts (known for fewer than 80 % of finished calls): a residual tail or slow
+      spells are ``unknown`` (big calls or stalled ones: the work's share cannot be separated);
     - a residual tail (see `residual_tail`) of the whole latency, or of the time to first
       token on input tokens: ``transient`` when size explains little of the spread or the
       tail calls make at least half of the route's slowest 2 %, else ``mixed``;
@@ -222,7 +240,9 @@ def tail_kind(
       (p < 0.01): ``transient`` (slow spells), ``mixed`` where size explains the spread;
     - no residual tail, size explaining the spread (``SizeModel.explains``), both residual
       tails' intervals below 1 % of calls and no clustering at 5 %: ``work``;
-    - otherwise ``unknown``, naming what is missing.
+    - otherwise ``unknown``, naming what is missing: more calls only where more calls would
+      tell, and a second, slower mode of the calls (`slow_mode`: retries after a timeout?)
+      where there is one.
 
     Repeat attempts and paired calls, when they say something (20+ pairs, interval clear of
     one half), are the direct evidence: they turn ``unknown`` into their answer, and a
@@ -294,15 +314,42 @@ def tail_kind(
         flags = flags | ttft_slow[used][placed] if tail.present else ttft_slow[used][placed]
     started = aligned["started_at_s"][used][placed]
     clustering = time_clustering(started, flags, window_s=window_s)
+    counted = _counted(tokens, finished[used])
+    done = finished[used][placed]
+    mode = slow_mode(residual[done], np.exp(log_age[placed][done]))
     kind, sentence = _decide(
         size, tail, top=top, first=first, clustering=clustering, n=n, unsized=unsized,
-        claim=_claim(hedges, paired),
+        claim=_claim(hedges, paired), counted=counted, mode=mode,
     )  # fmt: skip
     return _with_evidence(
         TailKind(
-            kind, n, n_cut, unsized, size, tail, top, first, clustering, hedges, sentence, paired
+            kind,
+            n,
+            n_cut,
+            unsized,
+            size,
+            tail,
+            top,
+            first,
+            clustering,
+            hedges,
+            sentence,
+            paired,
+            counted,
+            mode,
         )
     )
+
+
+def _counted(tokens: dict[str, _Array], finished: npt.NDArray[np.bool_]) -> bool:
+    """
+    Some token count is known (finite, not negative) for 80 % of finished calls.
+    """
+    for counts in tokens.values():
+        known = np.isfinite(counts) & (counts >= 0)
+        if finished.any() and known[finished].mean() >= KNOWN_SHARE:
+            return True
+    return False
 
 
 def _first_token_tail(
@@ -373,34 +420,29 @@ def _decide(
     n: int,
     unsized: int,
     claim: str,
+    counted: bool = True,
+    mode: SlowMode | None = None,
 ) -> tuple[str, str]:
     """
     The kind and its sentence (the rules of `tail_kind`, before repeat attempts).
 
     ``claim`` is what to say of whether a fresh attempt escapes what looks transient
     (`_claim`): confirmed by repeat attempts or paired calls, or only seen in single calls.
+    Without token counts (``counted`` false) single calls cannot separate the work's share of
+    the tail, and say so; ``mode`` is a second, slower mode of the calls, said where found.
     """
     share = tail.share_interval
-    explained = (
-        f"size explains {percent(max(size.r2, 0.0))} of the spread"
-        if size.features
-        else "no call size to measure: token counts are missing or all alike"
-    )
-    waits = first is not None and first.present
-    if tail.present or waits:
-        parts = []
-        if tail.present:
-            parts.append(
-                f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
-                f"calls are {number(tail.scale, 1)}× slower than a call of their size"
+    unmeasured = not counted and not size.features
+    explained = _explained(size, counted)
+    than = "the route's typical call" if unmeasured else "a call of their size"
+    seen = f"; {mode.describe(than)}" if mode is not None else ""
+    if tail.present or (first is not None and first.present):
+        what = _slower(tail, first, than)
+        if unmeasured:
+            return "unknown", (
+                f"can't tell: {_UNMEASURED}: {what}{seen}; big calls or stalled ones? Log "
+                f"input and output tokens, or let {_NEEDED} tell"
             )
-        if first is not None and first.present:
-            low, high = first.share_interval.low, first.share_interval.high
-            parts.append(
-                f"{percent(first.share)} [{percent(low)}–{percent(high)}] wait "
-                f"{number(first.scale, 1)}× longer for their first token"
-            )
-        what = " and ".join(parts)
         if not size.explains or top >= 0.5:
             return "transient", f"transient: {what} ({explained}): {claim}"
         return "mixed", (
@@ -409,6 +451,12 @@ def _decide(
         )
     if clustering.p_value < SPELL_ALPHA:
         # The slowest residuals (size taken out) bunch up in time: slow spells.
+        if unmeasured:
+            return "unknown", (
+                f"can't tell: {_UNMEASURED}: slow calls come in spells ({clustering.verdict})"
+                f"{seen}; a batch of big calls, or slow spells? Log input and output tokens, or "
+                f"let {_NEEDED} tell"
+            )
         if not size.explains:
             return "transient", (
                 f"transient: slow calls come in spells ({clustering.verdict}); {explained}: {claim}"
@@ -437,13 +485,14 @@ def _decide(
             f"work: {explained}, and at most {percent(share.high)} of calls are materially "
             "slower than their size predicts: a fresh attempt would be just as slow"
         )
-    if size.explains:
-        needed = math.ceil(-math.log((1.0 - share.level) / 2.0) / WORK_SHARE_MAX)
+    if mode is not None:
+        # A hump of its own is no lack of calls: more calls would show the same hump.
         return "unknown", (
-            f"can't tell: {explained}, but {n} calls cannot rule out a transient tail of "
-            f"up to {percent(share.high)} of calls (about {needed:,} calls with no slow "
-            "outlier would)"
+            f"can't tell: {mode.describe(than)}, apart from the body ({explained}): a mode of "
+            f"its own, not too few calls; whether a fresh attempt escapes it needs {_NEEDED}"
         )
+    if size.explains:
+        return "unknown", _not_ruled_out(explained, tail, first, n)
     skewed = [
         f"{percent(t.share)} of {what} lie beyond 3 body spreads"
         for t, what in ((tail, "calls"), (first, "first tokens"))
@@ -461,6 +510,89 @@ def _decide(
     )
 
 
+def _explained(size: SizeModel, counted: bool) -> str:
+    """
+    What size explains: a share of the spread, or why nothing (no counts, or all alike).
+    """
+    if size.features:
+        return f"size explains {percent(max(size.r2, 0.0))} of the spread"
+    if not counted:
+        return "no token counts, so no call size to measure"
+    return "the token counts are all alike, so size cannot explain the spread"
+
+
+def _slower(tail: ResidualTail, first: ResidualTail | None, than: str) -> str:
+    """
+    The residual tails found, in words: of the whole latency, of the first token, or both.
+    """
+    parts = []
+    if tail.present:
+        share = tail.share_interval
+        parts.append(
+            f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
+            f"calls are {number(tail.scale, 1)}× slower than {than}"
+        )
+    if first is not None and first.present:
+        low, high = first.share_interval.low, first.share_interval.high
+        parts.append(
+            f"{percent(first.share)} [{percent(low)}–{percent(high)}] wait "
+            f"{number(first.scale, 1)}× longer for their first token"
+        )
+    return " and ".join(parts)
+
+
+def _not_ruled_out(explained: str, tail: ResidualTail, first: ResidualTail | None, n: int) -> str:
+    """
+    Why size explains the spread, yet the tail is not called work: what more calls would do.
+
+    More calls are asked for only where they would tell: where the calls beyond the body are
+    as rare as an interval from more calls would place under 1 %. Where they are not (1 % or
+    more of calls, or already enough calls), the sentence says what they are instead.
+    """
+    blocking, what = tail, "calls"
+    if tail.share_interval.high < WORK_SHARE_MAX and first is not None:
+        blocking, what = first, "first tokens"
+    share = blocking.share_interval
+    found = f"{percent(blocking.share)} [{percent(share.low)}–{percent(share.high)}] of {what}"
+    if blocking.skewed:
+        return (
+            f"can't tell: {explained}, but the body's slow side is heavier than a lognormal's "
+            f"({found} lie beyond 3 body spreads), too many for a separate tail: whether a "
+            f"fresh attempt escapes it needs {_NEEDED}"
+        )
+    needed = _calls_needed(blocking.share, share.level)
+    if needed is not None and needed > n:
+        rare = "no slow outlier" if blocking.share <= 0.0 else "slow outliers as rare as these"
+        return (
+            f"can't tell: {explained}, but {n:,} calls cannot rule out a transient tail of "
+            f"up to {percent(share.high)} of {what} (about {needed:,} calls with {rare} would)"
+        )
+    return (
+        f"can't tell: {explained}, but {found} lie beyond 3 body spreads of their size: too "
+        f"many to call the tail work (under {percent(WORK_SHARE_MAX)}), too few or too close to "
+        f"the body to call them a tail (the low end at least {percent(MIN_TAIL_SHARE)}, "
+        f"significant): whether a fresh attempt escapes them needs {_NEEDED}"
+    )
+
+
+def _calls_needed(share: float, level: float) -> int | None:
+    """
+    About how many calls put a share's upper end under 1 %, at this share; ``None``: none do.
+
+    With no call beyond, Clopper-Pearson's upper end is ``1 - (tail)^(1/n)``, about
+    ``-log(tail) / n``; with a share ``p`` under 1 %, the normal interval's ``p + z sqrt(p / n)``.
+    """
+    tail = (1.0 - level) / 2.0
+    floor = math.ceil(-math.log(tail) / WORK_SHARE_MAX)
+    if share <= 0.0:
+        return floor
+    if share >= WORK_SHARE_MAX:
+        return None
+    z = float(stats.norm.ppf(1.0 - tail))
+    return max(floor, math.ceil(z * z * share / (WORK_SHARE_MAX - share) ** 2))
+
+
+_UNMEASURED = "no token counts, so the work's share of the tail cannot be separated"
 _NEEDED = (
     "repeat attempts (hedged or retried calls of this route) or paired calls (the same job "
     "on other routes: a job_key)"

@@ -151,12 +151,16 @@ class RouteAccumulator:
         """
         One row per route with its tail kind and the evidence (`judge` first).
 
-        Sets each table row's ``transient``: True for transient or mixed, False for work,
-        else (unknown) True when the row's own mixture fit found a tail, else None.
+        Sets each table row's ``tail_kind``, its route's verdict (``transient``, ``mixed``,
+        ``work`` or ``unknown``: one word, so "transient" never covers a mixed route), and its
+        ``transient``: True for transient or mixed (a fresh attempt escapes some of the tail),
+        False for work, else (unknown) True when the row's own mixture fit found a tail, else
+        None.
         """
         out = []
         for route, verdict in self._kinds.items():
             for row in self._rows[route]:
+                row["tail_kind"] = verdict.kind
                 row["transient"] = _row_transient(verdict, row)
             out.append(dict(zip(by, route, strict=True)) | _record(verdict))
         if not out:
@@ -212,6 +216,10 @@ def _record(v: TailKind) -> dict[str, Any]:
         "paired_share": paired.share,
         "paired_share_lo": paired.interval.low if paired.pairs else nan,
         "paired_share_hi": paired.interval.high if paired.pairs else nan,
+        "token_counts": v.counted,
+        "second_mode_s": v.mode.at_s if v.mode else nan,
+        "second_mode_share": v.mode.share if v.mode else nan,
+        "second_mode_delay_s": v.mode.delay_s if v.mode else nan,
         "escape_confirmed_by": v.escape_confirmed_by or "",
         "spells": v.spells,
         "verdict": v.sentence,
