@@ -737,7 +737,7 @@ def test_stop_closes_open_connections_and_leaves_no_task() -> None:
         (b"GET /v1/models HTTP/1.1\r\nno colon here\r\n\r\n", 400),
         (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400),
         (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
-        (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
         (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         (b"GET /v1/models HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
         (request_bytes("POST", CHAT, b"{not json", CLOSE), 400),
@@ -774,7 +774,7 @@ def test_chunked_bodies_and_expect_continue_are_read() -> None:
     body = json.dumps({"model": "m", "messages": PROMPT}).encode()
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:10], body[10:])) + b"0\r\n\r\n"
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
         b"Expect: 100-continue\r\nConnection: close\r\n\r\n"
     )
 

@@ -65,5 +65,6 @@ def test_serve_json_says_where_it_listens_on_an_os_chosen_port(tmp_path: Path) -
             "stopped": True,
             "chat_requests": 0,
             "closed_early": {"refused": 0, "idle": 0, "flooded": 0},
+            "accept_errors": 0,
         }
     ] == [json.loads(line) for line in out.splitlines()]

@@ -223,7 +223,10 @@ def test_a_request_its_client_abandons_while_sending_is_not_recorded() -> None:
     """
     Half a body, then the client closes: no call arrived, so no record (no false orphan).
     """
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n" + b"{" * 10
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n"
+        + b"{" * 10
+    )
 
     async def main() -> tuple[int, Reply]:
         async with serving(config()) as server:

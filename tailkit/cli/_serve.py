@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import signal
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -64,6 +66,29 @@ def _started(server: Server) -> dict[str, object]:
 
 
 async def _run(server: Server, *, as_json: bool) -> None:
+    """
+    Serve until Ctrl-C (KeyboardInterrupt), SIGTERM or SIGHUP; each stops it the same way.
+
+    SIGTERM (``docker stop``, systemd) and SIGHUP (the terminal closed) would kill the
+    process at once, losing the records of the requests in flight and the last line: here
+    they end the wait, and `Server.stop` records what was in flight (``cancelled``) and
+    closes the log before the last line is printed.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    stoppers = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    for signum in stoppers:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: no such handler
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await _listen(server, stop, as_json=as_json)
+    finally:
+        for signum in stoppers:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
+
+
+async def _listen(server: Server, stop: asyncio.Event, *, as_json: bool) -> None:
     async with server:
         config = server.config
         if as_json:
@@ -75,7 +100,7 @@ async def _run(server: Server, *, as_json: bool) -> None:
             )
             for name in config.models:
                 typer.echo(f"  {name}")
-        await asyncio.Event().wait()
+        await stop.wait()
 
 
 _CAUSES = ("refused", "idle", "flooded")
@@ -89,13 +114,15 @@ def _stopped(server: Server) -> str:
     early = server.closed_early
     if early.total():
         causes = {
-            "refused": f"over --max-connections {server.limits.max_connections}",
+            "refused": f"over --max-connections {server.max_connections}",
             "idle": "idle",
             "flooded": "flooded while answering",
         }
         line += "; connections closed early: " + ", ".join(
             f"{early[cause]} {words}" for cause, words in causes.items() if early[cause]
         )
+    if server.accept_errors:
+        line += f"; accepting failed {server.accept_errors} time(s) (open-file limit)"
     return line
 
 
@@ -109,6 +136,7 @@ def _stopped_json(server: Server) -> str:
             "stopped": True,
             "chat_requests": server.counts.total(),
             "closed_early": {cause: early[cause] for cause in _CAUSES},
+            "accept_errors": server.accept_errors,
         }
     )
 
@@ -174,7 +202,8 @@ def serve(
         int,
         typer.Option(
             "--max-connections",
-            help="Connections served at once; more are answered 503 and closed.",
+            help="Connections served at once (fewer if the open-file limit, ulimit -n, "
+            "leaves room for fewer; it says so at start); more are answered 503 and closed.",
             min=1,
         ),
     ] = 2048,
@@ -187,6 +216,25 @@ def serve(
             min=1,
         ),
     ] = 8,
+    body_budget_mib: Annotated[
+        int,
+        typer.Option(
+            "--body-budget-mib",
+            metavar="MIB",
+            help="Request bodies held at once by all connections together, in MiB; a body "
+            "that does not fit what is left is answered 503 (larger than all of it: 413).",
+            min=1,
+        ),
+    ] = 256,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer requests whose Host or Origin names NAME (repeat for more; "
+            "'*': any). Loopback names and the bound address are always answered.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -201,9 +249,10 @@ def serve(
 
     GET /v1/models, POST /v1/chat/completions and POST /v1/messages (streamed or not) answer
     after a drawn TTFT and decode time, stall or fail as the profile says, honour the x-tailkit
-    deadline headers, and log one call record per request. Runs until Ctrl-C. Its memory does
-    not grow with the requests it serves: records go to --log only, and connections are bounded
-    (--idle-timeout, --max-connections, --max-body-mib).
+    deadline headers, and log one call record per request. Runs until Ctrl-C, SIGTERM or
+    SIGHUP (requests in flight are logged as cancelled). Its memory does not grow with the
+    requests it serves: records go to --log only, and connections are bounded (--idle-timeout,
+    --max-connections, --max-body-mib, --body-budget-mib).
 
     Example:
 
@@ -223,9 +272,13 @@ def serve(
             idle_timeout_s=idle_timeout,
             max_connections=max_connections,
             max_body_bytes=max_body_mib * 1024 * 1024,
+            body_budget_bytes=body_budget_mib * 1024 * 1024,
             keep_records=0,  # the command reads no record: they stream to --log
         )
-    server = Server(config, port=port, access_log=log, limits=limits)
+    _raise_open_file_limit(max_connections)
+    server = Server(
+        config, port=port, access_log=log, limits=limits, allowed_hosts=allow_host or ()
+    )
     try:
         with library_errors("serve"):
             asyncio.run(_run(server, as_json=as_json))
@@ -233,3 +286,24 @@ def serve(
         typer.echo(_stopped_json(server) if as_json else _stopped(server))
     except OSError as exc:
         fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")
+
+
+def _raise_open_file_limit(connections: int) -> None:
+    """
+    Raise the soft open-file limit toward the hard one, for ``connections`` and headroom.
+
+    The soft limit is often 1,024 while the hard one allows far more; what remains too low
+    lowers the connection cap (`Server.start` warns of it).
+    """
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = (connections + 256) * 17 // 16
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -5,17 +5,18 @@ One `Connection` per socket reads requests one after another (keep-alive), bodie
 ``Content-Length`` or chunked transfer coding, with limits on every part. While the server
 works on a request, `Connection.watch_eof` keeps reading so that a client that closes its
 socket is noticed at once; bytes it reads (a pipelined next request) wait in the buffer.
-Anything malformed raises `HttpError` with the status to answer: the server never crashes on
-what a client sends.
+Anything malformed raises `HttpError` with the status to answer (the rules are
+`tailkit.serve._framing`'s): the server never crashes on what a client sends.
 
 What one connection holds is bounded whatever the client does: the buffer holds at most one
 request (a head of `MAX_HEAD_BYTES`, a body of ``max_body_bytes``) and one read more; while a
 request is answered, at most one head's worth of what comes next (beyond it the connection is
 *flooded*: the rest is read and dropped, so that the client leaving is still noticed, and the
-connection closes after the answer). A whole request must arrive within ``idle_timeout_s`` of
-the previous answer (or of connecting), and a client must take what is written to it within
-as long: a connection cannot be held open by sending nothing, or a byte at a time, or by
-reading nothing.
+connection closes after the answer). Bodies also draw on one budget shared by all
+connections (`BodyBudget`): a body it cannot take now answers 503 before it is read. A whole
+request must arrive within ``idle_timeout_s`` of the previous answer (or of connecting), and a
+client must take what is written to it within as long: a connection cannot be held open by
+sending nothing, or a byte at a time, or by reading nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +30,22 @@ import re
 import socket
 import struct
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tailkit.serve._framing import (
+    HttpError,
+    check_field_value,
+    check_target,
+    chunk_size,
+    framing,
+    http_version,
+)
+
+
+if TYPE_CHECKING:
+    from tailkit.serve._limits import BodyBudget
 
 
 __all__ = [
@@ -47,18 +62,8 @@ MAX_HEAD_BYTES = 64 * 1024  # request line and headers
 MAX_HEADERS = 100
 MAX_BODY_BYTES = 8 * 1024 * 1024  # the default limit of a request body
 _READ = 64 * 1024
+_CHUNK_LINE = 1024  # a chunk's size line, extensions included
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: method and header names
-
-
-class HttpError(Exception):
-    """
-    The request cannot be read; answer ``status`` with ``message`` and close the connection.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class IdleTimeout(Exception):  # noqa: N818 - an event, not a failure of ours
@@ -114,6 +119,10 @@ class Connection:
         idle_timeout_s: Real seconds a whole request may take to arrive, counted from the
             previous answer or the connection (``math.inf``: no limit); also how long a write
             may wait for the client to read.
+        budget: The bytes of bodies all connections may hold at once (``None``: no bound
+            beyond ``max_body_bytes``); a body it cannot take now answers 503.
+        check_head: Called with a request's headers once they are read, before its body
+            (e.g. to refuse a Host): raises `HttpError` to refuse the request.
 
     Attributes:
         target: The method and path of the request being read, once its request line is.
@@ -129,6 +138,8 @@ class Connection:
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         idle_timeout_s: float = math.inf,
+        budget: BodyBudget | None = None,
+        check_head: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -140,6 +151,9 @@ class Connection:
         self._idle_s = None if math.isinf(idle_timeout_s) else idle_timeout_s
         self._buffer = bytearray()
         self._began = False  # a byte of the request being read has arrived
+        self._budget = budget
+        self._check_head = check_head
+        self._held = 0  # bytes of the budget the request being read or answered holds
 
     @property
     def buffered(self) -> int:
@@ -170,7 +184,9 @@ class Connection:
             if len(self._buffer) > limit:
                 raise HttpError(431 if what == "header" else 400, f"{what} line is too long")
             if not await self._fill():
-                raise HttpError(400, f"the connection closed inside the {what}")
+                raise HttpError(400, f"the connection closed inside the {what}", cut=True)
+        if end > limit:
+            raise HttpError(431 if what == "header" else 400, f"{what} line is too long")
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 2]
         return line
@@ -178,7 +194,7 @@ class Connection:
     async def _exactly(self, size: int) -> bytes:
         while len(self._buffer) < size:
             if not await self._fill():
-                raise HttpError(400, "the connection closed inside the body")
+                raise HttpError(400, "the connection closed inside the body", cut=True)
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
         return data
@@ -192,6 +208,7 @@ class Connection:
                 did not arrive whole within the idle timeout (408).
             IdleTimeout: No byte of it arrived within the idle timeout.
         """
+        self.release()
         self.target, self.headers, self._began = None, {}, False
         if self.flooded:
             return None
@@ -211,17 +228,19 @@ class Connection:
         self._began = True
         line = (await self._line(MAX_HEAD_BYTES, "request")).decode("latin-1")
         parts = line.split(" ")
-        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
             raise HttpError(400, f"malformed request line {line[:80]!r}")
         method, target, version = parts
-        self.target = (method, target.split("?", 1)[0])
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise HttpError(505, f"HTTP version {version[:20]!r} is not supported")
-        headers = self.headers = await self._headers()
-        body = await self._body(headers)
-        return Request(method, target.split("?", 1)[0], version, headers, body)
+        check_target(target)
+        path = target.split("?", 1)[0]
+        self.target = (method, path)
+        version = http_version(version)
+        repeated: set[str] = set()
+        headers = self.headers = await self._headers(repeated)
+        body = await self._body(headers, repeated, version)
+        return Request(method, path, version, headers, body)
 
-    async def _headers(self) -> dict[str, str]:
+    async def _headers(self, repeated: set[str]) -> dict[str, str]:
         headers: dict[str, str] = {}
         size = 0
         for _ in range(MAX_HEADERS + 1):
@@ -235,30 +254,33 @@ class Connection:
             if not colon or not _TOKEN.fullmatch(name):
                 raise HttpError(400, f"malformed header line {raw[:80]!r}")
             key, text = name.lower(), value.strip(" \t")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            check_field_value(name, text)
+            if key in headers:
+                repeated.add(key)
+                headers[key] = f"{headers[key]}, {text}"
+            else:
+                headers[key] = text
         raise HttpError(431, f"more than {MAX_HEADERS} headers")
 
-    async def _body(self, headers: dict[str, str]) -> bytes:
-        coding = headers.get("transfer-encoding")
-        length = headers.get("content-length")
-        if coding is not None and length is not None:
-            raise HttpError(400, "both Transfer-Encoding and Content-Length")
+    async def _body(self, headers: dict[str, str], repeated: set[str], version: str) -> bytes:
+        frame = framing(headers, repeated, version)
+        if frame.length is not None and frame.length > self.max_body_bytes:
+            raise HttpError(413, f"the body is larger than {self.max_body_bytes} bytes")
+        if version == "HTTP/1.1" and "host" not in headers:
+            raise HttpError(400, "an HTTP/1.1 request without a Host header")
+        if "host" in repeated:
+            raise HttpError(400, "more than one Host header")
+        if self._check_head is not None:
+            self._check_head(headers)
         # The interim 100 Continue only once the body is known to be acceptable: a client
         # that waits for it must get the refusal instead, and need not send the body at all.
         go_on = headers.get("expect", "").lower() == "100-continue"
-        if coding is not None:
-            if coding.strip().lower() != "chunked":
-                raise HttpError(501, f"Transfer-Encoding {coding[:40]!r} is not supported")
+        if frame.chunked:
             if go_on:
                 await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
             return await self._chunked()
-        if length is None:
-            return b""
-        if not length.isdigit():
-            raise HttpError(400, f"Content-Length {length[:40]!r} is not a number")
-        if len(length) > 20 or int(length) > self.max_body_bytes:
-            raise HttpError(413, f"the body is larger than {self.max_body_bytes} bytes")
-        size = int(length)
+        size = frame.length or 0
+        self._hold(size)
         if go_on and size > len(self._buffer):
             await self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
         return await self._exactly(size)
@@ -266,20 +288,60 @@ class Connection:
     async def _chunked(self) -> bytes:
         body = bytearray()
         while True:
-            line = (await self._line(1024, "chunk size")).split(b";", 1)[0].strip()
-            try:
-                size = int(line, 16)
-            except ValueError:
-                raise HttpError(400, f"malformed chunk size {line[:20]!r}") from None
-            if size < 0 or len(body) + size > self.max_body_bytes:
+            size = chunk_size(await self._line(_CHUNK_LINE, "chunk size"))
+            if len(body) + size > self.max_body_bytes:
                 raise HttpError(413, f"the body is larger than {self.max_body_bytes} bytes")
             if size == 0:
-                while await self._line(MAX_HEAD_BYTES, "trailer"):
-                    pass
+                await self._trailers()
                 return bytes(body)
+            self._hold(size)
             body += await self._exactly(size)
             if await self._exactly(2) != b"\r\n":
                 raise HttpError(400, "a chunk does not end with CRLF")
+
+    async def _trailers(self) -> None:
+        """
+        Read the trailer fields after the last chunk (checked as headers are, then dropped).
+        """
+        size = 0
+        while raw := await self._line(MAX_HEAD_BYTES, "trailer"):
+            size += len(raw) + 2
+            if size > MAX_HEAD_BYTES:
+                raise HttpError(431, "request trailers are too large")
+            name, colon, value = raw.decode("latin-1").partition(":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise HttpError(400, f"malformed trailer line {raw[:80]!r}")
+            check_field_value(name, value.strip(" \t"))
+
+    def _hold(self, size: int) -> None:
+        """
+        Take ``size`` more bytes of the shared body budget for this request, or refuse it.
+
+        Raises:
+            HttpError: 413 if the body can never fit the budget, 503 if it cannot now.
+        """
+        if self._budget is None or size == 0:
+            return
+        total = self._held + size
+        if total > self._budget.total_bytes:
+            budget = self._budget.total_bytes
+            msg = f"the body is larger than the server's body budget ({budget} bytes)"
+            raise HttpError(413, msg)
+        if not self._budget.take(size):
+            msg = (
+                f"the server holds {self._budget.total_bytes} bytes of request bodies "
+                "already; try again later"
+            )
+            raise HttpError(503, msg, error_type="body_budget_exceeded", retry_after_s=1)
+        self._held = total
+
+    def release(self) -> None:
+        """
+        Give back what the last request's body held of the shared budget.
+        """
+        if self._budget is not None and self._held:
+            self._budget.give(self._held)
+        self._held = 0
 
     async def watch_eof(self) -> None:
         """

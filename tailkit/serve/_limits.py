@@ -8,8 +8,10 @@ go first), clips what a client names (a model it does not serve, a key) to `MAX_
 caps concurrent connections, and clamps a deadline further than `MAX_REMAINING_S` away.
 
 What a connection buffers is at most one request (``max_body_bytes``, a head, one 64 KiB read),
-so the server's input buffers never exceed ``max_connections`` times that, and an idle or
-unread connection is closed after ``idle_timeout_s``.
+and the bodies of all connections together at most ``body_budget_bytes`` (`BodyBudget`; a
+body over what is left answers 503 before it is read), so the server's input buffers stay
+near that budget plus ``max_connections`` heads; an idle or unread connection is closed
+after ``idle_timeout_s``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tailkit.errors import ConfigError
 from tailkit.serve._http import MAX_BODY_BYTES
 
 
-__all__ = ["MAX_NAME_CHARS", "MAX_REMAINING_S", "Limits", "clip", "remember"]
+__all__ = ["MAX_NAME_CHARS", "MAX_REMAINING_S", "BodyBudget", "Limits", "clip", "remember"]
 
 MAX_NAME_CHARS = 256  # a client's model name or key, as logged and remembered
 MAX_REMAINING_S = 1e6  # about 11.6 days: any deadline further away is clamped to it
@@ -43,6 +45,10 @@ class Limits:
             The default carries load tests of a thousand concurrent calls (1,000 executor runs
             with hedges hold about 1,150 connections at their peak).
         max_body_bytes: The largest request body (a larger one answers 413).
+        body_budget_bytes: The bytes of request bodies held at once by all connections
+            together, from the moment a body's length is known until its request is
+            answered; a body that does not fit what is left answers 503 with
+            ``Retry-After`` before it is read (one larger than the whole budget: 413).
         keep_records: Records kept in `Server.records` (the most recent ones).
         keep_keys: Idempotency keys remembered to number retries (the most recently seen).
     """
@@ -50,6 +56,7 @@ class Limits:
     idle_timeout_s: float = 30.0
     max_connections: int = 2048
     max_body_bytes: int = MAX_BODY_BYTES
+    body_budget_bytes: int = 256 * 1024 * 1024
     keep_records: int = 10_000
     keep_keys: int = 100_000
 
@@ -66,6 +73,7 @@ class Limits:
         for name, low in (
             ("max_connections", 1),
             ("max_body_bytes", 1),
+            ("body_budget_bytes", 1),
             ("keep_records", 0),
             ("keep_keys", 0),
         ):
@@ -73,6 +81,37 @@ class Limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 msg = f"{{field}} must be a whole number >= {low}, got {value!r}."
                 raise ConfigError(msg, field=name, value=value, fix=f"Pass {low} or more.")
+
+
+class BodyBudget:
+    """
+    The bytes of request bodies all connections may hold at once, and how many they hold.
+
+    Args:
+        total_bytes: The budget.
+
+    Attributes:
+        held_bytes: What requests hold now.
+    """
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        self.held_bytes = 0
+
+    def take(self, size: int) -> bool:
+        """
+        Hold ``size`` more bytes if they fit; whether they did.
+        """
+        if self.held_bytes + size > self.total_bytes:
+            return False
+        self.held_bytes += size
+        return True
+
+    def give(self, size: int) -> None:
+        """
+        Give back ``size`` bytes taken before.
+        """
+        self.held_bytes -= size
 
 
 def clip(text: str) -> str:

@@ -189,8 +189,16 @@ class Requests:
         """
         if self._workers is None:
             return await self._chat_now(conn, request, api)
-        async with self._workers:
+        try:
+            await self._workers.acquire()
+        except asyncio.CancelledError:  # stop() while it waited: in flight all the same
+            ex = self._receive(request, api)
+            self._record(ex, status="cancelled", error_type="server_stopped", cut=ex.received)
+            raise
+        try:
             return await self._chat_now(conn, request, api)
+        finally:
+            self._workers.release()
 
     async def _chat_now(self, conn: Connection, request: Request, api: Api) -> bool:
         ex = self._receive(request, api)

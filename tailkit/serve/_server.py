@@ -9,8 +9,16 @@ Every chat request is answered and recorded, whatever it holds: a request to the
 that is not valid HTTP answers its 4xx and is recorded ``bad_http_request``, and a failure of
 the server's own (a bug) answers 500 and is recorded ``internal_error``. What a client can
 hold is bounded (`Limits`): a connection that sends no whole request within the idle timeout
-is closed, one over the connection cap is answered 503 at once, and a connection holds at
-most one request's bytes.
+is closed, one over the connection cap is answered 503 at once, a connection holds at most
+one request's bytes, and all bodies together at most the body budget.
+
+The connection cap never exceeds what the open-file limit (``ulimit -n``) leaves: a server
+past it could not accept, so good requests would wait instead of being refused. The cap is
+lowered to fit at `Server.start` (a warning says so), and a failure to accept (the limit
+reached all the same, by other files) is counted and warned of once, never a traceback per
+attempt: asyncio retries accepting a second later. Every request must name the server in its
+``Host`` (and ``Origin``, when sent), which stops a web page from reaching it by DNS
+rebinding (`tailkit.serve._hosts`); listening beyond loopback is warned of.
 """
 
 from __future__ import annotations
@@ -18,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import logging
 import os
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +39,7 @@ from tailkit.ledger import AttemptRecord, CallbackSink, JsonlSink, Ledger, Sink
 from tailkit.serve import _openai as wire
 from tailkit.serve._anthropic import Anthropic
 from tailkit.serve._api import Api
+from tailkit.serve._hosts import HostCheck, is_loopback
 from tailkit.serve._http import (
     ClientGone,
     Connection,
@@ -38,7 +48,8 @@ from tailkit.serve._http import (
     Request,
     json_response,
 )
-from tailkit.serve._limits import Limits
+from tailkit.serve._limits import BodyBudget, Limits
+from tailkit.serve._openfiles import connection_cap
 from tailkit.serve._profile import ServeConfig
 from tailkit.serve._requests import Requests
 
@@ -49,6 +60,9 @@ logger = logging.getLogger("tailkit.serve")
 
 APIS: dict[str, Api] = {api.path: api for api in (wire.OpenAI(), Anthropic())}
 """The routes that answer a model, and the API each speaks."""
+
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_REFUSING_AT_ONCE = 16  # connections over the cap answered 503 at once; more are reset
 
 
 class Server(Requests):
@@ -69,6 +83,9 @@ class Server(Requests):
         access_log: A JSON-lines file that gets every request's record (appended).
         on_record: Called with every request's record, e.g. to assert on it in a test.
         limits: Connection and memory bounds (`Limits`; ``None``: the defaults).
+        allowed_hosts: Names (or addresses) a request's ``Host`` and ``Origin`` may name
+            besides loopback names, ``host`` and the address a connection came in on;
+            ``"*"``: any (no check against DNS rebinding). Others answer 403.
 
     Attributes:
         records: The latest chat requests' `AttemptRecord`, in the order they ended: at most
@@ -82,6 +99,10 @@ class Server(Requests):
             (``limits.max_connections`` were open; answered 503), ``idle`` (no request
             within ``limits.idle_timeout_s``), ``flooded`` (more than a request head arrived
             while a request was answered).
+        accept_errors: Times accepting a connection failed for want of a file descriptor
+            (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``); accepting resumes a second later.
+        max_connections: The connection cap in force: ``limits.max_connections``, lowered at
+            `start` to what the open-file limit leaves.
         port: The port it listens on, once started.
     """
 
@@ -94,11 +115,19 @@ class Server(Requests):
         access_log: str | os.PathLike[str] | None = None,
         on_record: Callable[[AttemptRecord], None] | None = None,
         limits: Limits | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         super().__init__(config, Limits() if limits is None else limits)
         self.host = host
         self.port = port
         self.closed_early: collections.Counter[str] = collections.Counter()
+        self.accept_errors = 0
+        self.max_connections = self.limits.max_connections
+        self._hosts = HostCheck(host, allowed_hosts)
+        self._budget = BodyBudget(self.limits.body_budget_bytes)
+        self._refusing = 0
+        self._budget_warned = False
+        self._loop_handler: Any = None
         self._access_log = access_log
         self._on_record = on_record
         self._listener: asyncio.Server | None = None
@@ -152,6 +181,23 @@ class Server(Requests):
         listener = await asyncio.start_server(self._connected, self.host, self.port, backlog=4096)
         self._listener = listener
         self.port = listener.sockets[0].getsockname()[1]
+        if not is_loopback(self.host):
+            logger.warning(
+                "tailkit serve: listening on %s, not loopback: whoever reaches this address "
+                "can use the server (Host and Origin must still name it)",
+                self.host or "every interface",
+            )
+        self.max_connections = connection_cap(self.limits.max_connections)
+        if self.max_connections < self.limits.max_connections:
+            logger.warning(
+                "tailkit serve: the open-file limit allows %d connections at once, not %d: "
+                "more are answered 503 (raise it with ulimit -n)",
+                self.max_connections,
+                self.limits.max_connections,
+            )
+        loop = asyncio.get_running_loop()
+        self._loop_handler = loop.get_exception_handler()
+        loop.set_exception_handler(self._loop_exception)
 
     async def stop(self) -> None:
         """
@@ -172,7 +218,33 @@ class Server(Requests):
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._listener.wait_closed()
         self._listener = None
+        loop = asyncio.get_running_loop()
+        if loop.get_exception_handler() == self._loop_exception:
+            loop.set_exception_handler(self._loop_handler)
         self._ledger.close()
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """
+        Count a failure to accept for want of descriptors; pass anything else on.
+
+        asyncio reports such a failure with a traceback for every connection it tried to
+        accept (thousands a second under load), and retries a second later on its own.
+        """
+        exc = context.get("exception")
+        ours = self._listener is not None and context.get("socket") in self._listener.sockets
+        if ours and isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            self.accept_errors += 1
+            if self.accept_errors == 1:
+                logger.warning(
+                    "tailkit serve: cannot accept a connection: %s; waiting connections are "
+                    "accepted once descriptors free up (counted, not logged again)",
+                    exc.strerror or exc,
+                )
+            return
+        if self._loop_handler is not None:
+            self._loop_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
     async def __aenter__(self) -> Server:
         await self.start()
@@ -191,19 +263,30 @@ class Server(Requests):
         assert task is not None  # noqa: S101 - start_server runs each connection in a task
         self._tasks.add(task)
         limits = self.limits
-        over = self._open >= limits.max_connections
+        over = self._open >= self.max_connections
         if not over:
             self._open += 1
+        sockname = writer.get_extra_info("sockname")
+        local = sockname[0] if isinstance(sockname, tuple) else None
         conn = Connection(
             reader,
             writer,
             max_body_bytes=limits.max_body_bytes,
             idle_timeout_s=limits.idle_timeout_s,
+            budget=self._budget,
+            check_head=lambda headers: self._hosts.check(headers, local),
         )
         try:
             try:
-                if over:
-                    await self._refuse_connection(conn)
+                if over and self._refusing >= _REFUSING_AT_ONCE:
+                    self.closed_early["refused"] += 1
+                    conn.reset()  # a flood: no descriptor held to answer it
+                elif over:
+                    self._refusing += 1
+                    try:
+                        await self._refuse_connection(conn)
+                    finally:
+                        self._refusing -= 1
                 elif not self._closing:
                     await self._serve(conn)
             except asyncio.CancelledError:
@@ -218,6 +301,7 @@ class Server(Requests):
         except asyncio.CancelledError:  # stop() came while it was closing: drop it now
             writer.transport.abort()
         finally:
+            conn.release()
             self._open -= 0 if over else 1
             self._tasks.discard(task)
 
@@ -229,10 +313,10 @@ class Server(Requests):
         if self.closed_early["refused"] == 1:
             logger.warning(
                 "tailkit serve: %d connections are open; more are refused (503) meanwhile",
-                self.limits.max_connections,
+                self.max_connections,
             )
         message = (
-            f"This server serves at most {self.limits.max_connections} connections at once; "
+            f"This server serves at most {self.max_connections} connections at once; "
             "try again later."
         )
         body = wire.error(message, "server_error", "too_many_connections")
@@ -245,6 +329,7 @@ class Server(Requests):
         Answer requests on one connection until either side closes it.
         """
         while True:
+            request: Request | None = None
             try:
                 request = await conn.read_request()
                 if request is None:
@@ -260,12 +345,30 @@ class Server(Requests):
                 return
             except Exception:  # a bug of ours: an answer all the same, not a dropped connection
                 logger.exception("tailkit serve: a request failed; answered 500")
-                body = wire.error("the server failed on this request", "server_error")
-                with contextlib.suppress(ClientGone):
-                    await conn.send(json_response(500, body, keep_alive=False))
+                await self._failed_early(conn, reading=request is None)
                 return
+            finally:
+                conn.release()
             if not keep_alive or not request.keep_alive:
                 return
+
+    async def _failed_early(self, conn: Connection, *, reading: bool) -> None:
+        """
+        Answer 500 for a failure of ours outside a chat exchange.
+
+        A failure while reading a chat request is recorded ``internal_error``, as one inside
+        the exchange is.
+        """
+        if reading:
+            failed = HttpError(
+                500, "the server failed on this request", error_type="internal_error"
+            )
+            with contextlib.suppress(Exception):  # a failure again: the plain answer below
+                await self._bad_http(conn, failed)
+                return
+        body = wire.error("the server failed on this request", "server_error")
+        with contextlib.suppress(ClientGone):
+            await conn.send(json_response(500, body, keep_alive=False))
 
     async def _bad_http(self, conn: Connection, exc: HttpError) -> None:
         """
@@ -276,18 +379,27 @@ class Server(Requests):
         """
         method, path = conn.target or ("", "")
         api = APIS.get(path.rstrip("/"))
-        if conn.eof or method != "POST" or api is None:
-            body = wire.error(exc.message, "invalid_request_error", "bad_http_request")
+        type_ = "server_error" if exc.status >= 500 else "invalid_request_error"
+        code = exc.error_type
+        headers = None if exc.retry_after_s is None else [("Retry-After", str(exc.retry_after_s))]
+        if exc.status == 503 and self._budget_warned is False:
+            self._budget_warned = True
+            logger.warning(
+                "tailkit serve: request bodies hold the whole budget (%d bytes); more are "
+                "answered 503 meanwhile",
+                self._budget.total_bytes,
+            )
+        if exc.cut or method != "POST" or api is None:
+            body = wire.error(exc.message, type_, code)
+            data = json_response(exc.status, body, keep_alive=False, headers=headers)
             with contextlib.suppress(ClientGone):
-                await conn.send(json_response(exc.status, body, keep_alive=False))
+                await conn.send(data)
             return
         ex = self._receive(Request(method, path, "HTTP/1.1", conn.headers, b""), api)
         ex.keep_alive = False
-        body = api.error(
-            exc.status, exc.message, type_="invalid_request_error", code="bad_http_request"
-        )
+        body = api.error(exc.status, exc.message, type_=type_, code=code)
         await self._refuse(
-            conn, ex, exc.status, body, status="error", error_type="bad_http_request"
+            conn, ex, exc.status, body, status="error", error_type=code, headers=headers
         )
 
     async def _dispatch(self, conn: Connection, request: Request) -> bool:
