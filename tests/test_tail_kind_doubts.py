@@ -17,9 +17,8 @@ import polars as pl
 import pytest
 
 from tailkit.fit import tail_kind
-from tailkit.fit._modes import slow_mode
 from tailkit.fit._tailkind import _calls_needed
-from tailkit.fit.lowlevel import hedge_evidence
+from tailkit.fit.lowlevel import hedge_evidence, slow_mode
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 from tailkit.tails import TableQuery, tail_report
