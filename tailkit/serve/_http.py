@@ -231,9 +231,9 @@ class Connection:
         if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
             raise HttpError(400, f"malformed request line {line[:80]!r}")
         method, target, version = parts
-        check_target(target)
         path = target.split("?", 1)[0]
-        self.target = (method, path)
+        self.target = (method, path)  # known from here: a refusal on a chat route is logged
+        check_target(target)
         version = http_version(version)
         repeated: set[str] = set()
         headers = self.headers = await self._headers(repeated)
