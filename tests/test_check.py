@@ -194,6 +194,13 @@ def _step_lines(
     return [_line(run, name, 0, "primary", start, total_s=d, winner=True)], d
 
 
+def _completed(rows: list[str]) -> list[str]:
+    """The extract lines of a test, and a draft that won in each of their runs (a whole run)."""
+    runs = dict.fromkeys(json.loads(x)["run_id"] for x in rows)
+    after = T0 + timedelta(seconds=5.0)
+    return rows + [_line(r, "draft", 0, "primary", after, total_s=1.0, winner=True) for r in runs]
+
+
 def ledger(path: Path, world: World, runs: int, *, seed: int) -> Path:
     """Write ``runs`` runs of ``world`` as the executor's JSON lines."""
     rng = np.random.default_rng(seed)
@@ -360,7 +367,7 @@ def test_the_executors_older_skip_sentences_count_as_denials(
         )
     ]
     path = tmp_path / "l.jsonl"
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    path.write_text("\n".join(_completed(rows)) + "\n", encoding="utf-8")
     extract = observe(plan_file, path).step("extract")
     assert (3, 2) == (extract.denied_budget, extract.denied_throttle)
 
@@ -381,7 +388,7 @@ def test_what_started_an_extra_attempt_is_read_when_the_ledger_says(
               attrs={"started_by": "cutoff"}),
     ]  # fmt: skip
     path = tmp_path / "l.jsonl"
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    path.write_text("\n".join(_completed(rows)) + "\n", encoding="utf-8")
     extract = observe(plan_file, path).step("extract")
     assert (3, 2, 1) == (extract.extra_attempts, extract.cutoff_attempts, extract.recovery_attempts)
 

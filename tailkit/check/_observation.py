@@ -12,6 +12,40 @@ from tailkit.estimate import Estimate
 
 _QUANTILE = {"p50_s": 0.5, "p99_s": 0.99}
 
+CLOCK = "clock"
+"""`LeftOut.reason` of a run whose times cannot be true."""
+
+ROUTE = "route"
+"""`LeftOut.reason` of a run with an attempt on a route the plan does not have for its step."""
+
+PARTIAL = "partial"
+"""`LeftOut.reason` of a run without a required step that its dependencies would have started."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """
+    A run left out of every figure, and why.
+
+    Args:
+        run_id: The run.
+        reason: `CLOCK` (its times cannot be true), `ROUTE` (an attempt on a route the plan
+            does not have for its step) or `PARTIAL` (a required step never started though
+            the steps it waits on won in time: another workflow's run, or lines lost).
+        detail: Which line and what about it, e.g. ``ledger.jsonl line 12: total_s is
+            negative: -5.0``.
+    """
+
+    run_id: str
+    reason: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        """
+        ``{"run_id", "reason", "detail"}``.
+        """
+        return {"run_id": self.run_id, "reason": self.reason, "detail": self.detail}
+
 
 @dataclass(frozen=True, slots=True)
 class RouteAttempts:
@@ -143,6 +177,15 @@ class Observation:
         rejected: Ledger lines ingest refused (see ``tailkit ingest`` on the ledger).
         untimed: Lines of plan steps without a ``started_at``, left out.
         notes: Sentences about what was left out or assumed.
+        left_out_clock: Runs left out of every figure because their times cannot be true (a
+            line refused for an impossible time, an attempt or a spread of attempts far
+            longer than the deadline, a start years from the other runs): never misses.
+        left_out_route: Runs left out because an attempt went to a route the plan does not
+            have for its step (the ledger is refused when they are more than a tenth).
+        left_out_partial: Runs left out because a required step has no line although the
+            steps it waits on won in time (another workflow's runs, or lines lost).
+        left_out: The first 100 runs left out, each with its reason and the line that shows it.
+        warnings: Sentences naming the runs left out and why.
         durations: The runs' durations behind ``p50_s`` and ``p99_s`` (a failed run is
             unfinished: more than its last instant).
     """
@@ -163,6 +206,11 @@ class Observation:
     rejected: int = 0
     untimed: int = 0
     notes: tuple[str, ...] = field(default=())
+    left_out_clock: int = 0
+    left_out_route: int = 0
+    left_out_partial: int = 0
+    left_out: tuple[LeftOut, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
     durations: Durations = field(default=Durations(), compare=False, repr=False)
 
     def estimate(self, figure: str, level: float) -> Estimate:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from tailkit.check._estimate import Durations, observed_quantiles, rate, ratio
 from tailkit.check._observation import Observation, RouteAttempts, StepObservation
+from tailkit.check._screen import Screened, screen
 from tailkit.config import Plan, load_plan
 from tailkit.errors import ConfigError, IngestError
 from tailkit.estimate import LEVEL
@@ -56,6 +57,7 @@ SELECT c.run_id, c.step, s.required, coalesce(c.attempt, 0) AS attempt, c.role, 
     c.provider || '/' || c.model AS route, {_FAILED} AS failed, {_REFUSED} AS refused
 FROM calls c JOIN ck_steps s ON c.step = s.step
 WHERE c.run_id IS NOT NULL AND c.started_at IS NOT NULL
+    AND c.run_id NOT IN (SELECT run_id FROM ck_out)
 """
 
 # An extra attempt says what started it (``attrs.started_by``: cutoff, error, invalid) in newer
@@ -245,7 +247,14 @@ def observe(
         store.execute("CREATE TABLE ck_steps (step VARCHAR, required BOOLEAN)")
         for name, step in loaded.steps.items():
             store.execute("INSERT INTO ck_steps VALUES (?, ?)", [name, step.required])
-        rejected = _ingest(store, paths, format, options or ScanOptions())
+        options = options or ScanOptions()
+        rejected = _ingest(store, paths, format, options)
+        screened = screen(
+            store,
+            loaded,
+            run_column=options.mapping.get("run_id", "run_id"),
+            ledgers=", ".join(paths),
+        )
         row = store.fetchone(
             "SELECT count(*) FROM calls JOIN ck_steps USING (step) "
             "WHERE run_id IS NOT NULL AND started_at IS NULL"
@@ -272,6 +281,7 @@ def observe(
         rejected=rejected,
         untimed=untimed,
         others={str(step): int(n) for step, n in others},
+        screened=screened,
         level=level,
     )
 
@@ -287,6 +297,7 @@ def _observation(
     rejected: int,
     untimed: int,
     others: dict[str, int],
+    screened: Screened,
     level: float,
 ) -> Observation:
     finished: list[float] = []
@@ -345,6 +356,11 @@ def _observation(
         rejected=rejected,
         untimed=untimed,
         notes=tuple(notes),
+        left_out_clock=screened.clock,
+        left_out_route=screened.route,
+        left_out_partial=screened.partial,
+        left_out=screened.left_out,
+        warnings=screened.warnings,
         durations=Durations(tuple(finished), tuple(unfinished)),
     )
 

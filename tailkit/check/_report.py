@@ -187,6 +187,24 @@ class CheckLine:
         return out
 
 
+def _left_out(obs: Observation) -> str:
+    """
+    ``; 4 runs left out (times that cannot be true)``, or nothing when none was.
+    """
+    why = []
+    if obs.left_out_clock:
+        why.append(f"{obs.left_out_clock:,} for times that cannot be true")
+    if obs.left_out_route:
+        why.append(f"{obs.left_out_route:,} on routes the plan does not have")
+    if obs.left_out_partial:
+        why.append(f"{obs.left_out_partial:,} without a required step")
+    if not why:
+        return ""
+    total = obs.left_out_clock + obs.left_out_route + obs.left_out_partial
+    said = why[0].split(" ", 1)[1] if len(why) == 1 else ", ".join(why)
+    return f"; {total:,} run{'' if total == 1 else 's'} left out ({said})"
+
+
 @dataclass(frozen=True, slots=True)
 class CheckReport:
     """
@@ -261,11 +279,12 @@ class CheckReport:
         One sentence, e.g. ``drifted: 2 of 25 lines (3 can't tell), over 412 runs``.
         """
         c = self.counts()
-        runs = self.observation.runs
+        obs = self.observation
         tail = f" ({c[CANT_TELL]} can't tell)" if c[CANT_TELL] else ""
+        over = f"over {obs.runs:,} runs{_left_out(obs)}"
         if self.verdict == DRIFTED:
-            return f"drifted: {c[DRIFTED]} of {len(self.lines)} lines{tail}, over {runs:,} runs"
-        return f"holds: {c[HOLDS]} of {len(self.lines)} lines hold{tail}, over {runs:,} runs"
+            return f"drifted: {c[DRIFTED]} of {len(self.lines)} lines{tail}, {over}"
+        return f"holds: {c[HOLDS]} of {len(self.lines)} lines hold{tail}, {over}"
 
     def as_dict(self) -> dict[str, Any]:
         """
@@ -322,6 +341,13 @@ class CheckReport:
             "counts": self.counts(),
             "workflow": workflow,
             "steps": steps,
+            "left_out": {
+                "clock": obs.left_out_clock,
+                "route": obs.left_out_route,
+                "partial": obs.left_out_partial,
+                "runs": [entry.as_dict() for entry in obs.left_out],
+            },
+            "warnings": list(obs.warnings),
             "notes": list(obs.notes),
         }
 

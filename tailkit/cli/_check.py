@@ -20,6 +20,7 @@ from tailkit.cli._common import (
     library_errors,
     said,
     scan_options,
+    shown,
 )
 
 
@@ -44,25 +45,29 @@ def _why(line: CheckLine) -> str:
     from tailkit.check import DRIFTED, HOLDS
 
     if line.verdict == DRIFTED:
-        return ", ".join(dict.fromkeys(c.kind for c in line.causes))
+        return shown(", ".join(dict.fromkeys(c.kind for c in line.causes)))
     if line.verdict == HOLDS:
         return ""
-    return line.reason
+    return shown(line.reason)
 
 
 def render(report: CheckReport, console: Console) -> None:
     """
     The lines as a table, then each drifted line's causes, then the verdict.
+
+    Names from the plan and the ledgers (the workflow, steps, routes) are data: markup in them
+    is escaped and control characters spelt out (`shown`, `printable`).
     """
     from rich.table import Table
 
     from tailkit.check import DRIFTED, WORKFLOW
     from tailkit.check.lowlevel import figure_text, observed_text
+    from tailkit.text import printable
 
     obs = report.observation
     table = Table(
-        title=f"plan {obs.workflow} against {obs.runs:,} runs (deadline {obs.deadline_s:g} s; "
-        f"observed with {obs.level:.0%} intervals)",
+        title=f"plan {shown(obs.workflow)} against {obs.runs:,} runs (deadline "
+        f"{obs.deadline_s:g} s; observed with {obs.level:.0%} intervals)",
         title_justify="left",
     )
     for name in ("", "figure", "predicted", f"observed [{obs.level:.0%}]", "n", "verdict", "why"):
@@ -74,7 +79,8 @@ def render(report: CheckReport, console: Console) -> None:
         if line.scope != scope:
             if scope is not None:
                 table.add_section()
-            scope = label = line.scope
+            scope = line.scope
+            label = shown(scope)
         table.add_row(
             label,
             _FIGURES.get(line.figure, line.figure),
@@ -88,11 +94,17 @@ def render(report: CheckReport, console: Console) -> None:
     console.print(table)
     for line in report.drifted:
         where = "workflow" if line.scope == WORKFLOW else f"step {line.scope}"
-        console.print(f"{where} {_FIGURES[line.figure]}: {line.reason}", highlight=False)
+        console.print(
+            printable(f"{where} {_FIGURES[line.figure]}: {line.reason}"),
+            highlight=False,
+            markup=False,
+        )
         for cause in line.causes:
-            console.print(f"  - {cause}", highlight=False, markup=False)
+            console.print(printable(f"  - {cause}"), highlight=False, markup=False)
+    for warning in obs.warnings:
+        console.print(printable(f"warning {warning}"), highlight=False, markup=False)
     for note in obs.notes:
-        console.print(f"note {said(note, 'check')}", highlight=False, markup=False)
+        console.print(printable(f"note {said(note, 'check')}"), highlight=False, markup=False)
     if report.judged:
         console.print(
             f"each of the {report.judged} lines that can tell judged at {report.line_level:.2%}"
