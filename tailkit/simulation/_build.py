@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from tailkit.config import Plan, Shared, Step
 from tailkit.errors import ConfigError
@@ -73,6 +73,9 @@ def workflow_model(
     index = {name: i for i, name in enumerate(order)}
     medians = {name: step_median(samples, plan.steps[name]) for name in order}
     reserve = _reserves(plan, order, medians)
+    by_step: dict[str, list[tuple[str, RouteSample]]] = {}
+    for (name, route), sample in samples.items():  # once: not once per step
+        by_step.setdefault(name, []).append((route, sample))
     steps = []
     for name in order:
         step = plan.steps[name]
@@ -97,7 +100,7 @@ def workflow_model(
             ttft_cutoff_s=_or_inf(step.ttft_cutoff_s),
             total_cutoff_s=_or_inf(step.cutoff_s),
             stall_cutoff_s=_or_inf(step.stall_cutoff_s),
-            shares=_shares(plan, name, samples, sharing),
+            shares=_shares(plan, name, by_step.get(name, ()), sharing),
             failover=_sample(samples, name, failover_route(plan, step)),
         )
         steps.append(model)
@@ -120,11 +123,17 @@ def failover_route(plan: Plan, step: Step) -> str | None:
 def _shares(
     plan: Plan,
     name: str,
-    samples: Mapping[SampleKey, RouteSample],
+    samples: Iterable[tuple[str, RouteSample]],
     sharing: Mapping[str, Shared] | None,
 ) -> tuple[tuple[RouteSample, float], ...]:
     """
     The correlation of a repeat on each route the step may use (candidates included).
+
+    Args:
+        plan: The plan.
+        name: The step.
+        samples: The step's (route, sample) pairs.
+        sharing: What each step's repeats share, as `workflow_model` takes it.
     """
     shared = shared_of(plan, name, sharing)
     if shared is None:
@@ -135,8 +144,8 @@ def _shares(
             sample,
             shared.same_provider if plan.routes[route].provider == own else shared.other_provider,
         )
-        for (step, route), sample in samples.items()
-        if step == name and route in plan.routes
+        for route, sample in samples
+        if route in plan.routes
     )
 
 

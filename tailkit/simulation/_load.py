@@ -168,6 +168,10 @@ def load_samples(
     """
     A sample for every route every step uses (and for candidate routes, where data allow).
 
+    Steps that use one route in one token bucket share one `RouteSample` (the same object):
+    memory follows the routes and buckets, not the steps. Its cut calls' latencies are drawn
+    with the seed of the first step (in file order) that uses it.
+
     Args:
         store: An open store.
         plan: The workflow.
@@ -201,15 +205,26 @@ def load_samples(
         buckets=buckets, size=_checked(sample_size), seed=seed,
     )  # fmt: skip
     out: dict[SampleKey, RouteSample] = {}
+    # one sample per route and bucket, however many steps use it: its tables are most of the
+    # simulator's memory (`RouteSample`), and the steps draw from the same measured calls
+    built: dict[tuple[str, str], RouteSample | None] = {}
     for (name, route), step in pairs.items():
         extra = tuple((candidates or {}).get(name, ()))
-        found = data.get(_need(plan.routes[route], step, buckets))
-        key_seed = seed + zlib.crc32(f"{name}/{route}".encode())
         label = _bucket_filter(buckets, step)[2]
-        sample = None if found is None else _built(found, label, key_seed)
+        shared = (route, label)
+        if shared not in built:
+            found = data.get(_need(plan.routes[route], step, buckets))
+            # seeded by the first step that uses it: a plan whose steps each have a route
+            # and bucket of their own draws what it always drew
+            key_seed = seed + zlib.crc32(f"{name}/{route}".encode())
+            made = None if found is None else _built(found, label, key_seed)
+            if made is not None and made.calls >= min_calls and latency == "lognormal":
+                made = made.as_lognormal()
+            built[shared] = made
+        sample = built[shared]
         calls = 0 if sample is None else sample.calls
         if calls >= min_calls and sample is not None:
-            out[(name, route)] = sample.as_lognormal() if latency == "lognormal" else sample
+            out[(name, route)] = sample
         elif route not in extra:
             need = _need(plan.routes[route], step, buckets)
             thin = f"step {name!r}: route {route}"

@@ -16,6 +16,22 @@ from tailkit.simulation._engine import RunOutcome, WorkflowModel
 
 
 STEP_QUANTILE_RUNS = 65_536
+STEP_QUANTILE_VALUES = 1 << 23
+"""Step durations kept for the steps' quantiles, all steps together (64 MB): a plan of up to
+128 steps keeps `STEP_QUANTILE_RUNS` runs of each, a longer one fewer (`step_quantile_runs`)."""
+MIN_STEP_QUANTILE_RUNS = 4_096
+
+
+def step_quantile_runs(steps: int) -> int:
+    """
+    The runs whose durations make each step's p50 and p99, in a workflow of ``steps`` steps.
+
+    65,536 for up to 128 steps; fewer for a longer plan, so the durations kept follow the
+    budget, not the steps (at least 4,096: 40 runs beyond a step's p99).
+    """
+    return max(
+        MIN_STEP_QUANTILE_RUNS, min(STEP_QUANTILE_RUNS, STEP_QUANTILE_VALUES // max(steps, 1))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +42,8 @@ class StepSummary:
     Args:
         name: Step name.
         p50_s: Median seconds from the step's start to its result (over at most the first
-            65,536 runs: 655 beyond its p99; the end-to-end quantiles use every run).
+            65,536 runs: 655 beyond its p99, fewer in a plan of more than 128 steps,
+            `step_quantile_runs`; the end-to-end quantiles use every run).
         p99_s: 99th percentile of the same.
         action_rate: Share of runs in which its cutoff fired.
         hedge_rate: Share of runs in which it started an extra attempt at its cutoff.
@@ -106,11 +123,12 @@ class Tally:
     Adds up runs chunk by chunk (`simulate_runs` outcomes) into a `SimResult`.
 
     Keeps every run's end-to-end time (for exact quantiles), each step's durations over the
-    first 65,536 runs, and running counts of everything else.
+    first 65,536 runs (`step_quantile_runs`), and running counts of everything else.
     """
 
     def __init__(self, model: WorkflowModel) -> None:
         self._model = model
+        self._room = step_quantile_runs(len(model.steps))
         self._ends: list[np.ndarray[Any, np.dtype[np.float64]]] = []
         self._durations: list[list[np.ndarray[Any, np.dtype[np.float64]]]] = [
             [] for _ in model.steps
@@ -122,7 +140,7 @@ class Tally:
         """
         Count one chunk of runs.
         """
-        room = STEP_QUANTILE_RUNS - self._runs
+        room = self._room - self._runs
         self._ends.append(outcome.end_s)
         self._missed += int(
             np.count_nonzero(~outcome.ok | (outcome.end_s > self._model.deadline_s))
