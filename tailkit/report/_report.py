@@ -19,6 +19,7 @@ from tailkit.report._html import render_html
 from tailkit.report._races import RaceFindings, races_section
 from tailkit.report._replay import replay_section
 from tailkit.report._result import PlanFinding, ReportResult, RouteFinding
+from tailkit.report._write import replace_files
 from tailkit.simulation import DEFAULT_MIN_CALLS, SimResult
 from tailkit.store import Store
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PNG_PREFIX", "write_report", "write_report_result"]
 
+INDEX = "index.html"
 POLICY_RUNS = 20_000  # simulated runs per policy when the comparison is computed here
 _NO_PLAN = "No plan given: no workflow section (pass a calibrated plan)."
 
@@ -90,7 +92,8 @@ def write_report_result(
     Args:
         store: An open store.
         out_dir: Folder for ``index.html`` and ``fig_*.png`` (created; only those files are
-            replaced).
+            replaced). Every file is written whole or not at all, the page last: a run that
+            fails (a full disk, a kill) leaves the previous report as it was.
         plan: A calibrated plan: adds the workflow section (its DAG and the policy comparison).
         comparison: Policy name -> `SimResult`, as `compare_policies` returns; computed from
             the store (20,000 runs per policy) when ``None`` and a plan is given.
@@ -113,7 +116,8 @@ def write_report_result(
         The paths written and the findings (`ReportResult`).
 
     Raises:
-        ConfigError: ``by`` names a column that cannot be grouped by, or ``max_routes < 1``.
+        ConfigError: ``by`` names a column that cannot be grouped by, ``max_routes < 1``,
+            or the files cannot be written (``field`` is ``out_dir``; nothing was replaced).
         StoreError: ``where`` is not a valid filter.
     """
     from tailkit.report import _figures_traces
@@ -157,22 +161,17 @@ def write_report_result(
         sections.append(races_section(races))
     say("write the page")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob(f"{PNG_PREFIX}*.png"):
-        old.unlink()
-    written = []
-    for section in sections:
-        for fig in section.figures:
-            path = out / f"{PNG_PREFIX}{fig.name}.png"
-            path.write_bytes(fig.png)
-            written.append(path)
     meta = _meta(data, n_calls, by, where)
-    index = out / "index.html"
-    index.write_text(render_html(title, meta, sections), encoding="utf-8")
+    files = {f"{PNG_PREFIX}{fig.name}.png": fig.png for s in sections for fig in s.figures}
+    files[INDEX] = render_html(title, meta, sections).encode("utf-8")
+    # the old figures the new page lacks go only once the new page is in place
+    stale = [p for p in out.glob(f"{PNG_PREFIX}*.png") if p.name not in files]
+    written = replace_files(out, files, last=INDEX, stale=stale)
+    index = written[-1]
     top = data.heaviest()
     return ReportResult(
         index=index,
-        figures=tuple(sorted(written)),
+        figures=tuple(sorted(written[:-1])),
         headline=meta,
         calls=n_calls,
         routes=len(data.routes) + len(data.left_out),
