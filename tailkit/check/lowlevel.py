@@ -6,7 +6,9 @@ and what they return. This module holds the pieces they are made of, public so t
 packages and tools need not reach into private modules: the observed intervals (`rate`,
 `ratio`, `observed_quantiles`, `at_level`), the rule a line drifts by (`line_level`), the
 defaults and the names of the figures, the words a line is written in (`figure_text`,
-`observed_text`) and the parts of a result (`Judged`, `Cause`, `RouteAttempts`, `Durations`).
+`observed_text`), the parts of a result (`Judged`, `Cause`, `RouteAttempts`, `Durations`,
+`LeftOut`), and what the screen of the runs leaves out (`CLOCK`, `ROUTE`, `PARTIAL`) and by
+which bounds (`FAR`, `OFF_PLAN_SHARE`).
 
 Each observed figure is a `tailkit.estimate.Estimate`, at ``tailkit.estimate.LEVEL`` unless
 asked for another level.
@@ -25,7 +27,7 @@ from tailkit.check._estimate import (
     rate,
     ratio,
 )
-from tailkit.check._observation import RouteAttempts
+from tailkit.check._observation import CLOCK, PARTIAL, ROUTE, LeftOut, RouteAttempts
 from tailkit.check._report import (
     CAUSES,
     STEP_FIGURES,
@@ -38,14 +40,20 @@ from tailkit.check._report import (
     observed_text,
 )
 from tailkit.check._rule import line_level
+from tailkit.check._screen import FAR, OFF_PLAN_SHARE
 
 
 __all__ = [
     "CAUSES",
+    "CLOCK",
     "CLOPPER_PEARSON",
+    "FAR",
     "GARWOOD",
     "MIN_RUNS",
     "NO_DATA",
+    "OFF_PLAN_SHARE",
+    "PARTIAL",
+    "ROUTE",
     "STEP_FIGURES",
     "THIN_BASIS_CALLS",
     "TOLERANCE",
@@ -54,6 +62,7 @@ __all__ = [
     "Cause",
     "Durations",
     "Judged",
+    "LeftOut",
     "RouteAttempts",
     "at_level",
     "estimate_json",
