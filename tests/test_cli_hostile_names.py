@@ -372,3 +372,38 @@ def test_emoji_codes_and_markup_in_names_print_as_typed() -> None:
         for name in names:
             console.print(shown(name))
     assert captured.get().splitlines() == names
+
+
+@pytest.mark.slow
+def test_replay_runs_the_hostile_plan_and_prints_it_inert(world: SimpleNamespace) -> None:
+    """`replay` serves and runs the hostile routes and steps, and prints them inert."""
+    result = run(
+        "replay", world.plan, "--db", world.db, "--runs", 5, "--min-calls", 100,
+        "--out", world.where / "replay",
+    )  # fmt: skip
+    assert result.exit_code in (0, 1), result.output  # 1: it differs or can't tell (busy machine)
+    assert_safe(result.output)
+    assert_named(result.output, STEPS["first"], STEPS["second"])
+
+
+def test_progress_labels_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bar's label (a file's name, a replay phase) and a phase line draw as text."""
+    from tailkit.cli import _progress
+
+    def terminal(**kwargs: Any) -> Console:
+        return Console(file=io.StringIO(), force_terminal=True, width=300, **kwargs)
+
+    monkeypatch.setattr(_progress, "Console", terminal)
+    name = "logs/[/]x \x1b]0;t\x07 :fire:.jsonl"
+    ingest = _progress.IngestProgress(None, 100 * 1024 * 1024, enabled=True)
+    ingest.start(Path(name), 10)
+    replay = _progress.ReplayProgress(enabled=True)
+    replay("probe [/] \x9b2J", 1, 2)
+    buffer = io.StringIO()
+    drawn = Console(file=buffer, width=300, emoji=False)
+    drawn.print(ingest._bar.get_renderable())
+    drawn.print(replay._bar.get_renderable())
+    _progress.phase_lines(drawn)("route [/] \x1b[2J")
+    assert_safe(buffer.getvalue())
+    for shown_name in (Path(name).name, "probe [/] \x9b2J", "route [/] \x1b[2J"):
+        assert printable(shown_name) in buffer.getvalue()
