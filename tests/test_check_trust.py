@@ -271,6 +271,24 @@ def test_another_workflows_runs_sharing_a_step_name_are_not_misses(
     assert "no line of required step draft" in obs.warnings[0]
 
 
+def test_runs_of_a_workflow_with_no_step_of_the_plan_are_noted(
+    tmp_path: Path, plan_file: Path, records: list[dict[str, Any]]
+) -> None:
+    """One ledger for two workflows: the other's runs are left out, and a note says so."""
+    names = {"extract": "fetch", "draft": "classify", "tag": "label"}
+    other = [
+        dict(r, run_id="B" + r["run_id"], call_id="B" + r["call_id"], step=names[r["step"]])
+        for r in records[:30]
+    ]
+    obs = observe(plan_file, _write(tmp_path / "shared.jsonl", records + other))
+    runs = len({r["run_id"] for r in other})
+    assert RUNS == obs.runs
+    assert (
+        f"{runs} runs with no step of the plan (another workflow's: steps classify, fetch, "
+        "label) were left out"
+    ) in obs.notes
+
+
 # --- names ----------------------------------------------------------------------------------
 
 

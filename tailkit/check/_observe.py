@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from tailkit import text
 from tailkit.check._estimate import Durations, observed_quantiles, rate, ratio
 from tailkit.check._observation import Observation, RouteAttempts, StepObservation
 from tailkit.check._screen import Screened, screen
@@ -143,9 +144,10 @@ def _ingest(store: Store, paths: list[str], format: str, options: ScanOptions) -
 
 
 def _no_run(store: Store, name: str, ingest_id: int | None, stored: int, rejected: int) -> str:
-    steps = ", ".join(str(s) for (s,) in store.fetchall("SELECT step FROM ck_steps"))
+    names = [text.printable(s) for (s,) in store.fetchall("SELECT step FROM ck_steps")]
+    steps = ", ".join(names[:_NAMED]) + (", …" if len(names) > _NAMED else "")
     seen = [
-        str(s)
+        text.printable(s)
         for (s,) in store.fetchall(
             "SELECT DISTINCT step FROM calls WHERE ingest_id = ? AND step IS NOT NULL "
             "ORDER BY step LIMIT 6",
@@ -164,6 +166,7 @@ def _no_run(store: Store, name: str, ingest_id: int | None, stored: int, rejecte
 
 
 _MAP_FIX = "Pass the ledger of the executor that ran this plan."
+_NAMED = 5  # step names a note or a message shows
 
 
 def resolve_plan(plan: Plan | str | os.PathLike[str]) -> tuple[Plan, str]:
@@ -263,8 +266,16 @@ def observe(
         others = store.fetchall(
             "SELECT step, count(*) FROM calls WHERE run_id IN (SELECT run_id FROM calls "
             "JOIN ck_steps USING (step)) AND step NOT IN (SELECT step FROM ck_steps) "
-            "GROUP BY step ORDER BY step"
+            "GROUP BY step ORDER BY count(*) DESC, step LIMIT ?",
+            [_NAMED + 1],
         )
+        row = store.fetchone(
+            "SELECT count(DISTINCT run_id), list(DISTINCT step ORDER BY step)[:?] FROM calls "
+            "WHERE run_id IS NOT NULL AND run_id NOT IN (SELECT run_id FROM calls JOIN "
+            "ck_steps USING (step) WHERE run_id IS NOT NULL)",
+            [_NAMED + 1],
+        )
+        strangers = (int(row[0]), list(row[1] or [])) if row else (0, [])
         store.execute(_ATTEMPTS)
         store.execute(_CALLS)
         step_rows = store.fetchall(_STEP_ROWS)
@@ -281,6 +292,7 @@ def observe(
         rejected=rejected,
         untimed=untimed,
         others={str(step): int(n) for step, n in others},
+        strangers=strangers,
         screened=screened,
         level=level,
     )
@@ -297,6 +309,7 @@ def _observation(
     rejected: int,
     untimed: int,
     others: dict[str, int],
+    strangers: tuple[int, list[Any]],
     screened: Screened,
     level: float,
 ) -> Observation:
@@ -337,8 +350,17 @@ def _observation(
     if untimed:
         notes.append(f"{untimed:,} lines of plan steps have no started_at and were left out")
     if others:
-        names = ", ".join(f"{step} ({n:,})" for step, n in others.items())
-        notes.append(f"lines of steps the plan does not have were left out: {names}")
+        names = ", ".join(f"{text.printable(s)} ({n:,})" for s, n in list(others.items())[:_NAMED])
+        more = ", …" if len(others) > _NAMED else ""
+        notes.append(f"lines of steps the plan does not have were left out: {names}{more}")
+    other_runs, other_steps = strangers
+    if other_runs:
+        names = ", ".join(text.printable(s) for s in other_steps[:_NAMED])
+        more = ", …" if len(other_steps) > _NAMED else ""
+        notes.append(
+            f"{other_runs:,} runs with no step of the plan (another workflow's: steps "
+            f"{names}{more}) were left out"
+        )
     return Observation(
         workflow=plan.workflow,
         deadline_s=plan.deadline_s,
