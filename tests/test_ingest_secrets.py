@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,3 +199,168 @@ def test_credentials_nested_in_a_kept_column_are_dropped(
     (attrs,) = store.fetchone("SELECT attrs::VARCHAR FROM calls")
     assert "sk-nested" not in attrs
     assert '"team":"t"' in attrs
+
+
+# Secrets inside values: found by their shape, wherever the text is stored.
+
+VALUE_SECRETS = (
+    "hunter2", "sk-proj-Abc123def456ghi789", "AIzaSyA-1234567890abcdefghijklmnopqrs",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl", "AKIAIOSFODNN7EXAMPLE",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123", "sk-ant-api03-XyZ987654321", "Sig0123456789abcdef",
+    "tok-2345678901", "basicpass0123",
+)  # fmt: skip
+
+
+def _with_secrets(i: int, total: object = 1.5) -> dict[str, object]:
+    return {
+        "call_id": f"c{i}", "provider": "openai", "model": "gpt-4o", "total_s": total,
+        "started_at": f"2026-01-01T00:00:{i:02d}Z", "status": "error",
+        "error_type": "AuthenticationError: Incorrect API key provided: sk-proj-Abc123def456ghi789",
+        "api_base": "https://user:hunter2@proxy.internal:8443/v1?key=AIzaSyA-1234567890abcdefghij"
+        "klmnopqrs&alt=json",
+        "error_message": "401 from upstream; request had Authorization: Bearer eyJhbGciOiJIUzI1Ni"
+        "J9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl and x-api-key: sk-ant-api03-XyZ987654321",
+        "meta": {"aws": "AKIAIOSFODNN7EXAMPLE", "gh": "token ghp_abcdefghijklmnopqrstuvwxyz0123",
+                 "blob": "https://b.blob.core.windows.net/c?sv=2024&sig=Sig0123456789abcdef"},
+        "tags": ["Bearer tok-2345678901", "proxy=http://svc:basicpass0123@10.0.0.1:3128"],
+    }  # fmt: skip
+
+
+def _all_text(store: Store) -> str:
+    """Every value of calls and rejects, as text."""
+    return json.dumps(
+        [store.fetchall("SELECT * EXCLUDE (started_at) FROM calls"),
+         store.fetchall("SELECT * FROM rejects")],
+        default=str,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "batch"])
+def test_secrets_inside_values_are_redacted_alone_and_in_a_batch(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool
+) -> None:
+    """URL passwords, ?key=, quoted keys and tokens become [redacted], the rest stays readable."""
+    from tailkit.ingest import _batch
+
+    if not together:
+        monkeypatch.setattr(_batch, "MAX_FILE_BYTES", 0)
+    inserts: list[str] = []
+    for name in ("execute", "fetchone"):
+        original = getattr(Store, name)
+
+        def spy(self: Store, sql: str, params: object = None, _original: Any = original) -> Any:
+            inserts.extend([sql] if sql.startswith("INSERT INTO calls") else [])
+            return _original(self, sql, params)
+
+        monkeypatch.setattr(Store, name, spy)
+    files = []
+    for n in range(3):
+        path = tmp_path / f"{n}.jsonl"
+        rows = [_with_secrets(10 * n + 1), _with_secrets(10 * n + 2, total=-1)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        files.append(path)
+
+    report = ingest_paths(store, files)
+
+    assert report.ok, report.errors
+    assert (3, 3) == (report.totals()["stored"], report.totals()["rejected"])
+    assert (1 if together else 3) == len(inserts)
+    kept = _all_text(store)
+    assert [] == [s for s in VALUE_SECRETS if s in kept]
+    (error_type, attrs) = store.fetchone("SELECT error_type, attrs FROM calls WHERE call_id = 'c1'")
+    assert "AuthenticationError: Incorrect API key provided: [redacted]" == error_type
+    attrs = json.loads(attrs)
+    assert (
+        "https://user:[redacted]@proxy.internal:8443/v1?key=[redacted]&alt=json"
+        == attrs["api_base"]
+    )
+    assert attrs["error_message"].startswith("401 from upstream; request had Authorization: [re")
+    blob = "https://b.blob.core.windows.net/c?sv=2024&sig=[redacted]"
+    assert {"aws": "[redacted]", "gh": "token [redacted]", "blob": blob} == attrs["meta"]
+    assert ["Bearer [redacted]", "proxy=http://svc:[redacted]@10.0.0.1:3128"] == attrs["tags"]
+    (raw,) = store.fetchone("SELECT raw FROM rejects WHERE source_row = 2 ORDER BY ingest_id")
+    assert "proxy.internal:8443" in raw  # the rejected line is still shown, minus the secrets
+    assert all(json.loads(a) is not None for (a,) in store.fetchall("SELECT attrs FROM calls"))
+
+
+def test_a_line_the_reader_refuses_loses_its_secrets(store: Store, tmp_path: Path) -> None:
+    """A torn ledger line (a reader reject): its raw text and its detail are scrubbed too."""
+    good = {
+        "call_id": "k1-0", "run_id": "r", "step": "s", "attempt": 0, "role": "primary",
+        "provider": "openai", "model": "gpt-4o", "started_at": "2026-11-29T12:00:03Z",
+        "total_s": 1.5, "status": "ok", "idempotency_key": "k1", "winner": True,
+        "attrs": {"endpoint": "https://u:hunter2@h/v1"},
+    }  # fmt: skip
+    torn = '{"call_id": "k2-0", "error_type": "at https://u:hunter2@h/v1?key=sk-proj-Abc123def456'
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(json.dumps(good) + "\n" + torn + "\n")
+
+    report = ingest_paths(store, [path], format="trace")
+
+    assert report.ok, report.errors
+    assert {"malformed_json": 1} == report.files[0].reasons
+    kept = _all_text(store)
+    assert [] == [s for s in (*VALUE_SECRETS, "sk-proj-Abc") if s in kept]
+    (detail, raw) = store.fetchone("SELECT detail, raw FROM rejects")
+    assert raw.endswith('"at https://u:[redacted]@h/v1?key=[redacted]')
+    assert detail.startswith('line is not a JSON object: {"call_id": "k2-0", "error_type": "at')
+
+
+def test_a_litellm_error_string_keeps_its_words_not_its_key(store: Store, tmp_path: Path) -> None:
+    """LiteLLM's error_str quotes the key it refused: kept in attrs, with the key redacted."""
+    row = _litellm(
+        1, status="failure", error_str="litellm.AuthenticationError: OpenAIException - Incorrect "
+        "API key provided: sk-proj-Abc123def456ghi789. You can find your API key at https://x",
+        api_base="https://api.openai.com/v1?api-key=basicpass0123",
+    )  # fmt: skip
+    path = tmp_path / "litellm.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+
+    report = ingest_paths(store, [path], format="litellm")
+
+    assert report.ok, report.errors
+    assert 1 == report.totals()["stored"]
+    kept = _all_text(store)
+    assert [] == [s for s in (*VALUE_SECRETS, *SECRETS) if s in kept]
+    attrs = json.loads(store.fetchone("SELECT attrs FROM calls")[0])
+    assert "Incorrect API key provided: [redacted]. You can find" in attrs["error_str"]
+    assert "https://api.openai.com/v1?api-key=[redacted]" == attrs["api_base"]
+
+
+SCRUBBED = [
+    ("https://user:pa:ss@host.com/x?y=1", "https://user:[redacted]@host.com/x?y=1"),
+    ("postgres://app:s3cr3t@db:5432/calls", "postgres://app:[redacted]@db:5432/calls"),
+    ("GET /v1?key=AIzaSy123&alt=json", "GET /v1?key=[redacted]&alt=json"),
+    ("?access_token=abc.def&other=1", "?access_token=[redacted]&other=1"),
+    ("X-Amz-Credential=AK%2F2026&X-Amz-Signature=ab12&X-Amz-Date=1",
+     "X-Amz-Credential=[redacted]&X-Amz-Signature=[redacted]&X-Amz-Date=1"),
+    ("retry with api_key=k-123, then fail", "retry with api_key=[redacted], then fail"),
+    ("Incorrect API key: sk-proj-abc123DEF456.", "Incorrect API key: [redacted]."),
+    ("key sk-ant-api03-xxxxxxxxxx here", "key [redacted] here"),
+    ("authorization: Basic dXNlcjpwYXNz", "authorization: [redacted]"),
+    ('{"error": "Invalid x-api-key: abcdef"}', '{"error": "Invalid x-api-key: [redacted]"}'),
+    ("BEARER abcdefghijk", "BEARER [redacted]"),
+    ("id AKIAIOSFODNN7EXAMPLE,", "id [redacted],"),
+    ("ghp_abcdefghijklmnopqrstuvwxyz0123", "[redacted]"),
+    ("hf_abcdefghijklmnopqrstuvwx", "[redacted]"),
+    ("eyJhbGciOi.eyJzdWIiOiIx.sig-abc", "[redacted]"),
+    # Not secrets: kept as they are.
+    ("ssh://git@github.com/x", "ssh://git@github.com/x"),
+    ("http://host:8080/path@x", "http://host:8080/path@x"),
+    ("task-1234567890abcdef", "task-1234567890abcdef"),
+    ("monkey=banana&prompt_tokens=12", "monkey=banana&prompt_tokens=12"),
+    ("the Bearer token was refused", "the Bearer token was refused"),
+    ("gpt-4o-mini", "gpt-4o-mini"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "want"), SCRUBBED, ids=[t for t, _ in SCRUBBED])
+def test_scrub_text_in_python_and_in_duckdb(store: Store, text: str, want: str) -> None:
+    """One expression: Python's re and DuckDB's RE2 redact the same parts of a text."""
+    from tailkit.formats._secrets import scrub_text
+    from tailkit.formats.lowlevel import literal, scrub_values
+
+    assert want == scrub_text(text)
+    row = store.fetchone(f"SELECT {scrub_values(literal(text))}")
+    assert row is not None
+    assert want == row[0]

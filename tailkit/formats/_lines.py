@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tailkit.formats._scrub import scrub
+from tailkit.formats._secrets import scrub_values
 from tailkit.formats._sql import literal
 
 
@@ -46,7 +47,7 @@ def row_problem(keys: Iterable[str] = ()) -> tuple[str, str, str]:
 
     The line's text shown in the detail lacks ``keys`` and credentials.
     """
-    shown = f"left({scrub('_line', keys)}, 60)"
+    shown = f"left({scrub_values(scrub('_line', keys))}, 60)"  # secrets go before the cut
     return (
         "malformed_json",
         "NOT _obj",

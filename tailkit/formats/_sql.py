@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tailkit.formats._providers import infer_provider_sql
+from tailkit.formats._secrets import scrub_values
 from tailkit.record import ROLES, SOURCE_COLUMNS, STATUSES, Column
 
 
@@ -154,7 +155,9 @@ def _status(text: str) -> str:
 
 
 def _shown(expr: str) -> str:
-    return f"'''' || left(CAST({expr} AS VARCHAR), 60) || ''''"
+    # Secrets go before the cut: a cut secret would no longer be found, and leak in part.
+    text = scrub_values(f"CAST({expr} AS VARCHAR)")
+    return f"'''' || left({text}, 60) || ''''"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from tailkit.errors import IngestError, QueryError
 from tailkit.formats import FORMATS, ScanOptions
-from tailkit.formats.lowlevel import REJECT_STATUS, Scan, literal
+from tailkit.formats.lowlevel import REJECT_STATUS, Scan, literal, scrub_values
 from tailkit.ingest._identity import (
     CONFLICT,
     SCOPE,
@@ -43,7 +43,7 @@ from tailkit.ingest._identity import (
     equal_sql,
     same_scope_sql,
 )
-from tailkit.ingest._load import Counts, check_median, version
+from tailkit.ingest._load import STORED_ATTRS, Counts, check_median, stored_columns, version
 from tailkit.ingest._template import PathTemplate
 from tailkit.record import SOURCE_COLUMNS
 from tailkit.store import Store
@@ -453,8 +453,8 @@ def _read_batch(
         columns = ", ".join(c.name for c in SOURCE_COLUMNS)
         store.execute(
             f"INSERT INTO calls ({columns}, source, source_file, source_row, ingest_id, attrs) "
-            f"SELECT {columns}, {literal(fmt)}, {_FILE}, source_row, {first}, attrs "
-            f"FROM ({scan.select_sql})"
+            f"SELECT {stored_columns()}, {literal(fmt)}, {_FILE}, source_row, {first}, "
+            f"{STORED_ATTRS} FROM ({scan.select_sql})"
         )
         _number(store, first)
         read = _per_ingest(
@@ -791,7 +791,8 @@ def _store_rejects(  # noqa: PLR0917 - the batch's parts the raw lines need
             lines = FORMATS[fmt].scan(sql_path(str(member.path)), sniffed, member.options)
             # Show each rejected row as its line in the file, not as the values read from it.
             store.execute(
-                f"UPDATE rejects SET raw = l.line FROM ({lines.raw_lines_sql}) l "
-                f"WHERE rejects.ingest_id = {iid} AND rejects.source_row = l.record"
+                f"UPDATE rejects SET raw = {scrub_values('l.line')} FROM "
+                f"({lines.raw_lines_sql}) l WHERE rejects.ingest_id = {iid} "
+                "AND rejects.source_row = l.record"
             )
     return moved

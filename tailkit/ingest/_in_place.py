@@ -35,6 +35,7 @@ from tailkit.ingest._ingest import (
 )
 from tailkit.ingest._load import check_median
 from tailkit.ingest._long_lines import TOO_LONG, is_too_long_error
+from tailkit.ingest._streams import is_stream
 from tailkit.record import CALL_COLUMNS
 from tailkit.store import Store
 
@@ -159,6 +160,14 @@ def read_in_place(
     options, files, missing = checked_inputs(paths, format, options)
     if missing:
         raise IngestError("; ".join(str(e) for e in missing))
+    # A view reads its files at every query; a stream can be read once.
+    streams = [path for path in files if is_stream(path)]
+    if streams:
+        msg = (
+            f"{streams[0]}: a pipe or standard input cannot be read in place (it can be read "
+            "only once); ingest it into a store with: tailkit ingest"
+        )
+        raise InputFileError(msg)
     if progress:
         progress.begin(store, sum(path.stat().st_size for path in files))
     results, parts = [], []

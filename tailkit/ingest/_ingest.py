@@ -51,6 +51,7 @@ from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
 from tailkit.ingest._paths import expand_paths
+from tailkit.ingest._streams import Spools, is_stream, spools
 from tailkit.ingest._template import PathTemplate
 from tailkit.store import Store
 from tailkit.text import Advice
@@ -279,17 +280,57 @@ def ingest_paths(
     template = (
         None if path_template is None else PathTemplate.parse(path_template, taken=_taken(options))
     )
-    run = _Run(store, files, [path.stat().st_size for path in files], progress)
+    tell = getattr(progress, "spooling", None)
+    with spools(tell if callable(tell) else None) as streams:
+        return _ingest_files(
+            store, files, missing, streams, format=format, options=options, strict=strict,
+            progress=progress, template=template,
+        )  # fmt: skip
+
+
+def _ingest_files(
+    store: Store,
+    files: list[Path],
+    missing: list[IngestError],
+    streams: Spools,
+    *,
+    format: str,
+    options: ScanOptions,
+    strict: bool,
+    progress: Progress | None,
+    template: PathTemplate | None,
+) -> IngestReport:
+    """
+    `ingest_paths` over ``files``, each stream among them first copied into ``streams``.
+    """
+    reads: dict[int, Path] = {}  # a stream's spool, by position: what is read under its name
+    refused: dict[int, IngestError] = {}
+    for index, path in enumerate(files):
+        if is_stream(path):
+            try:
+                reads[index] = streams.spool(path)
+            except InputFileError as exc:
+                refused[index] = exc
+    sizes = [
+        0 if index in refused else reads.get(index, path).stat().st_size
+        for index, path in enumerate(files)
+    ]
+    run = _Run(store, files, sizes, progress)
     if progress:
         progress.begin(store, sum(run.sizes))
     planned: dict[int, tuple[Detected, Detected, ScanOptions]] = {}
     hashes: dict[int, str] = {}  # of the small files, from the bytes detection read
     with ThreadPoolExecutor(max_workers=1) as early:
         # DuckDB sniffs the JSON-lines files while Python detects every file's format.
-        sniffs = _early_sniff(store, files, run.sizes, early)
+        plain = [i for i in range(len(files)) if i not in reads and i not in refused]
+        sniffs = _early_sniff(store, [files[i] for i in plain], [sizes[i] for i in plain], early)
         for index, path in enumerate(files):
+            if index in refused:
+                run.done(index, None, refused[index])
+                continue
             try:
-                detected, chosen, digest = _choose_format(path, format)
+                with _real_name(path, str(reads.get(index, path))):
+                    detected, chosen, digest = _choose_format(reads.get(index, path), format)
                 if digest is not None:
                     hashes[index] = digest
                 # A file not read (an llmperf summary) takes no values from the template.
@@ -299,7 +340,10 @@ def ingest_paths(
                 )  # fmt: skip
             except IngestError as exc:
                 run.done(index, None, exc)
-        members = _batch_members(files, run.sizes, planned, hashes)
+        # A stream is read alone: a batch reads files by their own names.
+        members = _batch_members(
+            files, run.sizes, {i: p for i, p in planned.items() if i not in reads}, hashes
+        )
         if sniffs is not None:
             sniffs.exception()  # the store is free again
     batched = {m.index for m in members}
@@ -320,6 +364,7 @@ def ingest_paths(
                 functools.partial(
                     _ingest_file, store, files[index], (detected, chosen), file_options,
                     strict=strict, hasher=hasher, path_fields=_path_fields(template, file_options),
+                    spool=reads.get(index),
                 ),
             )  # fmt: skip
     errors: list[IngestError] = [*missing, *(run.failures[i] for i in sorted(run.failures))]
@@ -501,18 +546,23 @@ def _ingest_file(
     strict: bool,
     hasher: ThreadPoolExecutor,
     path_fields: Mapping[str, str],
+    spool: Path | None = None,
 ) -> FileResult:
+    """
+    Read the file ``path`` alone (``spool``: the copy of the stream of that name, to read).
+    """
     detected, chosen = formats
     fmt_name, why = chosen.format, chosen.why
     if fmt_name == "skip":
         return FileResult(path, "skip", why, skipped=True)
+    source = spool or path
     load_file = functools.partial(
         _load_file, store, path, detected=(fmt_name, why),
         looks_like=_looks_like(detected, fmt_name), options=options, strict=strict, hasher=hasher,
-        path_fields=path_fields,
+        path_fields=path_fields, source=source,
     )  # fmt: skip
     try:
-        return load_file(path)
+        return load_file(source)
     except InputFileError as exc:
         if not is_too_long_error(str(exc)):
             raise
@@ -520,7 +570,7 @@ def _ingest_file(
         # each such line is a placeholder, rejected with its true length.
         with tempfile.TemporaryDirectory(prefix="tailkit-long-lines-") as tmp:
             try:
-                copy, long_lines = copy_without_long_lines(path, Path(tmp))
+                copy, long_lines = copy_without_long_lines(source, Path(tmp))
             except (OSError, EOFError):
                 raise exc from None
             if not long_lines:
@@ -539,19 +589,22 @@ def _load_file(
     strict: bool,
     hasher: ThreadPoolExecutor,
     path_fields: Mapping[str, str],
+    source: Path,
     long_lines: Mapping[int, int] | None = None,
 ) -> FileResult:
     """
-    Sniff, scan and load ``read_path`` as the file ``path`` (the same file, or its copy).
+    Sniff, scan and load ``read_path`` as the file ``path`` (the same file, or a copy).
+
+    ``source``: the file whose bytes are the content (``path``, or a stream's spool).
     """
     fmt_name, why = detected
     literal_path = sql_path(str(read_path))
     with _real_name(path, literal_path), _from_template(path, path_fields):
         scan = sniffed_scan(store, path, literal_path, fmt_name, options, looks_like=looks_like)
-    digest: Future[str] = hasher.submit(content_hash, path)
+    digest: Future[str] = hasher.submit(content_hash, source)
     load = FileLoad(
         store, path, scan, options, options_json(fmt_name, options), digest.result,
-        long_lines=long_lines or {},
+        long_lines=long_lines or {}, stream=source != path,
     )  # fmt: skip
     started = time.time()
     try:

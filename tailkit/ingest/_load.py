@@ -33,7 +33,13 @@ from pathlib import Path
 
 from tailkit.errors import InputFileError, QueryError, StrictModeError, UnitError
 from tailkit.formats import ScanOptions
-from tailkit.formats.lowlevel import REJECT_STATUS, Scan, literal
+from tailkit.formats.lowlevel import (
+    REJECT_STATUS,
+    Scan,
+    literal,
+    scrub_values,
+    scrub_values_json,
+)
 from tailkit.ingest._identity import CONFLICT, derive_ids, settle_identity, source_identity
 from tailkit.ingest._long_lines import TOO_LONG, too_long_detail
 from tailkit.record import SOURCE_COLUMNS
@@ -115,6 +121,8 @@ class FileLoad:
         content_hash: Returns the file's content hash, computed alongside the read.
         long_lines: Record → length of each line too long to read; the scan reads a copy in
             which each is a placeholder, and those rows are rejected as `TOO_LONG`.
+        stream: ``path`` names a stream (a pipe, ``-``), read from its spool: its name says
+            nothing about where the rows came from, so its content scopes the derived ids.
     """
 
     store: Store
@@ -124,6 +132,7 @@ class FileLoad:
     options_json: str
     content_hash: Callable[[], str]
     long_lines: Mapping[int, int] = field(default_factory=dict)
+    stream: bool = False
 
     def run(self, sql: str, *, strict: bool, started: float) -> Counts:
         """
@@ -158,7 +167,8 @@ class FileLoad:
         ids_derived = not store.fetchall(
             f"SELECT 1 FROM calls WHERE {this} AND call_id IS NOT NULL LIMIT 1"
         )
-        derive_ids(store, ingest_id, source=source_identity(self.path), good=f"status <> {_REJECT}")
+        scope = f"stream {content}" if self.stream else source_identity(self.path)
+        derive_ids(store, ingest_id, source=scope, good=f"status <> {_REJECT}")
         self._set_aside_bad_rows(ingest_id)
         duplicates, conflicts = settle_identity(
             store, ingest_id, had_calls=had_calls, bad_rows=_BAD_ROWS,
@@ -238,8 +248,9 @@ class FileLoad:
             return _one(
                 self.store,
                 f"INSERT INTO calls ({columns}, source, source_file, source_row, ingest_id, "
-                f"attrs) SELECT {columns}, {literal(self.scan.format)}, "
-                f"{literal(str(self.path))}, source_row, {ingest_id}, attrs FROM ({sql})",
+                f"attrs) SELECT {stored_columns()}, {literal(self.scan.format)}, "
+                f"{literal(str(self.path))}, source_row, {ingest_id}, {STORED_ATTRS} "
+                f"FROM ({sql})",
             )
         except QueryError as exc:
             if self.scan.fallback_sql is not None and sql != self.scan.fallback_sql:
@@ -251,7 +262,9 @@ class FileLoad:
         self.store.execute(f"DROP TABLE IF EXISTS {_READER_REJECTS}")
         if self.scan.reader_rejects_sql:
             self.store.execute(
-                f"CREATE TEMP TABLE {_READER_REJECTS} AS {self.scan.reader_rejects_sql}"
+                f"CREATE TEMP TABLE {_READER_REJECTS} AS SELECT record, reason, "
+                f"{scrub_values('detail')} AS detail, {scrub_values('raw')} AS raw "
+                f"FROM ({self.scan.reader_rejects_sql})"
             )
         else:
             self.store.execute(
@@ -363,10 +376,33 @@ class FileLoad:
             # Show each rejected row as its line in the file, not as the values read from it.
             # This reads the file again, so it runs only when some row was rejected.
             store.execute(
-                f"UPDATE rejects SET raw = l.line FROM ({self.scan.raw_lines_sql}) l "
-                f"WHERE rejects.{this} AND rejects.source_row = l.record"
+                f"UPDATE rejects SET raw = {scrub_values('l.line')} FROM "
+                f"({self.scan.raw_lines_sql}) l WHERE rejects.{this} "
+                "AND rejects.source_row = l.record"
             )
         return moved
+
+
+FREE_TEXT = frozenset({"error_type"})
+"""Call-record columns that hold free text (an error's words), scrubbed of secrets as read.
+
+``attrs`` is scrubbed too (`STORED_ATTRS`); identifiers (``call_id``, ``model``, …) are names,
+kept as they are."""
+
+STORED_ATTRS = scrub_values_json("attrs")
+"""A read row's ``attrs`` as stored: secrets inside its text replaced (a bad row's reason,
+detail and raw text included)."""
+
+
+@functools.cache
+def stored_columns() -> str:
+    """
+    The SELECT list of the call-record columns as stored: `FREE_TEXT` scrubbed of secrets.
+    """
+    return ", ".join(
+        f"{scrub_values(c.name)} AS {c.name}" if c.name in FREE_TEXT else c.name
+        for c in SOURCE_COLUMNS
+    )
 
 
 def check_median(path: Path, median: float | None) -> None:

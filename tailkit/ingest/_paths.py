@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tailkit.errors import InputFileError
 from tailkit.formats.lowlevel import SUFFIXES, suffix_of
+from tailkit.ingest._streams import STDIN
 
 
 def _wanted(path: Path) -> bool:
@@ -24,8 +25,9 @@ def expand_paths(args: Iterable[str | Path]) -> tuple[list[Path], list[InputFile
     """
     Expand files, folders (recursively, known suffixes only) and glob patterns.
 
-    A file named on its own is always taken, whatever its suffix; inside folders and globs only
-    files with a known suffix (``.jsonl``, ``.json``, ``.csv``, ``.parquet``, … and ``.gz``) are.
+    A file named on its own is always taken, whatever its suffix, and so is a pipe or ``-``
+    (standard input); inside folders and globs only regular files with a known suffix
+    (``.jsonl``, ``.json``, ``.csv``, ``.parquet``, … and ``.gz``) are.
 
     Returns:
         The files in a stable order without repeats, and one error per argument that matched
@@ -36,7 +38,9 @@ def expand_paths(args: Iterable[str | Path]) -> tuple[list[Path], list[InputFile
     for arg in args:
         text = str(arg)
         path = Path(text)
-        if path.is_dir():
+        if text == STDIN:
+            files.append(path)  # standard input (`tailkit.ingest._streams`)
+        elif path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and _wanted(p))
             if not found:
                 errors.append(
