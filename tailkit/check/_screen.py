@@ -211,7 +211,8 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
             f"ledger {text.printable(ledgers)}: every one of its {runs:,} runs of this plan's "
             f"steps was left out: {'; '.join(warnings)}"
         )
-        raise IngestError(msg, fix=_ROUTE_FIX if found[ROUTE] else _CLOCK_FIX)
+        fix = _ROUTE_FIX if found[ROUTE] else _CLOCK_FIX if found[CLOCK] else _PARTIAL_FIX
+        raise IngestError(msg, fix=fix)
     left = [e for out in found.values() for e in out.values()]
     return Screened(
         len(found[CLOCK]),
@@ -235,7 +236,11 @@ _ROUTE_FIX = (
     "Pass the ledger of the runs this plan made, or calibrate a plan on the routes they used "
     "(routes that differ only in name: rename them with {overrides} provider=… or model=…)."
 )
-_CLOCK_FIX = "Fix the clocks (or the lines) that wrote the ledger."
+_CLOCK_FIX = (
+    "Fix the clocks (or the lines) that wrote the ledger; a duration written in milliseconds "
+    "is read as seconds unless {unit} ms says so."
+)
+_PARTIAL_FIX = "Pass the ledger of the runs this plan made, with the lines of every step."
 
 
 def _named(left: Sequence[LeftOut] | Any) -> str:
