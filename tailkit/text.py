@@ -105,14 +105,24 @@ def count(n: int | None) -> str:
     return ABSENT if n is None else f"{n:,}"
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-"""Characters a terminal acts on instead of showing (C0 and C1 controls, DEL, zero-width and
-direction marks, line and paragraph separators, bidirectional overrides and isolates)."""
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff\U000110bd"
+    "\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e007f]"
+)
+"""Characters a terminal acts on, or draws as nothing, instead of showing: every control (C0,
+C1, DEL), format character (the soft hyphen, zero-width characters, direction marks,
+bidirectional overrides and isolates, invisible operators, the tag characters U+E0000-E007F:
+invisible text that would make two names print alike), line and paragraph separator, and lone
+surrogate (Unicode categories Cc, Cf, Zl, Zp and Cs)."""
 
 
 def _escaped(match: re.Match[str]) -> str:
     code = ord(match[0])
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(value: object) -> str:
@@ -121,8 +131,9 @@ def printable(value: object) -> str:
 
     Names in call logs are data, chosen by whoever sent the request (behind a gateway, any
     client): an escape sequence in a model id must not move the cursor, retitle the window or
-    hide the rest of a line, and a newline in a step name must not forge a table row. Each such
-    character becomes ``\x1b``-style text (``\u202e`` above U+00FF), so the name stays
+    hide the rest of a line, a newline in a step name must not forge a table row, and invisible
+    characters must not make two names print alike. Each such character becomes ``\x1b``-style
+    text (``\u202e`` above U+00FF, ``\U000e0041`` above U+FFFF), so the name stays
     recognisable. Rich markup is a second, separate matter: the CLI escapes it where it prints
     (``tailkit.cli._common.shown``).
     """

@@ -407,3 +407,22 @@ def test_progress_labels_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
     assert_safe(buffer.getvalue())
     for shown_name in (Path(name).name, "probe [/] \x9b2J", "route [/] \x1b[2J"):
         assert printable(shown_name) in buffer.getvalue()
+
+
+def test_printable_spells_every_control_and_invisible_format_character() -> None:
+    """Every character of categories Cc, Cf, Zl, Zp and Cs is spelt as an escape."""
+    import sys
+    import unicodedata
+
+    hidden = [chr(c) for c in range(sys.maxunicode + 1)
+              if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp", "Cs")]  # fmt: skip
+    assert [c for c in hidden if printable(c) == c] == []
+    assert all(printable(c).startswith("\\") for c in hidden)
+
+
+def test_printable_keeps_names_that_differ_by_an_invisible_character_apart() -> None:
+    """A tag character or a soft hyphen shows: ``tagx`` and ``tag<U+E0041>x`` print apart."""
+    assert printable("tag\U000e0041x") == "tag\\U000e0041x"
+    assert printable("gpt\xad4") == "gpt\\xad4"
+    assert printable("a\u061cb") == "a\\u061cb"
+    assert printable("漢字 é ❤ 😀 [/]") == "漢字 é ❤ 😀 [/]"  # what a terminal shows stays
