@@ -20,6 +20,7 @@ from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
+CELL_TIMEOUT_S = 900
 NAMES = [
     "01_where_is_the_tail.ipynb",
     "02_calibrate_a_workflow.ipynb",
@@ -65,7 +66,9 @@ def test_notebook_runs_top_to_bottom(name: str) -> None:
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     client = nbclient.NotebookClient(
         notebook,
-        timeout=120,
+        # Notebook 03's rehearsal slows down to keep time on a busy machine (up to real time):
+        # a cell's time depends on the machine's load, by design.
+        timeout=CELL_TIMEOUT_S,
         kernel_name="python3",
         kernel_manager_class=_ThisPython,  # owned by the client: shut down after the run
         resources={"metadata": {"path": str(NOTEBOOKS)}},
