@@ -324,6 +324,7 @@ def test_a_ledger_drawn_from_the_predicted_world_holds(
 ) -> None:
     """2,000 runs of the calibrated world: every line holds and the exit code is 0."""
     report = check_plan(plan_file, ledger(tmp_path / "l.jsonl", world, 2000, seed=1))
+    assert ((), ()) == (report.observation.left_out, report.observation.warnings)
     assert [] == [(x.scope, x.figure, x.reason) for x in report.lines if x.verdict != HOLDS]
     assert (HOLDS, 0) == (report.verdict, report.exit_code)
     assert 13 == len(report.lines)
@@ -707,6 +708,8 @@ def test_the_executors_own_ledger_is_observed_exactly(
     obs = report.observation
     second = obs.step("second")
     assert (400, 0, 0) == (obs.runs, obs.missed_late, obs.missed_failed)
+    # the executor's own runs are on the plan's routes, with true times: none left out
+    assert ((), ()) == (obs.left_out, obs.warnings)
     assert (100, 100, 0.25) == (
         second.cutoff_attempts,
         second.extra_attempts,
