@@ -79,3 +79,17 @@ def test_notebook_runs_top_to_bottom(name: str) -> None:
         if o.get("output_type") == "error"
     ]  # fmt: skip
     assert [] == errors
+
+
+def test_the_rehearsal_notebook_keeps_time_as_replay_does() -> None:
+    """Notebook 03 takes its time scale from replay's probe and shows its timing check."""
+    notebook = nbformat.read(NOTEBOOKS / "03_review_production_traces.ipynb", as_version=4)
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+
+    assert "from tailkit.replay import replay" in code
+    assert "time_scale=" not in code  # no fixed speed-up: replay picks it, and checks it
+    assert "SCALE" not in code
+    assert "timing = rehearsal.fidelity" in code
+    assert "timing.describe()" in code
+    assert "if not timing.ok:" in code
+    assert "profile_from_stats" not in code  # no table of served defaults beside the replay
