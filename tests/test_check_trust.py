@@ -9,6 +9,7 @@ named, never counted as misses; names from the plan and the ledger print as data
 
 from __future__ import annotations
 
+import csv
 import json
 
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from tailkit.check import check_plan, observe
 from tailkit.check.lowlevel import CLOCK, PARTIAL, ROUTE
 from tailkit.cli import app
 from tailkit.errors import IngestError
+from tailkit.ingest import ScanOptions
 from tests.test_check import World, ledger, plan_yaml
 
 
@@ -192,6 +194,29 @@ def test_lines_with_skewed_clocks_are_left_out_named_and_never_misses(
     assert "not counted as misses" in warning
     assert all(f"{run} (" in warning for run in SKEWED[:4])
     assert "l.jsonl line " in warning
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_a_refused_line_of_a_renamed_run_column_is_found_in_its_run(
+    tmp_path: Path, plan_file: Path, records: list[dict[str, Any]], suffix: str
+) -> None:
+    """A CSV or JSON ledger, run ids under trace: a refused line's run is left out by name."""
+    for r in records:
+        r["trace"] = r.pop("run_id")
+        r["attrs"] = json.dumps(r["attrs"])
+        if r["trace"] in SKEWED[:2] and r["step"] == "draft":
+            r["total_s"] = -2.0
+    path = tmp_path / f"l.{suffix}"
+    if suffix == "csv":
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, list(records[0]))
+            writer.writeheader()
+            writer.writerows(records)
+    else:
+        _write(path, records)
+    obs = observe(plan_file, path, options=ScanOptions(mapping={"run_id": "trace"}))
+    assert (RUNS - 2, 2, 0) == (obs.runs, obs.left_out_clock, obs.left_out_partial)
+    assert list(SKEWED[:2]) == [x.run_id for x in obs.left_out]
 
 
 def test_a_run_years_away_from_the_others_is_left_out(

@@ -116,11 +116,13 @@ SELECT * FROM ck_lines l WHERE NOT EXISTS (
         AND (r.provider = l.provider OR l.provider = 'unknown'))
 """
 
-# Each clock rule yields (run_id, detail, source_file, source_row), the first line it blames.
+# Each clock rule yields (run_id, detail, source_file, source_row), the first line it blames. A
+# refused line keeps its source row as JSON: the file's own line, or (from a CSV or Parquet
+# file) the call record's fields, so its run id is under the mapped column or ``run_id``.
 _REJECTED = """
 SELECT run_id, detail, source_file, source_row FROM (
-    SELECT CASE WHEN json_valid(raw) THEN raw::JSON ->> ? END AS run_id, detail, source_file,
-        source_row
+    SELECT CASE WHEN json_valid(raw) THEN coalesce(raw::JSON ->> ?, raw::JSON ->> 'run_id') END
+        AS run_id, detail, source_file, source_row
     FROM rejects WHERE {reasons}
 ) WHERE run_id IN (SELECT run_id FROM ck_lines)
 """
