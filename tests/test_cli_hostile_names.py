@@ -366,11 +366,11 @@ def test_a_pipe_gets_whole_lines_whatever_the_columns() -> None:
 
 
 def test_emoji_codes_and_markup_in_names_print_as_typed() -> None:
-    """`shown` on the console: ``:fire:`` stays text, ``[/]`` and ``[link=…]`` too."""
+    """`shown`: ``:fire:`` stays text, ``[/]``, ``[link=…]`` and a final backslash too."""
     from tailkit.cli._common import new_console, shown
 
     console = new_console()
-    names = [":fire:", "[/]", "[link=https://e.example]x[/link]", "\\[b]x", "[b]x\\[/b]"]
+    names = [":fire:", "[/]", "[link=https://e.example]x[/link]", "\\[b]x", "[b]x\\[/b]", "x\\"]
     with console.capture() as captured:
         for name in names:
             console.print(shown(name))

@@ -74,11 +74,14 @@ def shown(value: object) -> str:
     rich tag is escaped: a step called ``[/]`` prints as itself instead of crashing the
     command, and ``[link=…]`` never becomes a live link. Every name printed through rich goes
     through here; text that is not markup (a ``rich.text.Text``, plain ``print``) needs only
-    ``printable``.
+    ``printable``. Put no tag right after it: a name ending in a backslash would print the tag.
     """
     from rich.markup import escape  # only the commands that print need rich
 
-    return escape(printable(value))
+    # rich doubles a trailing backslash so that a tag may follow (it would escape the tag's
+    # "["): shown as a whole, the name would then print with two. The space keeps it single;
+    # nothing here writes a tag right after a name.
+    return escape(printable(value) + " ")[:-1]
 
 
 def echo(line: object = "", *, err: bool = False) -> None:
