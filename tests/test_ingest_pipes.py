@@ -224,3 +224,28 @@ def test_a_stream_is_not_read_in_place(tmp_path: Path) -> None:
         with pytest.raises(InputFileError, match="cannot be read in place") as caught:
             open_in_place([name])
         assert str(caught.value).startswith(f"{name}: a pipe or standard input")
+
+
+def test_a_terminal_or_closed_standard_input_is_refused(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-` on a terminal would wait for typing, and a closed one has nothing: both refused."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tailkit", "ingest", "-", "--db", str(tmp_path / "s.duckdb")],
+            stdin=follower, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert 1 == done.returncode
+    assert "Error: -: standard input is a terminal; pipe a log into it" in done.stderr
+
+    monkeypatch.setattr(sys, "stdin", None)
+    report = ingest_paths(store, ["-"])
+    assert ["-: standard input is closed; pipe a log into it (zcat log.gz | ...)"] == [
+        str(e) for e in report.errors
+    ]

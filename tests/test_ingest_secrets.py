@@ -207,7 +207,7 @@ VALUE_SECRETS = (
     "hunter2", "sk-proj-Abc123def456ghi789", "AIzaSyA-1234567890abcdefghijklmnopqrs",
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl", "AKIAIOSFODNN7EXAMPLE",
     "ghp_abcdefghijklmnopqrstuvwxyz0123", "sk-ant-api03-XyZ987654321", "Sig0123456789abcdef",
-    "tok-2345678901", "basicpass0123",
+    "tok-2345678901", "basicpass0123", "sk-line-Start1234", "Zq9Secret77", "hdr-Secret-88",
 )  # fmt: skip
 
 
@@ -223,6 +223,7 @@ def _with_secrets(i: int, total: object = 1.5) -> dict[str, object]:
         "meta": {"aws": "AKIAIOSFODNN7EXAMPLE", "gh": "token ghp_abcdefghijklmnopqrstuvwxyz0123",
                  "blob": "https://b.blob.core.windows.net/c?sv=2024&sig=Sig0123456789abcdef"},
         "tags": ["Bearer tok-2345678901", "proxy=http://svc:basicpass0123@10.0.0.1:3128"],
+        "trace": "Traceback:\nsk-line-Start1234\napi_key=Zq9Secret77\nx-api-key: hdr-Secret-88",
     }  # fmt: skip
 
 
@@ -278,6 +279,7 @@ def test_secrets_inside_values_are_redacted_alone_and_in_a_batch(
     blob = "https://b.blob.core.windows.net/c?sv=2024&sig=[redacted]"
     assert {"aws": "[redacted]", "gh": "token [redacted]", "blob": blob} == attrs["meta"]
     assert ["Bearer [redacted]", "proxy=http://svc:[redacted]@10.0.0.1:3128"] == attrs["tags"]
+    assert "Traceback:\n[redacted]\napi_key=[redacted]\nx-api-key: [redacted]" == attrs["trace"]
     (raw,) = store.fetchone("SELECT raw FROM rejects WHERE source_row = 2 ORDER BY ingest_id")
     assert "proxy.internal:8443" in raw  # the rejected line is still shown, minus the secrets
     assert all(json.loads(a) is not None for (a,) in store.fetchall("SELECT attrs FROM calls"))
@@ -344,6 +346,9 @@ SCRUBBED = [
     ("ghp_abcdefghijklmnopqrstuvwxyz0123", "[redacted]"),
     ("hf_abcdefghijklmnopqrstuvwx", "[redacted]"),
     ("eyJhbGciOi.eyJzdWIiOiIx.sig-abc", "[redacted]"),
+    # After a line break written as a JSON escape (the text of attrs).
+    (r"one\nsk-proj-abc123DEF456\tapi_key=k-1\nCookie: s=1",
+     r"one\n[redacted]\tapi_key=[redacted]\nCookie: [redacted]"),
     # Not secrets: kept as they are.
     ("ssh://git@github.com/x", "ssh://git@github.com/x"),
     ("http://host:8080/path@x", "http://host:8080/path@x"),

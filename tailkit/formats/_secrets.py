@@ -59,21 +59,26 @@ _SHAPES = "|".join(
 )
 """Keys recognised by their prefix and length alone."""
 
+_START = r"(?:^|[^A-Za-z0-9_.-]|\\[nrtbf])"
+"""What comes before a name or a key: not a part of a word, or a JSON escape (``\\n``), since
+the expression also reads the JSON text of ``attrs`` (an error's text often has line breaks)."""
+
 SECRET_PATTERN = (
     # https://user:PASSWORD@host (not host:8080/path@x: the password stops at / ? #)
     r"(://[^\s/?#@:\"'\\]*:)[^\s/?#@\"'\\]+(@)"
     # ?key=VALUE, &X-Amz-Signature=VALUE, api_key=VALUE in text
-    rf"|((?:^|[^A-Za-z0-9_.-])(?i:{_PARAMS})=)[^\s&#\"'\\<>(){{}}\[\],;]+"
+    rf"|({_START}(?i:{_PARAMS})=)[^\s&#\"'\\<>(){{}}\[\],;]+"
     # Authorization: Bearer VALUE, x-api-key: VALUE
-    rf"|((?:^|[^A-Za-z0-9_-])(?i:{_HEADERS})[\"']?\s*[:=]\s*[\"']?)"
+    rf"|({_START}(?i:{_HEADERS})[\"']?\s*[:=]\s*[\"']?)"
     r"(?i:(?:bearer|basic|token|digest)\s+)?[^\s\"'\\,;]+"
     # Bearer VALUE
     r"|((?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    rf"|\b(?:{_SHAPES})"
+    # a key by its shape
+    rf"|({_START})(?:{_SHAPES})"
 )
 """The secrets (RE2 and Python syntax alike); the groups keep what goes around each one."""
 
-_REPLACEMENT = rf"\1\3\4\5{MARK}\2"
+_REPLACEMENT = rf"\1\3\4\5\6{MARK}\2"
 _SECRET_RE = re.compile(SECRET_PATTERN, re.ASCII)
 
 

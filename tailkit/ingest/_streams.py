@@ -129,6 +129,9 @@ def _opened(name: Path) -> Iterator[BinaryIO]:
             not a stream of bytes, or cannot be opened.
     """
     if str(name) == STDIN:
+        if sys.stdin is None:  # started with standard input closed (<&-)
+            msg = f"{name}: standard input is closed; pipe a log into it (zcat log.gz | ...)"
+            raise InputFileError(msg)
         stdin = sys.stdin.buffer
         if _is_terminal(stdin):
             msg = f"{name}: standard input is a terminal; pipe a log into it (zcat log.gz | ...)"
