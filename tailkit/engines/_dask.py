@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
 
@@ -35,6 +35,7 @@ from tailkit.engines._files import (
 from tailkit.errors import ConfigError
 from tailkit.tails import TableQuery
 from tailkit.tails.lowlevel import Summary, merge_samples
+from tailkit.text import printable
 
 
 FAN_IN = 4  # summaries merged by one task
@@ -50,6 +51,7 @@ def summarize_dask(
     workers: int = 2,
     min_group: int = 1,
     on_file: Callable[[int], None] | None = None,
+    connect_timeout_s: float | None = None,
 ) -> EngineRun:
     """
     Every file summarized by a Dask worker, merged in a tree on the workers.
@@ -63,9 +65,13 @@ def summarize_dask(
         workers: Worker processes of a local cluster.
         min_group: The table's ``min_group`` (which groups the samples serve).
         on_file: Called with the count of file tasks done, as they finish (two per file).
+        connect_timeout_s: Seconds a scheduler's address has to answer as a Dask scheduler
+            (``None``: `CONNECT_TIMEOUT_S`, 20 s); a peer that stays silent, or answers
+            something else, is an error after at most this long.
 
     Raises:
-        ConfigError: Dask is not installed, or the scheduler cannot be reached.
+        ConfigError: Dask is not installed, or the scheduler cannot be reached or does not
+            answer as a Dask scheduler (``field`` is ``scheduler``).
         IngestError: A file cannot be read (raised as the worker raised it).
     """
     try:
@@ -95,7 +101,8 @@ def summarize_dask(
                 cores = max(1, (os.cpu_count() or 1) // workers)
                 reading = Reading(reading.format, reading.options, reading.memory_limit, cores)
         else:
-            client = stack.enter_context(_connect(Client, scheduler))
+            timeout_s = CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s
+            client = stack.enter_context(_connect(Client, scheduler, timeout_s))
         count = len(client.scheduler_info()["workers"])
         paths = [str(f) for f in files]
         firsts = client.map(aggregate_file, paths, query=query, reading=reading, pure=False)
@@ -153,12 +160,73 @@ def _tree(
     return level[0]
 
 
-def _connect(client: Callable[..., Any], address: str) -> Any:
+def _connect(client: Callable[..., Any], address: str, timeout_s: float) -> Any:
+    """
+    A client of the scheduler at ``address``, once it has answered as one within ``timeout_s``.
+
+    Dask's client times out its TCP connect but not the handshake that follows: a peer that
+    accepts and stays silent would hang it for ever, and one that answers something else
+    fails deep in Dask's framing (``struct.error``, a huge allocation). `_probe` does the
+    handshake first, bounded as a whole.
+    """
+    _probe(address, timeout_s)
     try:
-        return client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        return client(address, timeout=f"{timeout_s}s")
     except (OSError, TimeoutError) as exc:
-        msg = (
-            f"cannot reach the Dask scheduler at {address!r} ({exc}); give its address as "
-            "tcp://HOST:8786, or {field} local to start workers on this machine"
-        )
-        raise ConfigError(msg, field="scheduler", value=address) from None
+        _refuse(address, printable(str(exc)))
+
+
+def _refuse(address: str, why: str) -> NoReturn:
+    msg = (
+        f"cannot reach the Dask scheduler at {printable(repr(address))} ({why}); give its "
+        "address as tcp://HOST:8786, or {field} local to start workers on this machine"
+    )
+    raise ConfigError(msg, field="scheduler", value=address) from None
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """
+    Connect to ``address`` and read its handshake, all within ``timeout_s`` seconds.
+
+    In a thread of its own, with its own event loop: a caller inside a running loop (a
+    notebook) can call it too.
+
+    Raises:
+        ConfigError: No answer in time, or an answer that is not a Dask handshake.
+    """
+    import asyncio
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm.core import CommClosedError, connect
+    from distributed.security import Security
+
+    async def handshake() -> Any:
+        security = Security()  # type: ignore[no-untyped-call]
+        args = security.get_connection_args("client")  # type: ignore[no-untyped-call]
+        comm = await connect(address, timeout=timeout_s, **args)  # type: ignore[no-untyped-call]
+        try:
+            return comm.remote_info
+        finally:
+            comm.abort()
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(handshake(), timeout_s)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tailkit-dask-probe") as pool:
+        try:
+            info = pool.submit(asyncio.run, bounded()).result()
+        except TimeoutError:  # asyncio's is the builtin since 3.11
+            _refuse(
+                address,
+                f"no answer within {timeout_s:g} s: something accepts connections there but "
+                "does not answer as a Dask scheduler",
+            )
+        except CommClosedError:
+            _refuse(address, "it closed the connection without answering as a Dask scheduler")
+        except OSError as exc:  # refused, unreachable, timed out connecting
+            _refuse(address, printable(str(exc) or type(exc).__name__))
+        except Exception:  # whatever garbage makes Dask's framing raise
+            _refuse(address, "it answered, but not in Dask's protocol")
+    if not isinstance(info, dict) or "compression" not in info:
+        _refuse(address, "it answered, but not in Dask's protocol")
