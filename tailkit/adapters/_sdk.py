@@ -32,7 +32,7 @@ from typing import Any
 
 from tailkit.adapters._bodies import clip
 from tailkit.errors import ConfigError
-from tailkit.executor import Attempt, AttemptError
+from tailkit.executor import Attempt, AttemptError, StreamTooLarge
 from tailkit.executor.lowlevel import classify, provider_failure
 
 
@@ -56,6 +56,8 @@ def sdk_error(error: BaseException, where: str) -> AttemptError | None:
     """
     if isinstance(error, AttemptError):
         return error
+    if isinstance(error.__cause__, StreamTooLarge):  # raised inside the SDK, wrapped by it
+        return error.__cause__
     if isinstance(error, TimeoutError):
         return AttemptError(f"{where}: timed out at the attempt's deadline", status="timeout")
     if not provider_failure(error):
@@ -160,12 +162,14 @@ async def stream(
     """
     One streamed exchange: the SDK's chunks as they come, each read by the deadline.
 
-    The stream is closed (its connection released) however the iteration ends: read to its
-    end, failed, or closed by the executor (a cutoff, a lost hedge race, the deadline).
+    The bytes the SDK reads count against the attempt's byte budget (`_count_bytes`). The
+    stream is closed (its connection released) however the iteration ends: read to its end,
+    failed, or closed by the executor (a cutoff, a lost hedge race, the deadline).
     """
     with sdk_errors(where):
         async with _until(attempt.deadline):
             sdk_stream = await send()
+    _count_bytes(sdk_stream, attempt.max_stream_bytes, where)
     try:
         chunks = sdk_stream if hasattr(sdk_stream, "__anext__") else aiter(sdk_stream)
         while True:
@@ -181,3 +185,30 @@ async def stream(
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
+
+
+def _count_bytes(sdk_stream: Any, limit: int, where: str) -> None:
+    """
+    Make the SDK's stream raise `StreamTooLarge` once its body passes ``limit`` bytes.
+
+    Both SDKs read a stream's body through its response's ``aiter_bytes`` (decoded bytes,
+    after any decompression) when the first chunk is asked for: that method of this one
+    response is replaced by one that counts. The SDK's own SSE decoder holds a line until it
+    ends, so a line that never ends is cut here too, not only at the deadline. A stream
+    object of another shape is left alone (the executor's own budgets still apply).
+    """
+    response: Any = getattr(sdk_stream, "response", None)
+    read = getattr(response, "aiter_bytes", None)
+    if read is None or not callable(read):
+        return
+
+    async def counted(*args: Any, **kwargs: Any) -> AsyncIterator[bytes]:
+        left = limit
+        async for piece in read(*args, **kwargs):
+            left -= len(piece)
+            if left < 0:
+                raise StreamTooLarge(where, limit=limit, unit="bytes")
+            yield piece
+
+    with contextlib.suppress(AttributeError, TypeError):  # a response that takes no attribute
+        response.aiter_bytes = counted

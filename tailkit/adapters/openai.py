@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from tailkit.adapters._bodies import answer_of, chunk_of, clip, error_message, loads, retry_after_s
 from tailkit.adapters._sse import SSEDecoder
 from tailkit.errors import ConfigError, MissingExtraError
-from tailkit.executor import FINAL, Attempt, AttemptError, Chunk, now
+from tailkit.executor import FINAL, Attempt, AttemptError, Chunk, StreamTooLarge, now
 
 
 try:
@@ -89,6 +89,7 @@ _RESERVED = ("messages", "model", "stream")  # the adapter owns these body keys
 _DRAIN_S = 0.25  # after [DONE]: how long to wait for the body's end, to keep the connection
 _CLEANUP_S = 1.0  # how long a cancelled attempt waits for its connection to close
 _KEEPALIVE = 100  # idle connections the shared client keeps for reuse
+_ERROR_BYTES = 64 * 1024  # of an error response's body: enough for its message
 
 
 class ChatAttempt:
@@ -238,10 +239,15 @@ class ChatAttempt:
         where = self._what(attempt)
         with _transport_errors(where):
             async with _until(attempt.deadline):
-                response = await client.send(self._request(attempt, client))
+                response = await client.send(self._request(attempt, client), stream=True)
+                try:
+                    limit = attempt.max_stream_bytes if response.is_success else _ERROR_BYTES
+                    text = await _read_body(response, limit, where)
+                finally:
+                    await response.aclose()
         if not response.is_success:
-            raise _status_error(response, where)
-        return answer_of(_body_text(response), response.status_code, where)
+            raise _status_error(response, where, text)
+        return answer_of(text, response.status_code, where)
 
     async def _pump(
         self, attempt: Attempt, put: Callable[[Any], None], client: httpx.AsyncClient
@@ -256,7 +262,7 @@ class ChatAttempt:
                     request = self._request(attempt, client)
                     response = await client.send(request, stream=True)
                     try:
-                        await _read_stream(response, put, where)
+                        await _read_stream(response, put, where, attempt.max_stream_bytes)
                     finally:
                         # a half-read response closes its connection: the server sees us go
                         await response.aclose()
@@ -264,17 +270,27 @@ class ChatAttempt:
             put(None)
 
 
-async def _read_stream(response: httpx.Response, put: Callable[[Any], None], where: str) -> None:
+async def _read_stream(
+    response: httpx.Response, put: Callable[[Any], None], where: str, max_bytes: int
+) -> None:
+    """
+    Put the chunks of a streamed response, its first ``max_bytes`` bytes at most.
+
+    Raises:
+        StreamTooLarge: The body passed ``max_bytes`` (the attempt's byte budget).
+    """
     if not response.is_success or "json" in response.headers.get("content-type", ""):
+        limit = max_bytes if response.is_success else _ERROR_BYTES
+        text = ""
         with contextlib.suppress(httpx.HTTPError):
-            await response.aread()
+            text = await _read_body(response, limit, where)
         if not response.is_success:
-            raise _status_error(response, where)
+            raise _status_error(response, where, text)
         # an error object or a broken body raises here; a good answer is still not a stream
-        answer_of(_body_text(response), response.status_code, where)
+        answer_of(text, response.status_code, where)
         msg = f"{where}: asked for a stream, got a JSON answer: use stream=False here"
         raise AttemptError(msg, status="invalid")
-    sse = SSEDecoder()
+    sse = SSEDecoder(max_bytes=max_bytes, where=where)
     body = response.aiter_bytes()
     try:
         async for raw in body:
@@ -593,16 +609,29 @@ async def _drain(body: AsyncIterator[bytes]) -> None:
                 pass
 
 
-def _body_text(response: httpx.Response) -> str:
-    try:
-        return response.content.decode("utf-8", "replace")
-    except httpx.ResponseNotRead:
-        return ""
+async def _read_body(response: httpx.Response, limit: int, where: str) -> str:
+    """
+    A response body, read to its end or ``limit`` bytes, as text.
+
+    A success's body past ``limit`` (the attempt's byte budget) is a runaway:
+    `StreamTooLarge`. An error's body is only read for its message: its first ``limit``
+    bytes (`_ERROR_BYTES`) are kept and the rest is not read.
+    """
+    parts: list[bytes] = []
+    left = limit
+    async for piece in response.aiter_bytes():
+        left -= len(piece)
+        if left < 0:
+            if response.is_success:
+                raise StreamTooLarge(where, limit=limit, unit="bytes")
+            parts.append(piece[: len(piece) + left])
+            break
+        parts.append(piece)
+    return b"".join(parts).decode("utf-8", "replace")
 
 
-def _status_error(response: httpx.Response, where: str) -> AttemptError:
+def _status_error(response: httpx.Response, where: str, text: str) -> AttemptError:
     code = response.status_code
-    text = _body_text(response)
     detail = clip(error_message(loads(text)) or text) or "(empty body)"
     status = "rate_limited" if code == 429 else "error"
     return AttemptError(

@@ -14,7 +14,7 @@ import time
 
 from collections.abc import Mapping
 
-from tailkit.deadline._scope import current_deadline, now
+from tailkit.deadline._scope import FAR_S, current_deadline, now
 
 
 DEADLINE_HEADER = "x-tailkit-deadline"  # absolute wall-clock instant, epoch seconds
@@ -40,21 +40,27 @@ def deadline_headers(
         ``x-tailkit-remaining-s`` (seconds left at send time).
     """
     deadline = current_deadline() if deadline is None else deadline
-    if math.isinf(deadline):
+    left = deadline - (now() if now_mono is None else now_mono)
+    if math.isnan(left) or left > FAR_S:  # none, or so far that it is none (`far`)
         return {}
-    left = max(deadline - (now() if now_mono is None else now_mono), 0.0)
+    left = max(left, 0.0)
     wall = time.time() if now_wall is None else now_wall
     return {DEADLINE_HEADER: f"{wall + left:.6f}", REMAINING_HEADER: f"{left:.6f}"}
 
 
 def _header(headers: Mapping[str, str], name: str) -> float | None:
+    """
+    A header's number; ``None`` when absent, malformed, NaN or ``inf`` (no deadline said).
+
+    ``-inf`` stays: a deadline that has passed.
+    """
     for key, value in headers.items():
         if key.lower() == name:
             try:
                 number = float(value)
             except (TypeError, ValueError):
                 return None
-            return number if math.isfinite(number) else None
+            return None if math.isnan(number) or number == math.inf else number
     return None
 
 
@@ -70,7 +76,9 @@ def deadline_from_headers(
     Takes ``min(deadline_wall - now_wall, remaining_at_send)``: time spent in queues before
     this process saw the request counts (the wall-clock term), and a receiver whose clock runs
     behind cannot stretch the budget (the remaining term). A malformed header is ignored, the
-    other still applies; none gives ``math.inf``.
+    other still applies; none gives ``math.inf``, and so does one more than
+    ``tailkit.deadline.lowlevel.FAR_S`` seconds (about 32 years) away, such as ``1e308``
+    (``inf`` and ``nan`` are malformed; ``-inf`` has passed).
 
     Args:
         headers: Request headers (names compared case-insensitively).
@@ -84,6 +92,6 @@ def deadline_from_headers(
         budget = wall_deadline - (time.time() if now_wall is None else now_wall)
     if left is not None:
         budget = min(budget, left)
-    if math.isinf(budget):
+    if budget > FAR_S:  # none, or farther than any deadline is (`tailkit.deadline.lowlevel.far`)
         return math.inf
     return (now() if now_mono is None else now_mono) + max(budget, 0.0)

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+import numbers
 import time
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import cast
 
 
 CUT_GRACE_S = 0.05  # how long a due scope waits for the executor to start cutting
+FAR_S = 1e9  # seconds: a deadline farther away (about 32 years) is none (see `far`)
 _SAME_INSTANT_S = 1e-6  # an executor cut this much after a scope's deadline still counts
 _YEAR_S = 365.25 * 86_400.0
 
@@ -77,11 +80,51 @@ def remaining() -> float:
     return math.inf if math.isinf(deadline) else max(deadline - now(), 0.0)
 
 
-def _check_seconds(api: str, seconds: float) -> float:
-    if math.isnan(seconds):
+def _number(api: str, value: object) -> float:
+    """
+    ``value`` as a float: an int too large for one is infinite; NaN and non-numbers refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        msg = f"{api} takes a number of seconds, got {type(value).__name__} {value!r}"
+        raise TypeError(msg)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past 1.8e308
+        number = math.inf if cast("float", value) > 0 else -math.inf
+    if math.isnan(number):
         msg = f"{api} takes a number of seconds, got NaN"
         raise ValueError(msg)
-    return seconds
+    return number
+
+
+def _check_seconds(api: str, seconds: object) -> float:
+    """
+    A duration as the scopes hold it: never negative, ``math.inf`` beyond `FAR_S`.
+
+    A negative duration is 0 (the deadline has passed); one longer than `FAR_S` is none.
+
+    Raises:
+        ValueError: ``seconds`` is NaN.
+        TypeError: ``seconds`` is not a number.
+    """
+    number = _number(api, seconds)
+    if number > FAR_S:
+        return math.inf
+    return max(number, 0.0)
+
+
+def far(deadline: float, loop_now: float) -> float:
+    """
+    ``deadline`` itself, or ``math.inf`` when it is more than `FAR_S` seconds after ``loop_now``.
+
+    What every deadline this package makes has been through: an instant that far away is no
+    deadline (nothing that far is a wait worth a timer), and one no calendar can write would
+    break every ledger line and header that carries it. An instant more than `FAR_S` seconds
+    past is moved up to that (it has passed either way).
+    """
+    if deadline - loop_now > FAR_S:
+        return math.inf
+    return max(deadline, loop_now - FAR_S)
 
 
 def _fixes(api: str) -> tuple[str, str, str]:
@@ -99,10 +142,18 @@ def _fixes(api: str) -> tuple[str, str, str]:
 
 def _check_at(api: str, when: float) -> float:
     """
-    ``when`` itself; ValueError for NaN, or for what looks like epoch seconds.
+    ``when`` as the scopes hold it: ``math.inf`` beyond `FAR_S` seconds from now.
+
+    An instant that far is none; ``-math.inf`` is the present (the deadline has passed).
+
+    Raises:
+        ValueError: ``when`` is NaN, or looks like epoch seconds.
+        TypeError: ``when`` is not a number.
     """
-    _check_seconds(api, when)
+    when = _number(api, when)
     loop_now, wall_now = now(), time.time()
+    if when == -math.inf:
+        return loop_now
     if when - loop_now > 10 * _YEAR_S and abs(when - wall_now) < 5 * _YEAR_S:
         after, at, wall = _fixes(api)
         msg = (
@@ -112,7 +163,7 @@ def _check_at(api: str, when: float) -> float:
             f"years from now(); use {after} or {at}, or {wall} for a wall-clock instant"
         )
         raise ValueError(msg)
-    return when
+    return far(when, loop_now)
 
 
 class DeadlineScope:
@@ -310,7 +361,7 @@ def deadline_at_wall(epoch_seconds: float) -> DeadlineScope:
     Raises:
         ValueError: ``epoch_seconds`` is NaN, or looks like a loop-clock instant.
     """
-    _check_seconds("deadline_at_wall", epoch_seconds)
+    epoch_seconds = _number("deadline_at_wall", epoch_seconds)
     if math.isinf(epoch_seconds):
         return DeadlineScope(at=epoch_seconds)
     wall_now, loop_now = time.time(), now()

@@ -51,6 +51,7 @@ from tailkit.executor._types import AttemptError as AttemptError
 from tailkit.executor._types import AttemptFn as AttemptFn
 from tailkit.executor._types import Chunk as Chunk
 from tailkit.executor._types import StreamResult as StreamResult
+from tailkit.executor._types import StreamTooLarge as StreamTooLarge
 from tailkit.executor._types import TruncatedStream as TruncatedStream
 from tailkit.executor._workflow import RunResult as RunResult
 from tailkit.ledger import AttemptRecord as AttemptRecord
@@ -77,6 +78,7 @@ __all__ = [
     "StepPolicy",
     "StepTimeout",
     "StreamResult",
+    "StreamTooLarge",
     "TruncatedStream",
     "idempotency_key",
     "new_run_id",

@@ -17,7 +17,13 @@ from typing import Any
 
 from tailkit.deadline import now
 from tailkit.executor._chunks import answer_usage, read_chunk
-from tailkit.executor._types import Attempt, AttemptFn, StreamResult, TruncatedStream
+from tailkit.executor._types import (
+    Attempt,
+    AttemptFn,
+    StreamResult,
+    StreamTooLarge,
+    TruncatedStream,
+)
 from tailkit.ledger import AttemptRecord
 
 
@@ -114,19 +120,29 @@ def ended(live: Live) -> None:
     wake()
 
 
-async def _read_stream(live: Live, result: Any) -> StreamResult:
+# one loop, every branch inline: it runs per chunk, where a helper call would cost
+async def _read_stream(live: Live, result: Any) -> StreamResult:  # noqa: PLR0912
     read = _Reading()
+    step = live.attempt.step
+    # the budgets, as local countdowns: one comparison per chunk (see StepPolicy)
+    chunks_left, chars_left = live.attempt.max_stream_chunks, live.attempt.max_stream_bytes
     try:
         async for chunk in result:
             at = now()
-            got = read_chunk(chunk, live.attempt.step)
+            got = read_chunk(chunk, step)
             read.chunks += 1
+            chunks_left -= 1
+            if chunks_left < 0:
+                raise _too_large(live, "chunks")
             if got.content:
                 if live.first_token is None:
                     live.first_token = at
                 live.last_chunk = at
                 live.tokens += got.tokens
                 if got.text:
+                    chars_left -= len(got.text)
+                    if chars_left < 0:
+                        raise _too_large(live, "characters")
                     read.parts.append(got.text)
             if got.final and not read.final:  # the first terminal chunk (a FINAL after: no news)
                 read.final, read.last = True, chunk
@@ -153,6 +169,12 @@ async def _read_stream(live: Live, result: Any) -> StreamResult:
     return StreamResult(
         "".join(read.parts), output, live.input_tokens, read.finish_reason, read.last
     )
+
+
+def _too_large(live: Live, unit: str) -> StreamTooLarge:
+    a = live.attempt
+    limit = a.max_stream_chunks if unit == "chunks" else a.max_stream_bytes
+    return StreamTooLarge(f"step {a.step!r}", limit=limit, unit=unit)
 
 
 @dataclass(slots=True)
@@ -200,8 +222,8 @@ def record_of(
     if live.streamed and live.first_token is not None:
         ttft = live.first_token - live.started
     deadline_at = None
-    if not math.isinf(a.deadline):
-        deadline_at = datetime.fromtimestamp(live.started_wall + (a.deadline - live.started), UTC)
+    if math.isfinite(a.deadline):
+        deadline_at = _calendar(live.started_wall + (a.deadline - live.started))
     attrs = dict(live.extra)
     if error is not None:
         attrs["error"] = str(error)[:500]
@@ -228,6 +250,19 @@ def record_of(
         winner=winner,
         attrs=attrs,
     )
+
+
+def _calendar(epoch_s: float) -> datetime | None:
+    """
+    An epoch instant as a UTC datetime, or ``None`` past what the calendar holds (year 9999).
+
+    The scopes make a deadline that far ``math.inf`` (`tailkit.deadline.lowlevel.far`); an
+    `Attempt` built by hand may still carry one, and its answer must not be lost for it.
+    """
+    try:
+        return datetime.fromtimestamp(epoch_s, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _output_tokens(live: Live) -> int | None:

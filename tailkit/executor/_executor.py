@@ -20,6 +20,7 @@ from typing import Any
 
 from tailkit.config import Plan, scale_plan
 from tailkit.deadline import current_deadline
+from tailkit.deadline.lowlevel import instant
 from tailkit.errors import ConfigError
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
@@ -295,7 +296,8 @@ class Executor:
             call_index: Which logical call of the step this is within the run (part of the key).
             inputs: Results of the steps it depends on, passed to every attempt.
             deadline: Run deadline, an instant on the loop clock (``None``: the current one;
-                never later than it).
+                never later than it; one more than about 32 years away is none, as in
+                `tailkit.deadline`).
             enforce: Cut the step at the deadline here (``False``: the caller does, as a
                 workflow run does for all its steps at once).
 
@@ -310,7 +312,9 @@ class Executor:
             known = ", ".join(plan.steps)
             msg = f"step {name!r} is not in plan {plan.workflow!r};"
             raise ConfigError(msg, field="name", value=name, fix=f"it has {known}")
-        limit = current_deadline() if deadline is None else min(deadline, current_deadline())
+        limit = current_deadline()
+        if deadline is not None:
+            limit = min(instant("run_step", deadline), limit)
         run_id = new_run_id() if run_id is None else run_id
         budget = state.shared.budget
         book = RunBook(budget.open(1))  # a lone call: one first attempt

@@ -68,15 +68,18 @@ def profile_record(record: AttemptRecord, time_scale: float, origin: datetime) -
     def back(value: float | None) -> float | None:
         return None if value is None else value / time_scale
 
-    def moved(value: datetime) -> datetime:
-        return origin + (value - origin) / time_scale
+    def moved(value: datetime) -> datetime | None:
+        try:
+            return origin + (value - origin) / time_scale
+        except OverflowError:  # a deadline decades away, in plan seconds: past year 9999
+            return None
 
     return dataclasses.replace(
         record,
         ttft_s=back(record.ttft_s),
         total_s=back(record.total_s),
         censored_at_s=back(record.censored_at_s),
-        started_at=moved(record.started_at),
+        started_at=moved(record.started_at) or record.started_at,
         deadline_at=None if record.deadline_at is None else moved(record.deadline_at),
         attrs=dict(record.attrs),
     )

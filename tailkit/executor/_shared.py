@@ -21,7 +21,13 @@ from tailkit.executor._alarm import Alarms
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
-from tailkit.executor._types import Attempt, AttemptError, Validator
+from tailkit.executor._types import (
+    MAX_STREAM_BYTES,
+    MAX_STREAM_CHUNKS,
+    Attempt,
+    AttemptError,
+    Validator,
+)
 from tailkit.ledger import Ledger
 
 
@@ -49,6 +55,13 @@ class StepPolicy:
         provider_errors: Exception types (besides `AttemptError`, timeouts, connection
             errors and anything carrying an HTTP status) that mean the provider failed and
             may be retried. Any other exception is the caller's own bug: it is raised at once.
+        max_stream_bytes: A stream's byte budget: an attempt whose stream goes past it
+            without ending fails with `StreamTooLarge` (status ``error``, retried like any
+            failure) instead of being held in memory until the deadline. The adapters count
+            the bytes they receive; the executor counts the characters of answer text it
+            keeps, for any attempt function. Default 256 MiB, which no real answer reaches.
+        max_stream_chunks: A stream's chunk budget, counted by the executor (every chunk,
+            keep-alives too): past it, `StreamTooLarge`. Default 1,000,000.
     """
 
     validator: Validator | None = None
@@ -58,6 +71,8 @@ class StepPolicy:
     project_overrun: bool = False
     resend_non_idempotent: bool = False
     provider_errors: tuple[type[BaseException], ...] = ()
+    max_stream_bytes: int = MAX_STREAM_BYTES
+    max_stream_chunks: int = MAX_STREAM_CHUNKS
 
     def __post_init__(self) -> None:
         """
@@ -97,6 +112,11 @@ class StepPolicy:
             if not isinstance(value, bool):
                 msg = f"{{field}} must be True or False, got {value!r}."
                 raise ConfigError(msg, field=name, value=value, fix="Pass True or False.")
+        for name in ("max_stream_bytes", "max_stream_chunks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                msg = f"{{field}} must be a positive integer, got {value!r}."
+                raise ConfigError(msg, field=name, value=value, fix="Pass 1 or more.")
         errors = self.provider_errors
         if not isinstance(errors, tuple) or not all(
             isinstance(e, type) and issubclass(e, BaseException) for e in errors

@@ -188,9 +188,11 @@ class StepRun(ExtraAttempts):
         self, route_name: str, role: str, *, cause: str | None = None, delay_s: float = 0.0
     ) -> Live:
         route = self.s.plan.routes[route_name]
+        policy = self.policy
         attempt = Attempt(
             self.step.name, route_name, route.provider, route.model, len(self.lives), role,
-            self.key, self.deadline, self.run_id, self.inputs,
+            self.key, self.deadline, self.run_id, self.inputs, policy.max_stream_bytes,
+            policy.max_stream_chunks,
         )  # fmt: skip
         # its span starts before the attempt function runs, so it is current there
         begin = None if self.tel is None else self.tel.attempt_started

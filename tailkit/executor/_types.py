@@ -31,6 +31,12 @@ from tailkit.executor._events import trace_headers
 CONTENT, ROLE, KEEPALIVE, USAGE, FINAL_KIND = "content", "role", "keepalive", "usage", "final"
 DONE_TEXT = "[DONE]"  # the SSE terminal line, accepted as a terminal marker
 
+# A stream's budgets: what no real answer reaches. 128k output tokens streamed as chat chunks
+# are about 40 MB of SSE (with logprobs several times that) and 128k chunks; a stream that
+# never ends is cut at these instead of being held in memory until the deadline.
+MAX_STREAM_BYTES = 256 * 2**20
+MAX_STREAM_CHUNKS = 1_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
@@ -72,6 +78,11 @@ class Attempt:
         deadline: The run deadline, an instant on the loop clock (``math.inf``: none).
         run_id: The workflow run, if any.
         inputs: Results of the steps this one depends on, by step name.
+        max_stream_bytes: The stream's byte budget (`StepPolicy.max_stream_bytes`): an
+            adapter raises `StreamTooLarge` once it has received more bytes than this (the
+            executor itself counts the characters of answer text it keeps).
+        max_stream_chunks: The stream's chunk budget (`StepPolicy.max_stream_chunks`),
+            counted by the executor.
     """
 
     step: str
@@ -84,6 +95,8 @@ class Attempt:
     deadline: float = math.inf
     run_id: str | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    max_stream_bytes: int = MAX_STREAM_BYTES
+    max_stream_chunks: int = MAX_STREAM_CHUNKS
 
     def remaining(self) -> float:
         """
@@ -149,6 +162,30 @@ class TruncatedStream(AttemptError):  # noqa: N818 - reads as what happened
         msg = f"step {step!r}: the stream ended after {chunks} chunk(s) without its terminal "
         msg += "marker (FINAL, '[DONE]', a finish_reason, response.completed or message_stop)"
         super().__init__(msg)
+
+
+class StreamTooLarge(AttemptError):  # noqa: N818 - reads as what happened
+    """
+    A stream went past its byte or chunk budget without ending: a runaway, failed (``error``).
+
+    Its ledger line says ``error_type: StreamTooLarge``; the step treats it as any failed
+    attempt (retried, failed over, hedged around). The budgets are the step's
+    (`StepPolicy.max_stream_bytes`, `StepPolicy.max_stream_chunks`).
+
+    Args:
+        where: The step (or route and endpoint) whose stream it is.
+        limit: The budget passed.
+        unit: What it counts: ``bytes``, ``characters`` (of answer text) or ``chunks``.
+    """
+
+    def __init__(self, where: str, *, limit: int, unit: str) -> None:
+        option = "max_stream_chunks" if unit == "chunks" else "max_stream_bytes"
+        msg = (
+            f"{where}: the stream passed its budget of {limit:,} {unit} without ending; a "
+            f"real answer never gets there (raise StepPolicy({option}=...) if this one does)"
+        )
+        super().__init__(msg, status="error")
+        self.limit, self.unit = limit, unit
 
 
 def classify(error: BaseException) -> tuple[str, int | None, float | None]:

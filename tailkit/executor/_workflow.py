@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailkit.deadline import carry_deadline_at, current_deadline, now
-from tailkit.deadline.lowlevel import executor_cuts, executor_cutting
+from tailkit.deadline.lowlevel import executor_cuts, executor_cutting, far, seconds
 from tailkit.errors import ConfigError
 from tailkit.executor._shared import RunBook
 from tailkit.executor._types import AttemptFn
@@ -101,8 +101,9 @@ async def run_workflow(
             ``attempt.step``).
         run_id: The run's id.
         deadline_s: The run's budget in plan seconds (``None``: the plan's ``deadline_s``);
-            never later than a deadline already in force. A time-scaled executor scales it
-            like the plan, and reports the `RunResult`'s seconds back in plan seconds.
+            never later than a deadline already in force; more than about 32 years is none
+            (``math.inf``), NaN is refused. A time-scaled executor scales it like the plan,
+            and reports the `RunResult`'s seconds back in plan seconds.
     """
     return await prepared_run(executor, attempt_fns, run_id=run_id, deadline_s=deadline_s).go()
 
@@ -122,6 +123,7 @@ def prepared_run(
     loaded = executor.loaded  # the run keeps this plan to its end, whatever replaces it
     fns = _resolve(loaded.order, attempt_fns)
     budget_s = loaded.profile_plan.deadline_s if deadline_s is None else deadline_s
+    budget_s = seconds("Executor.run(deadline_s=...)", budget_s)  # NaN refused; far: none
     return _Run(executor, loaded, fns, run_id, budget_s)
 
 
@@ -142,7 +144,9 @@ class _Run:
         self.budget_s = budget_s  # plan seconds
         self.scale = executor.time_scale  # real seconds per plan second
         self.started = now()
-        self.deadline = min(self.started + budget_s * self.scale, current_deadline())
+        self.deadline = min(
+            far(self.started + budget_s * self.scale, self.started), current_deadline()
+        )
         self.results: dict[str, Any] = {}
         self.failed: dict[str, BaseException] = {}
         self.finished: list[str] = []
