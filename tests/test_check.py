@@ -584,8 +584,11 @@ def test_cli_reads_ledgers_with_the_options_of_ingest(
     refused = runner.invoke(app, ["check", str(plan_file), str(done)])
     held = runner.invoke(app, ["check", str(plan_file), str(done), "--status-map", "done=ok"])
     over = runner.invoke(app, ["check", str(plan_file), str(good), "--set-over", "model=m"])
-    assert 1 == refused.exit_code, refused.output
-    assert "6,000 ledger lines were rejected" in refused.output
+    # without --status-map every run lost its winners to ingest: nothing to judge, no misses
+    assert 2 == refused.exit_code, refused.output
+    assert "ingest refused a line of theirs" in refused.stderr
+    assert "status 'done' is not one of ok" in refused.stderr
+    assert "Read its columns as they are meant (--status-map, --map, --unit)" in refused.stderr
     assert 0 == held.exit_code, held.output
     assert held.output.rstrip().endswith("holds: 13 of 13 lines hold, over 2,000 runs")
     assert 0 == over.exit_code, over.output

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tailkit.check import check_plan, observe
-from tailkit.check.lowlevel import CLOCK, PARTIAL, ROUTE
+from tailkit.check.lowlevel import CLOCK, PARTIAL, REFUSED, ROUTE
 from tailkit.cli import app
 from tailkit.errors import IngestError
 from tailkit.ingest import ScanOptions
@@ -259,13 +259,34 @@ def test_the_cli_says_what_was_left_out_in_text_and_json(
     quiet = runner.invoke(app, ["check", str(plan_file), str(path), "--quiet"])
     assert "2 runs left out (for times that cannot be true)" in quiet.output
     doc = json.loads(runner.invoke(app, ["check", str(plan_file), str(path), "--json"]).stdout)
-    assert {"clock": 2, "route": 0, "partial": 0} == {
+    assert {"clock": 2, "route": 0, "refused": 0, "partial": 0} == {
         k: v for k, v in doc["left_out"].items() if k != "runs"
     }
     assert list(SKEWED[:2]) == [x["run_id"] for x in doc["left_out"]["runs"]]
     assert {"run_id", "reason", "detail"} == set(doc["left_out"]["runs"][0])
     assert 1 == len(doc["warnings"])
     assert RUNS - 2 == doc["workflow"]["runs"]
+
+
+def test_runs_with_a_line_ingest_refused_are_left_out_not_misses(
+    tmp_path: Path, plan_file: Path, records: list[dict[str, Any]]
+) -> None:
+    """A winner with an unreadable status, or two runs under one id: left out, named."""
+    for r in records:
+        if r["run_id"] == SKEWED[0] and r["step"] == "draft" and r["winner"]:
+            r["status"] = "done"
+    again = [
+        dict(r, total_s=(r["total_s"] or 0) + 1.0) for r in records if r["run_id"] == SKEWED[1]
+    ]
+    kept = [r for r in records if r["run_id"] not in SKEWED[:2]]
+    report = check_plan(plan_file, _write(tmp_path / "l.jsonl", records + again))
+    clean = check_plan(plan_file, _write(tmp_path / "clean.jsonl", kept))
+    obs = report.observation
+    assert (RUNS - 2, 2) == (obs.runs, obs.left_out_refused)
+    assert _figures(clean) == _figures(report)
+    assert [REFUSED, REFUSED] == [x.reason for x in obs.left_out]
+    assert "status 'done' is not one of" in obs.left_out[0].detail
+    assert "with other values: total_s" in obs.left_out[1].detail
 
 
 # --- runs of other workflows ----------------------------------------------------------------

@@ -18,6 +18,9 @@ CLOCK = "clock"
 ROUTE = "route"
 """`LeftOut.reason` of a run with an attempt on a route the plan does not have for its step."""
 
+REFUSED = "refused"
+"""`LeftOut.reason` of a run a line of which ingest refused (it would read as a lost step)."""
+
 PARTIAL = "partial"
 """`LeftOut.reason` of a run without a required step that its dependencies would have started."""
 
@@ -30,8 +33,10 @@ class LeftOut:
     Args:
         run_id: The run.
         reason: `CLOCK` (its times cannot be true), `ROUTE` (an attempt on a route the plan
-            does not have for its step) or `PARTIAL` (a required step never started though
-            the steps it waits on won in time: another workflow's run, or lines lost).
+            does not have for its step), `REFUSED` (ingest refused a line of it: a status
+            or value it cannot read, a call id another line holds with other values) or
+            `PARTIAL` (a required step never started though the steps it waits on won in
+            time: another workflow's run, or lines lost).
         detail: Which line and what about it, e.g. ``ledger.jsonl line 12: total_s is
             negative: -5.0``.
     """
@@ -184,6 +189,9 @@ class Observation:
             have for its step (the ledger is refused when they are more than a tenth).
         left_out_partial: Runs left out because a required step has no line although the
             steps it waits on won in time (another workflow's runs, or lines lost).
+        left_out_refused: Runs left out because ingest refused a line of theirs (a value it
+            cannot read, a call id another line holds with other values): read without it,
+            each would be a run that lost a step.
         left_out: The first 100 runs left out, each with its reason and the line that shows it.
         warnings: Sentences naming the runs left out and why.
         durations: The runs' durations behind ``p50_s`` and ``p99_s`` (a failed run is
@@ -209,6 +217,7 @@ class Observation:
     left_out_clock: int = 0
     left_out_route: int = 0
     left_out_partial: int = 0
+    left_out_refused: int = 0
     left_out: tuple[LeftOut, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
     durations: Durations = field(default=Durations(), compare=False, repr=False)

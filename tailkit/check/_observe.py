@@ -381,6 +381,7 @@ def _observation(
         left_out_clock=screened.clock,
         left_out_route=screened.route,
         left_out_partial=screened.partial,
+        left_out_refused=screened.refused,
         left_out=screened.left_out,
         warnings=screened.warnings,
         durations=Durations(tuple(finished), tuple(unfinished)),

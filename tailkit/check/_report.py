@@ -196,11 +196,13 @@ def _left_out(obs: Observation) -> str:
         why.append(f"{obs.left_out_clock:,} for times that cannot be true")
     if obs.left_out_route:
         why.append(f"{obs.left_out_route:,} on routes the plan does not have")
+    if obs.left_out_refused:
+        why.append(f"{obs.left_out_refused:,} with a line ingest refused")
     if obs.left_out_partial:
         why.append(f"{obs.left_out_partial:,} without a required step")
     if not why:
         return ""
-    total = obs.left_out_clock + obs.left_out_route + obs.left_out_partial
+    total = obs.left_out_clock + obs.left_out_route + obs.left_out_refused + obs.left_out_partial
     said = why[0].split(" ", 1)[1] if len(why) == 1 else ", ".join(why)
     return f"; {total:,} run{'' if total == 1 else 's'} left out ({said})"
 
@@ -344,6 +346,7 @@ class CheckReport:
             "left_out": {
                 "clock": obs.left_out_clock,
                 "route": obs.left_out_route,
+                "refused": obs.left_out_refused,
                 "partial": obs.left_out_partial,
                 "runs": [entry.as_dict() for entry in obs.left_out],
             },

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailkit import text
-from tailkit.check._observation import CLOCK, PARTIAL, ROUTE, LeftOut
+from tailkit.check._observation import CLOCK, PARTIAL, REFUSED, ROUTE, LeftOut
 from tailkit.config import Plan
 from tailkit.errors import IngestError
 from tailkit.record import CALL_COLUMNS
@@ -79,6 +79,7 @@ class Screened:
     clock: int = 0
     route: int = 0
     partial: int = 0
+    refused: int = 0
     left_out: tuple[LeftOut, ...] = ()
     warnings: tuple[str, ...] = ()
 
@@ -120,11 +121,12 @@ SELECT * FROM ck_lines l WHERE NOT EXISTS (
 # refused line keeps its source row as JSON: the file's own line, or (from a CSV or Parquet
 # file) the call record's fields, so its run id is under the mapped column or ``run_id``.
 _REJECTED = """
-SELECT run_id, detail, source_file, source_row FROM (
+SELECT run_id, detail, source_file, source_row, timed FROM (
     SELECT CASE WHEN json_valid(raw) THEN coalesce(raw::JSON ->> ?, raw::JSON ->> 'run_id') END
-        AS run_id, detail, source_file, source_row
-    FROM rejects WHERE {reasons}
+        AS run_id, detail, source_file, source_row, ({reasons}) AS timed
+    FROM rejects
 ) WHERE run_id IN (SELECT run_id FROM ck_lines)
+ORDER BY source_file, source_row
 """
 
 _LONG = """
@@ -194,7 +196,13 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
     row = store.fetchone("SELECT count(DISTINCT run_id) FROM ck_lines")
     runs = int(row[0]) if row else 0
     off = _off_plan(store, plan, runs, ledgers)
-    found = {CLOCK: _clock(store, plan, run_column), ROUTE: off, PARTIAL: _partial(store, plan)}
+    refused = _refused(store, run_column)
+    found = {
+        CLOCK: _clock(store, plan, refused),
+        ROUTE: off,
+        REFUSED: _lost(refused),
+        PARTIAL: _partial(store, plan),
+    }
     seen: set[str] = set()
     for reason, runs_out in found.items():  # a run is left out once, for its first reason
         found[reason] = {k: v for k, v in runs_out.items() if k not in seen}
@@ -213,13 +221,14 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
             f"ledger {text.printable(ledgers)}: every one of its {runs:,} runs of this plan's "
             f"steps was left out: {'; '.join(warnings)}"
         )
-        fix = _ROUTE_FIX if found[ROUTE] else _CLOCK_FIX if found[CLOCK] else _PARTIAL_FIX
+        fix = _FIX[max(found, key=lambda reason: len(found[reason]))]
         raise IngestError(msg, fix=fix)
     left = [e for out in found.values() for e in out.values()]
     return Screened(
         len(found[CLOCK]),
         len(found[ROUTE]),
         len(found[PARTIAL]),
+        len(found[REFUSED]),
         tuple(left[:KEPT]),
         tuple(warnings),
     )
@@ -228,6 +237,8 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
 _WHY = {
     CLOCK: "for times that cannot be true (a wrong clock or a corrupt line), not counted as misses",
     ROUTE: "for attempts on routes the plan does not have for their step",
+    REFUSED: "because ingest refused a line of theirs (they would read as runs that lost a "
+    "step), not counted as misses",
     PARTIAL: "because a required step has no line although the steps it waits on finished "
     "in time (another workflow's runs that share step names, or lines lost), not counted as "
     "misses",
@@ -242,7 +253,13 @@ _CLOCK_FIX = (
     "Fix the clocks (or the lines) that wrote the ledger; a duration written in milliseconds "
     "is read as seconds unless {unit} ms says so."
 )
-_PARTIAL_FIX = "Pass the ledger of the runs this plan made, with the lines of every step."
+_FIX = {
+    CLOCK: _CLOCK_FIX,
+    ROUTE: _ROUTE_FIX,
+    REFUSED: "Read its columns as they are meant ({status_map}, {mapping}, {unit}): see why "
+    "each line was refused with tailkit ingest LEDGER and tailkit rejects.",
+    PARTIAL: "Pass the ledger of the runs this plan made, with the lines of every step.",
+}
 
 
 def _named(left: Sequence[LeftOut] | Any) -> str:
@@ -328,7 +345,26 @@ def _off_plan(store: Store, plan: Plan, runs: int, ledgers: str) -> dict[str, Le
     }
 
 
-def _clock(store: Store, plan: Plan, run_column: str) -> dict[str, LeftOut]:
+def _refused(store: Store, run_column: str) -> list[tuple[Any, ...]]:
+    """
+    The lines ingest refused, of runs of the plan's steps: run, detail, file, row, timed.
+    """
+    return store.fetchall(_REJECTED.format(reasons=_TIME_REASONS), [run_column])
+
+
+def _lost(refused: list[tuple[Any, ...]]) -> dict[str, LeftOut]:
+    """
+    The runs a line of which ingest refused for anything but its time, by their first such line.
+    """
+    found: dict[str, LeftOut] = {}
+    for run, why, source, line, timed in refused:
+        if not timed:
+            detail = f"{_where(source, line)}: {text.printable(why)}"
+            found.setdefault(str(run), LeftOut(str(run), REFUSED, detail))
+    return found
+
+
+def _clock(store: Store, plan: Plan, refused: list[tuple[Any, ...]]) -> dict[str, LeftOut]:
     """
     The runs whose times cannot be true, each with the first line that shows it.
     """
@@ -337,12 +373,9 @@ def _clock(store: Store, plan: Plan, run_column: str) -> dict[str, LeftOut]:
     def add(run: object, detail: str) -> None:
         found.setdefault(str(run), LeftOut(str(run), CLOCK, detail))
 
-    rows = store.fetchall(
-        _REJECTED.format(reasons=_TIME_REASONS) + " ORDER BY source_file, source_row",
-        [run_column],
-    )
-    for run, detail, source, line in rows:
-        add(run, f"{_where(source, line)}: {text.printable(detail)}")
+    for run, detail, source, line, timed in refused:
+        if timed:
+            add(run, f"{_where(source, line)}: {text.printable(detail)}")
     far_s = FAR * plan.deadline_s
     if math.isfinite(far_s):
         limit = f"the deadline is {text.seconds(plan.deadline_s)}"

@@ -7,8 +7,8 @@ packages and tools need not reach into private modules: the observed intervals (
 `ratio`, `observed_quantiles`, `at_level`), the rule a line drifts by (`line_level`), the
 defaults and the names of the figures, the words a line is written in (`figure_text`,
 `observed_text`), the parts of a result (`Judged`, `Cause`, `RouteAttempts`, `Durations`,
-`LeftOut`), and what the screen of the runs leaves out (`CLOCK`, `ROUTE`, `PARTIAL`) and by
-which bounds (`FAR`, `OFF_PLAN_SHARE`).
+`LeftOut`), and why the screen of the runs leaves one out (`CLOCK`, `ROUTE`, `REFUSED`,
+`PARTIAL`) and by which bounds (`FAR`, `OFF_PLAN_SHARE`).
 
 Each observed figure is a `tailkit.estimate.Estimate`, at ``tailkit.estimate.LEVEL`` unless
 asked for another level.
@@ -27,7 +27,7 @@ from tailkit.check._estimate import (
     rate,
     ratio,
 )
-from tailkit.check._observation import CLOCK, PARTIAL, ROUTE, LeftOut, RouteAttempts
+from tailkit.check._observation import CLOCK, PARTIAL, REFUSED, ROUTE, LeftOut, RouteAttempts
 from tailkit.check._report import (
     CAUSES,
     STEP_FIGURES,
@@ -53,6 +53,7 @@ __all__ = [
     "NO_DATA",
     "OFF_PLAN_SHARE",
     "PARTIAL",
+    "REFUSED",
     "ROUTE",
     "STEP_FIGURES",
     "THIN_BASIS_CALLS",
