@@ -32,7 +32,10 @@ Errors are raised as `AttemptError` with the call-record status the executor act
 - connection refused, reset, or closed before the response: ``error``.
 
 The provider's own error message is kept, clipped, in the exception's message. A stream that
-ends without ``data: [DONE]`` simply ends: the executor marks it truncated.
+ends without ``data: [DONE]`` simply ends: the executor marks it truncated. A body (streamed
+or not) is read to the attempt's byte budget (``attempt.max_stream_bytes``, the step's
+`StepPolicy.max_stream_bytes`) at most: past it, `StreamTooLarge`; an error response is read
+only for its message (its first 64 KiB).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ The deadline lives in a contextvar, so every task started under it inherits it: 
 executor's cutoffs read it, and outgoing requests carry it in their headers. Scopes compose
 with ``min()``: a scope never extends the deadline it was entered under. ``*_after(seconds)``
 is a duration that becomes an instant when the scope is entered; ``*_at(when)`` is an instant
-on the loop clock (`now()`); ``math.inf`` means no deadline of its own.
+on the loop clock (`now()`); ``math.inf`` means no deadline of its own, and so does one more
+than `tailkit.deadline.lowlevel.FAR_S` seconds (about 32 years) away. A negative duration has
+passed; NaN and non-numbers are refused.
 
 Three kinds of scope, named as in trio and anyio, each usable with ``with`` or ``async with``:
 
