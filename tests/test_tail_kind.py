@@ -253,7 +253,8 @@ def test_first_token_stalls_are_seen_in_the_ttft(seed: int) -> None:
     """
     Stalls of 2-5 s before the first token of ~10 s calls show in the TTFT.
 
-    They are modest against the whole call, plain against a 0.5 s TTFT.
+    They are modest against the whole call, plain against a 0.5 s TTFT. The prompts' sizes
+    are known (a first-token tail is measured against them: without, a long prompt waits too).
     """
     rng = np.random.default_rng(seed)
     tokens = np.maximum(1, rng.lognormal(np.log(500), 0.8, 2000)).round()
@@ -261,7 +262,8 @@ def test_first_token_stalls_are_seen_in_the_ttft(seed: int) -> None:
         rng.random(2000) < 0.03, rng.uniform(2, 5, 2000), 0.0
     )
     latency = ttft + tokens / 50 * rng.lognormal(0, 0.1, 2000)
-    verdict = tail_kind(latency, output_tokens=tokens, ttft_s=ttft)
+    prompts = rng.integers(100, 4000, 2000)
+    verdict = tail_kind(latency, output_tokens=tokens, ttft_s=ttft, input_tokens=prompts)
 
     assert verdict.kind in {"transient", "mixed"}, verdict.sentence
     assert verdict.first_token is not None

@@ -40,7 +40,7 @@ def test_a_route_without_token_counts_cannot_be_called_transient(seed: int) -> N
         "can't tell: no token counts, so the work's share of the tail cannot be separated"
     )
     assert "than the route's typical call" in verdict.sentence
-    assert verdict.counted is False
+    assert () == verdict.counted
 
 
 def test_repeat_attempts_still_settle_a_route_without_token_counts() -> None:
@@ -49,6 +49,46 @@ def test_repeat_attempts_still_settle_a_route_without_token_counts() -> None:
 
     assert "transient" == verdict.kind, verdict.sentence
     assert "the latencies alone can't tell: no token counts" in verdict.sentence
+
+
+@pytest.mark.parametrize(
+    ("counts", "missing"),
+    [
+        ({"output_tokens": np.zeros(2000)}, "no token counts"),  # a log's 0 for "not reported"
+        ({"input_tokens": np.full(2000, 800.0)}, "no output token counts"),
+        ({"output_tokens": np.where(np.arange(2000) < 1500, np.nan, 300.0)}, "no token counts"),
+    ],
+)
+def test_counts_of_the_wrong_kind_or_too_few_do_not_measure_the_work(
+    counts: dict[str, Any], missing: str
+) -> None:
+    """All-zero counts, input counts alone, or counts on a quarter of calls: still can't tell."""
+    verdict = tail_kind(_stalled(np.random.default_rng(2)), **counts)
+
+    assert "unknown" == verdict.kind, verdict.sentence
+    assert verdict.sentence.startswith(
+        f"can't tell: {missing}, so the work's share of the tail cannot be separated"
+    )
+
+
+def test_a_first_token_stall_needs_input_counts_to_be_separated() -> None:
+    """Long waits for the first token and no prompt sizes: a long prompt waits too, unclaimed."""
+    rng = np.random.default_rng(0)
+    tokens = np.maximum(1, rng.lognormal(np.log(500), 0.8, 2000)).round()
+    ttft = 0.5 * rng.lognormal(0, 0.3, 2000) + np.where(
+        rng.random(2000) < 0.03, rng.uniform(2, 5, 2000), 0.0
+    )
+    latency = ttft + tokens / 50 * rng.lognormal(0, 0.1, 2000)
+
+    alone = tail_kind(latency, output_tokens=tokens, ttft_s=ttft)
+    sized = tail_kind(
+        latency, output_tokens=tokens, ttft_s=ttft, input_tokens=rng.integers(100, 4000, 2000)
+    )
+
+    assert alone.first_token is not None
+    assert alone.first_token.present
+    assert "first token" not in alone.sentence, alone.sentence  # not claimed without them
+    assert "first token" in sized.sentence, sized.sentence
 
 
 def test_token_counts_all_alike_measure_size_and_leave_the_tail_transient() -> None:
@@ -150,4 +190,4 @@ def test_the_tail_table_says_mixed_where_the_route_is_mixed(tmp_path: Path) -> N
     kind = report.verdicts.row(0, named=True)["tail_kind"]
     assert "mixed" == kind, report.verdicts.row(0, named=True)["verdict"]
     assert {"mixed"} == set(report.table["tail_kind"].to_list())
-    assert report.verdicts.row(0, named=True)["token_counts"] is True
+    assert "output,input" == report.verdicts.row(0, named=True)["token_counts"]

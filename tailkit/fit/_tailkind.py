@@ -156,9 +156,10 @@ class TailKind:
             transient), and, with slow spells, that a retry on the same provider does not
             escape a spell.
         paired: Evidence from paired calls (the same job on other routes), when given.
-        counted: Token counts are known for most finished calls (80 %), whether or not they
-            vary: without them, size cannot be measured, and a tail cannot be called
-            transient from single calls (the big calls may be it).
+        counted: The token counts known for most finished calls (80 %) and not all zero,
+            whether or not they vary: ``("output", "input")``, either, or none. Without output
+            counts a tail of the whole latency, without input counts one of the first token,
+            cannot be called transient from single calls (the big calls may be it).
         mode: A second, slower mode of the calls (`slow_mode`), e.g. retries after a
             client's timeout; ``None`` when there is none.
     """
@@ -175,7 +176,7 @@ class TailKind:
     hedges: HedgeEvidence | None
     sentence: str
     paired: HedgeEvidence | None = None
-    counted: bool = True
+    counted: tuple[str, ...] = ("output", "input")
     mode: SlowMode | None = None
 
     @property
@@ -341,15 +342,20 @@ def tail_kind(
     )
 
 
-def _counted(tokens: dict[str, _Array], finished: npt.NDArray[np.bool_]) -> bool:
+def _counted(tokens: dict[str, _Array], finished: npt.NDArray[np.bool_]) -> tuple[str, ...]:
     """
-    Some token count is known (finite, not negative) for 80 % of finished calls.
+    The token counts known (finite, not negative) for 80 % of finished calls, not all zero.
+
+    A log that writes 0 where it does not know the count (usage not reported) is no count.
     """
-    for counts in tokens.values():
+    out = []
+    for name, counts in tokens.items():
         known = np.isfinite(counts) & (counts >= 0)
-        if finished.any() and known[finished].mean() >= KNOWN_SHARE:
-            return True
-    return False
+        if not finished.any() or known[finished].mean() < KNOWN_SHARE:
+            continue
+        if np.any(counts[known & finished] > 0):
+            out.append(name)
+    return tuple(out)
 
 
 def _first_token_tail(
@@ -420,7 +426,7 @@ def _decide(
     n: int,
     unsized: int,
     claim: str,
-    counted: bool = True,
+    counted: tuple[str, ...] = ("output", "input"),
     mode: SlowMode | None = None,
 ) -> tuple[str, str]:
     """
@@ -428,21 +434,28 @@ def _decide(
 
     ``claim`` is what to say of whether a fresh attempt escapes what looks transient
     (`_claim`): confirmed by repeat attempts or paired calls, or only seen in single calls.
-    Without token counts (``counted`` false) single calls cannot separate the work's share of
-    the tail, and say so; ``mode`` is a second, slower mode of the calls, said where found.
+    Without the token counts a residual tail is measured against (``counted``: output for the
+    whole latency, input for the first token) single calls cannot separate the work's share
+    of the tail, and say so; ``mode`` is a second, slower mode of the calls, said where found.
     """
     share = tail.share_interval
-    unmeasured = not counted and not size.features
     explained = _explained(size, counted)
-    than = "the route's typical call" if unmeasured else "a call of their size"
+    than = "a call of their size" if size.features else "the route's typical call"
     seen = f"; {mode.describe(than)}" if mode is not None else ""
-    if tail.present or (first is not None and first.present):
-        what = _slower(tail, first, than)
-        if unmeasured:
-            return "unknown", (
-                f"can't tell: {_UNMEASURED}: {what}{seen}; big calls or stalled ones? Log "
-                f"input and output tokens, or let {_NEEDED} tell"
-            )
+    # Each residual tail is measured against the counts of its own work: the whole latency
+    # against the answer's length, the first token against the prompt's. Without them, slow
+    # calls may be the big ones: single calls cannot separate the work's share.
+    whole = tail.present and "output" in counted
+    waits = first is not None and first.present and "input" in counted
+    if (tail.present or (first is not None and first.present)) and not (whole or waits):
+        missing = _uncounted(counted, ("output",) if tail.present else ("input",))
+        return "unknown", (
+            f"can't tell: {missing}, so the work's share of the tail cannot be separated: "
+            f"{_slower(tail, first, than)}{seen}; big calls or stalled ones? Log their token "
+            f"counts, or let {_NEEDED} tell"
+        )
+    if whole or waits:
+        what = _slower(tail if whole else None, first if waits else None, than)
         if not size.explains or top >= 0.5:
             return "transient", f"transient: {what} ({explained}): {claim}"
         return "mixed", (
@@ -451,11 +464,12 @@ def _decide(
         )
     if clustering.p_value < SPELL_ALPHA:
         # The slowest residuals (size taken out) bunch up in time: slow spells.
-        if unmeasured:
+        if "output" not in counted:
             return "unknown", (
-                f"can't tell: {_UNMEASURED}: slow calls come in spells ({clustering.verdict})"
-                f"{seen}; a batch of big calls, or slow spells? Log input and output tokens, or "
-                f"let {_NEEDED} tell"
+                f"can't tell: {_uncounted(counted, ('output',))}, so the work's share of the "
+                f"tail cannot be separated: slow calls come in spells ({clustering.verdict})"
+                f"{seen}; a batch of big calls, or slow spells? Log their token counts, or let "
+                f"{_NEEDED} tell"
             )
         if not size.explains:
             return "transient", (
@@ -510,7 +524,7 @@ def _decide(
     )
 
 
-def _explained(size: SizeModel, counted: bool) -> str:
+def _explained(size: SizeModel, counted: tuple[str, ...]) -> str:
     """
     What size explains: a share of the spread, or why nothing (no counts, or all alike).
     """
@@ -521,12 +535,21 @@ def _explained(size: SizeModel, counted: bool) -> str:
     return "the token counts are all alike, so size cannot explain the spread"
 
 
-def _slower(tail: ResidualTail, first: ResidualTail | None, than: str) -> str:
+def _uncounted(counted: tuple[str, ...], needed: tuple[str, ...]) -> str:
+    """
+    Which counts are missing: ``no token counts`` (none at all) or ``no output token counts``.
+    """
+    if not counted:
+        return "no token counts"
+    return f"no {' and '.join(n for n in needed if n not in counted)} token counts"
+
+
+def _slower(tail: ResidualTail | None, first: ResidualTail | None, than: str) -> str:
     """
     The residual tails found, in words: of the whole latency, of the first token, or both.
     """
     parts = []
-    if tail.present:
+    if tail is not None and tail.present:
         share = tail.share_interval
         parts.append(
             f"{percent(tail.share)} [{percent(share.low)}–{percent(share.high)}] of "
@@ -592,7 +615,6 @@ def _calls_needed(share: float, level: float) -> int | None:
     return max(floor, math.ceil(z * z * share / (WORK_SHARE_MAX - share) ** 2))
 
 
-_UNMEASURED = "no token counts, so the work's share of the tail cannot be separated"
 _NEEDED = (
     "repeat attempts (hedged or retried calls of this route) or paired calls (the same job "
     "on other routes: a job_key)"

@@ -216,7 +216,7 @@ def _record(v: TailKind) -> dict[str, Any]:
         "paired_share": paired.share,
         "paired_share_lo": paired.interval.low if paired.pairs else nan,
         "paired_share_hi": paired.interval.high if paired.pairs else nan,
-        "token_counts": v.counted,
+        "token_counts": ",".join(v.counted),
         "second_mode_s": v.mode.at_s if v.mode else nan,
         "second_mode_share": v.mode.share if v.mode else nan,
         "second_mode_delay_s": v.mode.delay_s if v.mode else nan,
