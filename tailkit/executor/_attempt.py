@@ -124,13 +124,14 @@ def ended(live: Live) -> None:
 async def _read_stream(live: Live, result: Any) -> StreamResult:  # noqa: PLR0912
     read = _Reading()
     step = live.attempt.step
+    keep = read.parts.append
     # the budgets, as local countdowns: one comparison per chunk (see StepPolicy)
-    chunks_left, chars_left = live.attempt.max_stream_chunks, live.attempt.max_stream_bytes
+    chunks_left = most = live.attempt.max_stream_chunks
+    chars_left = live.attempt.max_stream_bytes
     try:
         async for chunk in result:
             at = now()
             got = read_chunk(chunk, step)
-            read.chunks += 1
             chunks_left -= 1
             if chunks_left < 0:
                 raise _too_large(live, "chunks")
@@ -139,11 +140,12 @@ async def _read_stream(live: Live, result: Any) -> StreamResult:  # noqa: PLR091
                     live.first_token = at
                 live.last_chunk = at
                 live.tokens += got.tokens
-                if got.text:
-                    chars_left -= len(got.text)
+                text = got.text
+                if text:
+                    chars_left -= len(text)
                     if chars_left < 0:
                         raise _too_large(live, "characters")
-                    read.parts.append(got.text)
+                    keep(text)
             if got.final and not read.final:  # the first terminal chunk (a FINAL after: no news)
                 read.final, read.last = True, chunk
             if got.finish_reason is not None:
@@ -163,7 +165,7 @@ async def _read_stream(live: Live, result: Any) -> StreamResult:  # noqa: PLR091
                 await closing
     live.ended = now()
     if not read.final:
-        raise TruncatedStream(live.attempt.step, read.chunks)
+        raise TruncatedStream(live.attempt.step, most - chunks_left)
     live.usage_output = read.output
     output = read.output if read.output is not None else live.tokens
     return StreamResult(
@@ -186,7 +188,6 @@ class _Reading:
     """
 
     parts: list[str] = field(default_factory=list)
-    chunks: int = 0
     final: bool = False
     last: Any = None
     finish_reason: str | None = None
