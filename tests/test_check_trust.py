@@ -20,10 +20,11 @@ import pytest
 
 from typer.testing import CliRunner
 
-from tailkit.check import check_plan, observe
+from tailkit.check import check_observation, check_plan, observe
 from tailkit.check.lowlevel import CLOCK, PARTIAL, REFUSED, ROUTE
 from tailkit.cli import app
-from tailkit.errors import IngestError
+from tailkit.config import parse_plan
+from tailkit.errors import ConfigError, IngestError
 from tailkit.ingest import ScanOptions
 from tests.test_check import World, ledger, plan_yaml
 
@@ -116,6 +117,21 @@ def test_a_few_runs_on_another_route_are_left_out_and_named(
     assert report.summary().endswith(
         f"over {RUNS - 4} runs; 4 runs left out (on routes the plan does not have)"
     )
+
+
+def test_an_observation_of_another_plans_routes_is_not_judged(
+    tmp_path: Path, plan_file: Path, records: list[dict[str, Any]]
+) -> None:
+    """check_observation refuses an observation whose steps ran on routes the plan lacks."""
+    obs = observe(plan_file, _write(tmp_path / "l.jsonl", records))
+    other = parse_plan(
+        plan_file.read_text("utf-8").replace("{provider: b, model: m}", "{provider: z, model: m}")
+    )
+    with pytest.raises(ConfigError, match=r"attempts on b/m, which the plan does not have for it"):
+        check_observation(other, obs)
+    renamed = plan_file.read_text("utf-8").replace("  tag:", "  label:")
+    with pytest.raises(ConfigError, match=r"the observation is of steps extract, draft, tag"):
+        check_observation(parse_plan(renamed), obs)
 
 
 def test_every_route_of_a_step_is_the_plans_whatever_the_case(

@@ -42,6 +42,7 @@ from tailkit.check._report import (
     observed_text,
 )
 from tailkit.check._rule import apart, close, line_level, plan_bounds, plan_interval
+from tailkit.check._screen import not_of
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.estimate import LEVEL, Estimate
@@ -180,8 +181,8 @@ def check_observation(
         is the observation's (``observation.level``).
 
     Raises:
-        ConfigError: The plan cannot be read or has no predictions, or an argument is out of
-            range.
+        ConfigError: The plan cannot be read or has no predictions, an argument is out of
+            range, or the observation is of other steps or routes than the plan's.
     """
     loaded, name = resolve_plan(plan)
     if not (math.isfinite(tolerance) and 0.0 <= tolerance < 1.0):
@@ -199,6 +200,15 @@ def check_observation(
             field="min_runs",
             value=min_runs,
             fix="Pass the fewest runs a line is judged on (30 by default).",
+        )
+    elsewhere = not_of(loaded, observation)
+    if elsewhere is not None:
+        msg = f"{name}: {elsewhere}: these are not the runs this plan made."
+        raise ConfigError(
+            msg,
+            field="observation",
+            value=observation.workflow,
+            fix="Observe the ledgers with this plan: observe(plan, ledgers).",
         )
     assert loaded.predicted is not None  # noqa: S101 - resolve_plan refuses a plan without
     bases = [s.basis.calls for s in loaded.steps.values() if s.basis is not None]

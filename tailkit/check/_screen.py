@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailkit import text
-from tailkit.check._observation import CLOCK, PARTIAL, REFUSED, ROUTE, LeftOut
+from tailkit.check._observation import CLOCK, PARTIAL, REFUSED, ROUTE, LeftOut, Observation
 from tailkit.config import Plan
 from tailkit.errors import IngestError
 from tailkit.record import CALL_COLUMNS
@@ -453,3 +453,30 @@ def _partial(store: Store, plan: Plan) -> dict[str, LeftOut]:
                 "all won",
             )
     return found
+
+
+def not_of(plan: Plan, observation: Observation) -> str | None:
+    """
+    Why ``observation`` is not of ``plan``'s runs (other steps, other routes), or ``None``.
+
+    `observe` leaves out the runs off the plan's routes; an observation made for another plan
+    (`check_observation` takes any) may still hold them.
+    """
+    names = [s.name for s in observation.steps]
+    if sorted(names) != sorted(plan.steps):
+        said = ", ".join(text.printable(n) for n in names[:_SHOWN])
+        mine = ", ".join(text.printable(n) for n in list(plan.steps)[:_SHOWN])
+        return f"the observation is of steps {said}, the plan's are {mine}"
+    routes = _plan_routes(plan)
+    for s in observation.steps:
+        ours = {(p.lower(), m.lower()) for p, m in routes[s.name].values()}
+        models = {m for _, m in ours}
+        for r in s.routes:
+            provider, _, model = r.route.lower().partition("/")
+            if (provider, model) not in ours and not (provider == "unknown" and model in models):
+                return (
+                    f"step {text.printable(s.name)!r} of the observation has {r.attempts:,} "
+                    f"attempts on {text.printable(r.route)}, which the plan does not have for "
+                    f"it (its routes: {_plan_text(routes[s.name])})"
+                )
+    return None
