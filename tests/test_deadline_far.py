@@ -19,6 +19,7 @@ import pytest
 from tailkit.deadline import (
     DEADLINE_HEADER,
     REMAINING_HEADER,
+    carry_deadline_at,
     current_deadline,
     deadline_after,
     deadline_at,
@@ -164,21 +165,31 @@ def test_a_deadline_that_has_passed_cuts_at_once(seconds: float) -> None:
 @pytest.mark.parametrize(
     ("value", "left", "wall_left"),
     [
-        ("1e308", math.inf, math.inf),
-        ("1e999", math.inf, math.inf),  # float() says inf
+        ("1e308", 1e308, 1e308),
+        ("1e999", math.inf, math.inf),  # float() says inf: malformed
         ("inf", math.inf, math.inf),
         ("nan", math.inf, math.inf),
         ("9" * 400, math.inf, math.inf),
-        (str(FAR_S * 2), math.inf, 0.0),  # as an epoch instant: 2033, which has passed
         ("-inf", 0.0, 0.0),
         ("-1e308", 0.0, 0.0),
-        ("12.5", 12.5, 0.0),
+        ("12.5", 12.5, 0.0),  # as an epoch instant: 1970, which has passed
     ],
 )
-def test_a_header_from_a_client_gives_a_deadline_the_server_can_hold(
+def test_a_header_from_a_client_gives_a_deadline_a_scope_can_hold(
     value: str, left: float, wall_left: float
 ) -> None:
-    """Deadline headers: far or malformed is none, -inf has passed, else as sent."""
+    """Deadline headers: malformed is none, -inf has passed; a far one, carried, is none."""
     assert left == deadline_from_headers({REMAINING_HEADER: value}, now_mono=0.0)
     at = deadline_from_headers({DEADLINE_HEADER: value}, now_mono=0.0, now_wall=2.5e9)
-    assert wall_left == at
+    assert at == pytest.approx(wall_left)
+
+    async def main() -> tuple[float, dict[str, str]]:
+        with carry_deadline_at(deadline_from_headers({REMAINING_HEADER: value})):
+            return current_deadline(), deadline_headers()
+
+    deadline, headers = run(main())
+    if left > FAR_S:
+        assert (math.inf, {}) == (deadline, headers)
+    else:
+        assert math.isfinite(deadline)
+        assert float(headers[REMAINING_HEADER]) == left

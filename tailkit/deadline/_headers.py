@@ -76,9 +76,10 @@ def deadline_from_headers(
     Takes ``min(deadline_wall - now_wall, remaining_at_send)``: time spent in queues before
     this process saw the request counts (the wall-clock term), and a receiver whose clock runs
     behind cannot stretch the budget (the remaining term). A malformed header is ignored, the
-    other still applies; none gives ``math.inf``, and so does one more than
-    ``tailkit.deadline.lowlevel.FAR_S`` seconds (about 32 years) away, such as ``1e308``
-    (``inf`` and ``nan`` are malformed; ``-inf`` has passed).
+    other still applies; none gives ``math.inf``. ``inf`` and ``nan`` are malformed and
+    ``-inf`` has passed. A far budget (``1e308``) is returned as read, so a server can tell
+    what was asked (``tailkit serve`` clamps it); a scope entered with it, or the executor
+    handed it, takes one more than ``tailkit.deadline.lowlevel.FAR_S`` seconds away as none.
 
     Args:
         headers: Request headers (names compared case-insensitively).
@@ -92,6 +93,6 @@ def deadline_from_headers(
         budget = wall_deadline - (time.time() if now_wall is None else now_wall)
     if left is not None:
         budget = min(budget, left)
-    if budget > FAR_S:  # none, or farther than any deadline is (`tailkit.deadline.lowlevel.far`)
+    if math.isinf(budget) and budget > 0:
         return math.inf
     return (now() if now_mono is None else now_mono) + max(budget, 0.0)
