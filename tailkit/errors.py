@@ -21,6 +21,7 @@ __all__ = [
     "MISSING",
     "AllAttemptsFailed",
     "ConfigError",
+    "FilterError",
     "IngestError",
     "InputFileError",
     "MappingError",
@@ -28,6 +29,7 @@ __all__ = [
     "QueryError",
     "StepTimeout",
     "StoreError",
+    "StoreFileError",
     "StoreVersionError",
     "StrictModeError",
     "TailkitError",
@@ -119,9 +121,23 @@ class ConfigError(TailkitError):
     """
 
 
+class FilterError(ConfigError):
+    """
+    A ``where`` filter is not SQL, or reaches beyond the call columns.
+
+    A subquery, a table function or a setting is refused before any query runs.
+    """
+
+
 class StoreError(TailkitError):
     """
     The DuckDB store cannot be opened or written.
+    """
+
+
+class StoreFileError(StoreError):
+    """
+    The store file cannot be read or written: not a regular file, locked, damaged, a full disk.
     """
 
 

@@ -214,7 +214,8 @@ def _selected_calls(store: Store, where: str | None, read: InPlace | None) -> in
     """
     if read is not None and not where:
         return read.rows_in - read.rejected
-    row = store.fetchone(f"SELECT count(*) FROM calls WHERE {where or 'TRUE'}")
+    # ``where`` came through `TableQuery`, which checked it; embedded as it was checked
+    row = store.fetchone(f"SELECT count(*) FROM calls WHERE ({where or 'TRUE'})")
     return int(row[0]) if row else 0
 
 

@@ -5,6 +5,9 @@ The DuckDB file that holds calls, rejects and the history of ingests.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import stat
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,9 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from tailkit.errors import OutOfMemoryError, QueryError, StoreError, StoreVersionError
+from tailkit.errors import (
+    OutOfMemoryError,
+    QueryError,
+    StoreError,
+    StoreFileError,
+    StoreVersionError,
+)
 from tailkit.record import CALL_COLUMNS, Buckets, bucket_label
 from tailkit.store import _schema
+from tailkit.store._where import checked_where
+from tailkit.text import printable
 
 
 if TYPE_CHECKING:
@@ -67,7 +78,8 @@ def calls_with_buckets_sql(buckets: Buckets | None = None, *, where: str | None 
 
     Args:
         buckets: Bucket edges; the defaults of `tailkit.record.Buckets` when ``None``.
-        where: An optional SQL filter on the call-record columns.
+        where: An optional SQL filter on the call-record columns, pasted in as it is: from a
+            user, check it with `checked_where` first (`tailkit.tails.TableQuery` does).
     """
     names = ", ".join(c.name for c in CALL_COLUMNS)
     filt = f" WHERE ({where})" if where else ""
@@ -91,6 +103,145 @@ def _set_memory_limit(con: duckdb.DuckDBPyConnection, memory_limit: str) -> None
             "give {field} a number and a unit, e.g. 2GB or 512MB"
         )
         raise StoreError(msg, field="memory_limit", value=memory_limit) from None
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+"""What a path that is not a regular file is, in words."""
+
+_FATAL = (duckdb.FatalException, duckdb.InternalException)
+"""DuckDB gave up on the database (a previous fatal error invalidated it)."""
+
+
+def _about_the_file(path: Path, exc: duckdb.Error) -> bool:
+    """
+    Whether DuckDB's ``exc`` is about the store file itself, not about a query or an input.
+
+    DuckDB raises a plain ``Error`` for a damaged block, and an ``IOException`` for a full
+    disk as for an unreadable input file (ingest reads its inputs on the store's connection):
+    an I/O error is the store's when it names the store's file (or its ``.wal`` or ``.tmp``),
+    or says the disk is full.
+    """
+    if str(path) == ":memory:":
+        return False
+    text = str(exc).lower()
+    if isinstance(exc, _FATAL) or "corrupt database file" in text or "checksum" in text:
+        return True
+    if "no space left" in text:
+        return True
+    # a commit that could not write the file or its log is a TransactionException
+    file_kinds = (duckdb.IOException, duckdb.PermissionException, duckdb.TransactionException)
+    return isinstance(exc, file_kinds) and path.name.lower() in text
+
+
+def _check_store_path(path: Path, *, read_only: bool) -> None:
+    """
+    Refuse a store path that is not a regular file (or absent, to be created), before DuckDB.
+
+    DuckDB opens whatever it is given: a named pipe blocks it forever, ``/dev/zero`` reads as
+    an endless file. So a store, and its write-ahead log beside it, must each be a regular
+    file, after following symbolic links.
+    """
+    for each in (path, path.with_name(path.name + ".wal")):
+        try:
+            mode = os.stat(each).st_mode
+        except FileNotFoundError:
+            continue  # absent (or a dangling link): created, or refused below when read-only
+        except OSError as exc:
+            msg = (
+                f"cannot use {printable(str(each))} as a store: {exc.strerror or exc}; check the "
+                "path and its folder"
+            )
+            raise StoreFileError(msg, field="db", value=str(path)) from None
+        if stat.S_ISREG(mode):
+            continue
+        kind = next((word for test, word in _KINDS if test(mode)), "not a regular file")
+        whose = "the store's write-ahead log " if each != path else ""
+        msg = (
+            f"{whose}{printable(str(each))} is {kind}, not a store file: give {{field}} the "
+            "path of a DuckDB file (a new path creates one)"
+        )
+        raise StoreFileError(msg, field="db", value=str(path))
+    if read_only and not path.exists():
+        shown = printable(str(path))
+        msg = f"no store at {shown}: run `tailkit ingest` first or pass {{field}} PATH"
+        raise StoreError(msg, field="db", value=str(path))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return printable(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
+    """
+    The error for a file DuckDB would not open: locked, not DuckDB's, damaged, unreadable.
+    """
+    first = _first_line(exc)
+    lowered = first.lower()
+    if re.search(r"\block\b|\blocked\b", lowered):
+        fix = "another process has it open for writing: wait for it to finish, or stop it"
+    elif "not a valid duckdb database file" in lowered:
+        fix = "it is not a DuckDB file: give {field} a tailkit store, or a new path to create one"
+    elif "corrupt" in lowered or "checksum" in lowered:
+        fix = _DAMAGED
+    elif "version" in lowered:
+        fix = "it was written by another DuckDB version: open it with the tailkit that wrote it"
+    elif "permission" in lowered or "read-only" in lowered or "read only" in lowered:
+        fix = "check the permissions of the file and its folder (or open it read-only)"
+    else:
+        fix = "check that it is a tailkit store and that its folder is readable"
+    msg = f"cannot open {printable(str(path))} as a DuckDB store: {first}; {fix}"
+    return StoreFileError(msg, field="db", value=str(path))
+
+
+_DAMAGED = (
+    "the store file is damaged: ingest the logs again into a new store (give {field} a new path)"
+)
+
+
+def _file_error(path: Path, exc: duckdb.Error) -> StoreFileError:
+    """
+    The error for DuckDB's failure to read or write the store file itself.
+    """
+    first = _first_line(exc)
+    lowered = first.lower()
+    if "corrupt" in lowered or "checksum" in lowered:
+        fix = _DAMAGED
+    elif isinstance(exc, _FATAL):
+        fix = (
+            "DuckDB stopped using the file after an earlier failure (often a full disk): free "
+            "space and run the command again; what was committed before is kept"
+        )
+    elif "permission" in lowered or isinstance(exc, duckdb.PermissionException):
+        fix = "check the permissions of the file and its folder"
+    else:
+        fix = (
+            "free disk space (and check that the file and its folder are writable), then run "
+            "the command again: nothing from the failed step was stored"
+        )
+    msg = f"store {printable(str(path))}: {first}; {fix}"
+    return StoreFileError(msg, field="db", value=str(path))
+
+
+def _schema_version(path: Path, value: object) -> int:
+    """
+    The schema version in table ``meta``, or an error saying the store was edited.
+    """
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        msg = (
+            f"{path} has store schema version {printable(repr(value))} in its meta table, not a "
+            "number: it was edited or written by something else than tailkit; ingest the logs "
+            "into a new store (give {field} a new path)"
+        )
+        raise StoreVersionError(msg, field="db", value=str(path)) from None
 
 
 def _query_error(con: duckdb.DuckDBPyConnection, exc: duckdb.Error) -> QueryError:
@@ -149,16 +300,17 @@ class Store:
             StoreVersionError: The file was written by a newer tailkit.
         """
         path = Path(path)
-        if read_only and str(path) != ":memory:" and not path.exists():
-            msg = f"no store at {path}: run `tailkit ingest` first or pass {{field}} PATH"
-            raise StoreError(msg, field="db", value=str(path))
+        if str(path) != ":memory:":
+            _check_store_path(path, read_only=read_only)
         try:
             con = duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:
-            first = str(exc).splitlines()[0]
-            msg = f"cannot open {path} as a DuckDB store: {first}"
-            raise StoreError(msg) from None
-        con.execute("SET TimeZone = 'UTC'")
+            raise _open_error(path, exc) from None
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+        except duckdb.Error as exc:
+            con.close()
+            raise _open_error(path, exc) from None
         if memory_limit is not None:
             _set_memory_limit(con, memory_limit)
         # Progress is tracked (for query_progress) but never printed over the caller's output.
@@ -170,6 +322,9 @@ class Store:
         store = cls(con, path)
         try:
             store._prepare(read_only=read_only)
+        except duckdb.Error as exc:
+            con.close()
+            raise store.error(exc) from None
         except BaseException:
             con.close()
             raise
@@ -188,7 +343,7 @@ class Store:
             msg = f"{self.path} is a DuckDB file but not a tailkit store (no table 'meta')"
             raise StoreError(msg)
         row = self.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
-        version = int(row[0]) if row else 0
+        version = _schema_version(self.path, row[0]) if row else 0
         self.migrate(version, _schema.MIGRATIONS, read_only=read_only)
 
     def migrate(
@@ -226,13 +381,20 @@ class Store:
         """
         Close the connection; the file is consistent after every committed ingest.
         """
-        self._con.close()
+        try:
+            self._con.close()  # writes the last checkpoint: a full disk can fail it
+        except duckdb.Error as exc:
+            raise _file_error(self.path, exc) from None
 
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        with contextlib.suppress(StoreError):  # the error on its way out says more
+            self.close()
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """
@@ -255,13 +417,16 @@ class Store:
         except duckdb.Error as exc:
             raise self.error(exc) from exc
 
-    def error(self, exc: duckdb.Error) -> QueryError:
+    def error(self, exc: duckdb.Error) -> StoreError:
         """
         The error to raise for DuckDB's ``exc``.
 
-        `OutOfMemoryError` (naming --memory-limit) for memory, else `QueryError` with DuckDB's
-        first line.
+        `OutOfMemoryError` (naming --memory-limit) for memory; `StoreFileError` naming the
+        file and the fix when the file could not be read or written (a full disk, a damaged
+        block, a lock); else `QueryError` with DuckDB's first line.
         """
+        if _about_the_file(self.path, exc):
+            return _file_error(self.path, exc)
         return _query_error(self._con, exc)
 
     def fetchone(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, ...] | None:
@@ -281,14 +446,30 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """
         Commit everything inside, or nothing if it raises.
+
+        Raises:
+            StoreError: DuckDB could not begin or commit (a full disk, a file that became
+                read-only): nothing inside was stored, and the message names the file.
         """
-        self._con.execute("BEGIN TRANSACTION")
+        self._statement("BEGIN TRANSACTION")
         try:
             yield
         except BaseException:
-            self._con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a failed commit has rolled back already
+                self._con.execute("ROLLBACK")
             raise
-        self._con.execute("COMMIT")
+        try:
+            self._statement("COMMIT")
+        except StoreError:
+            with contextlib.suppress(duckdb.Error):
+                self._con.execute("ROLLBACK")
+            raise
+
+    def _statement(self, sql: str) -> None:
+        try:
+            self._con.execute(sql)
+        except duckdb.Error as exc:
+            raise self.error(exc) from None
 
     def arrow(self, sql: str) -> pa.Table:
         """
@@ -318,11 +499,18 @@ class Store:
 
         Args:
             buckets: Bucket edges; the defaults of `tailkit.record.Buckets` when ``None``.
-            where: An optional SQL filter on the call-record columns.
+            where: An optional SQL filter on the call-record columns (`checked_where`: the
+                columns, constants, operators and pure scalar functions only).
 
         Returns:
             A lazy relation over ``calls`` plus the derived columns.
+
+        Raises:
+            FilterError: ``where`` reaches beyond the call columns (a subquery, a table
+                function, ...) or is not an SQL expression.
         """
+        if where:
+            checked_where(where)
         return self.relation(calls_with_buckets_sql(buckets, where=where))
 
     def find_ingest(self, content_hash: str, options_json: str) -> IngestRecord | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tailkit.record import Buckets
+from tailkit.store._store import calls_with_buckets_sql
 
 
 if TYPE_CHECKING:
@@ -71,8 +72,11 @@ def summarize_store(store: Store, buckets: Buckets | None = None) -> StoreSummar
         "FROM calls GROUP BY ALL ORDER BY 3 DESC, 1, 2"
     )
     routes = [RouteSummary(*row[:-1], *(row[-1] or (None, None))) for row in rows]
-    rel = store.calls_with_buckets(buckets)
-    cells = rel.aggregate("input_bucket, output_bucket, count(*)").fetchall()
+    # through fetchall, so that a damaged block is one error naming the file, not a traceback
+    cells = store.fetchall(
+        "SELECT input_bucket, output_bucket, count(*) "
+        f"FROM ({calls_with_buckets_sql(buckets)}) GROUP BY ALL"
+    )
     input_labels = [buckets.input_label(e) for e in buckets.input_edges]
     output_labels = [buckets.output_label(e) for e in buckets.output_edges]
     found = {(str(a), str(b)): int(n) for a, b, n in cells}

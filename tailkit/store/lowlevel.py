@@ -26,6 +26,7 @@ from tailkit.store._sample import (
 )
 from tailkit.store._store import IngestRecord, bucket_columns_sql, calls_with_buckets_sql
 from tailkit.store._summary import OK_CALL
+from tailkit.store._where import WHERE_COLUMNS, checked_where
 
 
 __all__ = [
@@ -34,10 +35,12 @@ __all__ = [
     "MIN_REFERENCE",
     "OK_CALL",
     "SLOW_RANK",
+    "WHERE_COLUMNS",
     "IngestRecord",
     "band_quantile_sql",
     "bucket_columns_sql",
     "calls_with_buckets_sql",
+    "checked_where",
     "group_sample_sql",
     "keep_threshold",
     "paired_calls_sql",

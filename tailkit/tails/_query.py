@@ -12,6 +12,7 @@ from tailkit.record import CALL_COLUMNS, Buckets
 from tailkit.store.lowlevel import (
     OK_CALL,
     calls_with_buckets_sql,
+    checked_where,
     repeat_attempts_sql,
     sample_hash_sql,
 )
@@ -31,7 +32,8 @@ class TableQuery:
     Args:
         by: Call-record columns to group by, e.g. ``("provider", "model")``.
         bucket: Token buckets to split groups by: any of ``"input"``, ``"output"``.
-        where: An SQL filter on call-record columns, e.g. ``"step = 'extract'"``.
+        where: An SQL filter on call-record columns, e.g. ``"step = 'extract'"``: column
+            references, constants, operators and pure scalar functions only (`checked_where`).
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
     """
 
@@ -41,6 +43,8 @@ class TableQuery:
     buckets: Buckets | None = None
 
     def __post_init__(self) -> None:
+        if self.where:
+            checked_where(self.where)  # before any SQL: a filter may not read files or settings
         for name in self.by:
             if name not in _GROUPABLE:
                 fix = f"use {', '.join(_GROUPABLE)}"
