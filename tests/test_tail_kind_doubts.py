@@ -143,7 +143,43 @@ def test_a_second_mode_is_named_not_blamed_on_the_sample_size(seed: int, share: 
     assert "not too few calls" in verdict.sentence
     assert verdict.mode is not None
     assert 4.5 < verdict.mode.delay_s < 5.5
+    assert verdict.mode.steady
+    assert "later each: a fixed delay, retries after a timeout?" in verdict.sentence
     assert share - 0.05 < verdict.mode.share < share + 0.05
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_small_retry_mode_is_named_beside_a_transient_tail(seed: int) -> None:
+    """5 % retried after 5 s: a transient tail, and the sentence names the second mode too."""
+    verdict = tail_kind(**_retries(np.random.default_rng(seed), 0.05))
+
+    assert verdict.kind in ("transient", "mixed"), verdict.sentence
+    assert verdict.mode is not None
+    assert "a second mode near" in verdict.sentence
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_calls_slowed_in_proportion_are_no_fixed_delay(seed: int) -> None:
+    """15 % of calls 4x slower make a hump, but no steady delay: no retries are guessed."""
+    verdict = tail_kind(_stalled(np.random.default_rng(seed)))
+
+    assert verdict.mode is not None
+    assert not verdict.mode.steady
+    assert "retries" not in verdict.sentence
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_two_kinds_of_requests_are_two_humps_of_work_not_a_second_mode(seed: int) -> None:
+    """Short and long answers make bimodal latency that size explains: no mode is named."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    tokens = np.where(rng.random(n) < 0.3, rng.integers(1500, 2500, n), rng.integers(50, 150, n))
+    latency = 0.3 + tokens / 60 * rng.lognormal(0, 0.15, n)
+
+    verdict = tail_kind(latency, output_tokens=tokens)
+
+    assert verdict.mode is None, verdict.sentence
+    assert "second mode" not in verdict.sentence
 
 
 @pytest.mark.parametrize("seed", range(10))

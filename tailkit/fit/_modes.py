@@ -58,6 +58,8 @@ class SlowMode:
             delay (a client's timeout before a retry) shows as a steady value here.
         factor: Their median slow-down against a call of their size.
         p_value: The dip test's p-value, Bonferroni-adjusted over the proposed modes.
+        steady: The extra latency varies less, relatively, than the slow-down: a fixed delay
+            (a client's timeout before a retry) rather than calls slowed in proportion.
     """
 
     share: float
@@ -66,6 +68,7 @@ class SlowMode:
     delay_s: float
     factor: float
     p_value: float
+    steady: bool = False
 
     def describe(self, than: str = "a call of their size") -> str:
         """
@@ -74,16 +77,24 @@ class SlowMode:
         Args:
             than: What the calls are slower than (without token counts: the typical call).
         """
+        slower = f"{percent(self.share)} of calls, {number(self.factor, 1)}× {than}"
+        if not self.steady:
+            return f"a second mode near {seconds(self.at_s)} ({slower})"
         return (
-            f"a second mode near {seconds(self.at_s)} ({percent(self.share)} of calls, "
-            f"{number(self.factor, 1)}× {than}, about {seconds(self.delay_s)} later: retries "
-            "after a timeout?)"
+            f"a second mode near {seconds(self.at_s)} ({slower}, about {seconds(self.delay_s)} "
+            "later each: a fixed delay, retries after a timeout?)"
         )
 
 
 def slow_mode(residual: _Array, latency_s: _Array) -> SlowMode | None:
     """
     Find a second, slower mode in the log residuals of finished calls, if there is one.
+
+    It is looked for in the log residuals (size taken out) and in log latency (a retry's
+    fixed delay adds seconds, which size smears out in the residuals), at Silverman's
+    bandwidth and three times it; in log latency a hump counts only where its calls are
+    slower than their size explains (their median residual beyond 3 body spreads and 1.25x):
+    two kinds of requests, short and long, are two humps of work.
 
     Args:
         residual: Log latency less the size model's prediction, one per finished call.
@@ -94,20 +105,64 @@ def slow_mode(residual: _Array, latency_s: _Array) -> SlowMode | None:
     """
     r = np.asarray(residual, dtype=np.float64)
     x = np.asarray(latency_s, dtype=np.float64)
-    keep = np.isfinite(r) & np.isfinite(x)
+    keep = np.isfinite(r) & np.isfinite(x) & (x > 0.0)
     r, x = r[keep], x[keep]
     n = r.size
     if n < 5 * MIN_MODE_CALLS:
         return None
     centre = float(np.median(r))
-    spread = _MAD * float(np.median(np.abs(r - centre)))
-    if spread <= 0.0:
+    sigma = _MAD * float(np.median(np.abs(r - centre)))
+    candidates = []
+    for values, needs_residual in ((r, False), (np.log(x), True)):
+        for widen in _WIDEN:
+            for p, beyond in _humps(values, widen):
+                if needs_residual and np.median(r[beyond]) - centre < max(3 * sigma, MODE_FLOOR):
+                    continue
+                candidates.append((p, beyond))
+    if not candidates:
         return None
-    h = 0.9 * spread * n**-0.2  # Silverman's rule, on a robust spread
+    p, beyond = min(candidates, key=lambda c: c[0])
+    p = min(1.0, p * len(candidates))
+    if p >= MODE_ALPHA:
+        return None
+    body = float(np.median(r[~beyond]))
+    slow_x, slow_r = x[beyond], r[beyond]
+    same_size = slow_x / np.exp(slow_r - body)  # a call of their size, at the body's centre
+    delay = slow_x - same_size
+    ratio = np.log(slow_x / same_size)
+    steady = _spread(delay) / max(float(np.median(delay)), 1e-9) < _spread(ratio)
+    return SlowMode(
+        share=float(beyond.mean()),
+        calls=int(beyond.sum()),
+        at_s=float(np.median(slow_x)),
+        delay_s=float(np.median(slow_x - same_size)),
+        factor=float(np.exp(np.median(slow_r) - body)),
+        p_value=p,
+        steady=bool(steady),
+    )
+
+
+def _spread(v: _Array) -> float:
+    return _MAD * float(np.median(np.abs(v - np.median(v))))
+
+
+_WIDEN = (1.0, 3.0)  # bandwidths tried: Silverman's, and three times it (a spread-out hump)
+
+
+def _humps(v: _Array, widen: float) -> list[tuple[float, npt.NDArray[np.bool_]]]:
+    """
+    The humps right of the main mode of ``v``: each one's dip-test p-value and its calls.
+    """
+    n = v.size
+    centre = float(np.median(v))
+    spread = _MAD * float(np.median(np.abs(v - centre)))
+    if spread <= 0.0:
+        return []
+    h = widen * 0.9 * spread * n**-0.2  # Silverman's rule, on a robust spread
     width = h / _BINS_PER_BANDWIDTH
-    low, high = float(r.min()) - 3 * h, float(r.max()) + 3 * h
+    low, high = float(v.min()) - 3 * h, float(v.max()) + 3 * h
     bins = min(math.ceil((high - low) / width), 100_000)
-    counts, edges = np.histogram(r, bins=bins, range=(low, high))
+    counts, edges = np.histogram(v, bins=bins, range=(low, high))
     kernel = stats.norm.pdf(np.arange(-3 * _BINS_PER_BANDWIDTH, 3 * _BINS_PER_BANDWIDTH + 1),
                             scale=_BINS_PER_BANDWIDTH)  # fmt: skip
     density = np.convolve(counts, kernel, mode="same")
@@ -117,45 +172,23 @@ def slow_mode(residual: _Array, latency_s: _Array) -> SlowMode | None:
     # hump can hold fewer calls), reached by climbing from the median.
     main = int(np.searchsorted(edges, centre, side="right")) - 1
     while 0 < main < density.size - 1:
-        step = (
-            1
-            if density[main + 1] > density[main]
-            else -1
-            if density[main - 1] > density[main]
-            else 0
-        )
-        if step == 0:
+        if density[main + 1] > density[main]:
+            main += 1
+        elif density[main - 1] > density[main]:
+            main -= 1
+        else:
             break
-        main += step
     peaks = [i for i in range(main + 1, density.size - 1) if rising[i - 1] and not rising[i]]
-    candidates = []
+    found = []
     for peak in peaks:
         dip = main + int(np.argmin(density[main : peak + 1]))
         if mids[peak] - mids[main] < MODE_FLOOR or dip in (main, peak):
             continue
         half = min(h, (mids[peak] - mids[dip]) / 2.0)
-        at_dip = int(np.count_nonzero(np.abs(r - mids[dip]) <= half))
-        at_peak = int(np.count_nonzero(np.abs(r - mids[peak]) <= half))
-        beyond = r > mids[dip]
-        calls = int(beyond.sum())
-        if calls < max(MIN_MODE_CALLS, MIN_MODE_SHARE * n):
+        at_dip = int(np.count_nonzero(np.abs(v - mids[dip]) <= half))
+        at_peak = int(np.count_nonzero(np.abs(v - mids[peak]) <= half))
+        beyond = v > mids[dip]
+        if int(beyond.sum()) < max(MIN_MODE_CALLS, MIN_MODE_SHARE * n):
             continue
-        p = float(stats.binom.sf(at_peak - 1, at_dip + at_peak, 0.5))
-        candidates.append((p, beyond, dip))
-    if not candidates:
-        return None
-    p, beyond, dip = min(candidates, key=lambda c: c[0])
-    p = min(1.0, p * len(candidates))
-    if p >= MODE_ALPHA:
-        return None
-    body = float(np.median(r[r <= mids[dip]]))
-    slow_x, slow_r = x[beyond], r[beyond]
-    same_size = slow_x / np.exp(slow_r - body)  # a call of their size, at the body's centre
-    return SlowMode(
-        share=float(beyond.mean()),
-        calls=int(beyond.sum()),
-        at_s=float(np.median(slow_x)),
-        delay_s=float(np.median(slow_x - same_size)),
-        factor=float(np.exp(np.median(slow_r) - body)),
-        p_value=p,
-    )
+        found.append((float(stats.binom.sf(at_peak - 1, at_dip + at_peak, 0.5)), beyond))
+    return found

@@ -457,10 +457,10 @@ def _decide(
     if whole or waits:
         what = _slower(tail if whole else None, first if waits else None, than)
         if not size.explains or top >= 0.5:
-            return "transient", f"transient: {what} ({explained}): {claim}"
+            return "transient", f"transient: {what} ({explained}){seen}: {claim}"
         return "mixed", (
-            f"mixed: {what}: {claim}; the rest of the tail grows with call size ({explained}), "
-            "and a fresh attempt is as slow there"
+            f"mixed: {what}{seen}: {claim}; the rest of the tail grows with call size "
+            f"({explained}), and a fresh attempt is as slow there"
         )
     if clustering.p_value < SPELL_ALPHA:
         # The slowest residuals (size taken out) bunch up in time: slow spells.
