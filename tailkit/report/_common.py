@@ -8,12 +8,16 @@ as every command writes them: a report and a terminal never spell one figure two
 from __future__ import annotations
 
 import io
+import re
 import textwrap
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from tailkit.text import printable
 
 
 if TYPE_CHECKING:
@@ -119,13 +123,26 @@ def _escaped(formatter: Callable[[float, int | None], str], x: float, pos: int |
     return str(formatter(x, pos)).replace("$", r"\$")
 
 
-def short(value: Any, width: int = 26) -> str:
+LABEL_CHARS = 40  # a key value longer than this is cut in the middle
+_VERSION_HASH = re.compile(r":[0-9a-fA-F]{12,}$")  # replicate's model:sha256
+
+
+def short(value: Any, width: int = LABEL_CHARS) -> str:
     """
-    A readable label for one key value: the last path segment, no version hash, truncated.
+    A readable label for one key value: the last path segment, no version hash, printable.
+
+    A longer value is cut in the middle, never at its end: model ids differ at their end
+    (``…-70b-chat`` and ``…-7b-chat``), and a value cut there reads as another
+    (``llama-2-7…`` for a 70b). Only a trailing version hash (``:`` and 12 or more hex
+    digits) goes; ``ft:gpt-4o-mini:acme::id`` keeps its parts.
     """
-    text = "(none)" if value is None else str(value)
-    text = text.rsplit("/", 1)[-1].split(":", 1)[0]
-    return text if len(text) <= width else text[: width - 1] + "…"
+    text = "(none)" if value is None else printable(value)
+    text = text.rsplit("/", 1)[-1] or text
+    text = _VERSION_HASH.sub("", text) or text
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 5
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def label(key: tuple[Any, ...]) -> str:
@@ -133,6 +150,19 @@ def label(key: tuple[Any, ...]) -> str:
     A route (or group) label: its key values shortened, joined with ``/``.
     """
     return "/".join(short(v) for v in key)
+
+
+def labels(keys: Iterable[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
+    """
+    A label per key, no two alike: keys whose `label` would read the same are written whole.
+    """
+    keys = list(dict.fromkeys(keys))
+    first = {key: label(key) for key in keys}
+    seen = Counter(first.values())
+    return {
+        key: text if seen[text] == 1 else "/".join(printable(v) for v in key)
+        for key, text in first.items()
+    }
 
 
 def listing(names: list[str], limit: int = 3) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 
 from tailkit.fit import min_calls_for_quantile
 from tailkit.record import bucket_label
-from tailkit.report._common import PALETTE, Figure, finish, label, listing, new_figure, seconds_axis
+from tailkit.report._common import PALETTE, Figure, finish, listing, new_figure, seconds_axis
 from tailkit.report._routes import LeftOut, Route, TailData, heaviness
 from tailkit.text import percent, seconds, times
 
@@ -151,6 +151,7 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
     buckets = data.edges
     in_labels, out_labels = _labels(buckets.input_edges), _labels(buckets.output_edges)
     shown = [r.key for r in data.routes]
+    names = {r.key: r.label for r in data.routes}
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {k: [] for k in shown}
     for row in data.buckets:
         key = tuple(row[k] for k in by)
@@ -184,14 +185,14 @@ def heatmap_figure(data: TailData, by: tuple[str, ...]) -> Figure | None:
             ink = ("white" if norm(min(ratio, 10.0)) > 0.5 else "black") if enough else "0.45"
             ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color=ink)
             if enough and ratio > best[0]:
-                best = (ratio, f"{label(key)} at in {row['input_bucket']} / out "
+                best = (ratio, f"{names[key]} at in {row['input_bucket']} / out "
                                f"{row['output_bucket']} tokens (n={n})")  # fmt: skip
         image = ax.imshow(np.clip(grid, 1.0, 10.0), cmap="magma_r", norm=norm, aspect="auto")
         ax.set_xticks(range(len(out_labels)), out_labels, fontsize=7, rotation=30)
         ax.set_yticks(range(len(in_labels)), in_labels, fontsize=7)
         ax.set_xlabel("output tokens", fontsize=8)
         ax.set_ylabel("input tokens", fontsize=8)
-        ax.set_title(label(key), fontsize=9)
+        ax.set_title(names[key], fontsize=9)
     for ax in axes.flat[len(shown) :]:
         ax.set_visible(False)
     if image is not None:

@@ -100,7 +100,9 @@ def write_report_result(
         by: Call-record columns that make a route.
         title: The page's title.
         where: SQL filter on call-record columns for the tail sections.
-        max_routes: The biggest routes shown in the per-route figures.
+        max_routes: The biggest routes shown in the per-route figures: those with the most
+            calls, and among as many, the plan's routes first (then more finished calls, then
+            by name; the page says when that chose).
         races: A `tailkit.races.RaceReport` (harness log against tool log): adds its section.
         replay: A replay's JSON document (``ReplayResult.to_json()``): adds the
             replay beside the simulation.
@@ -134,7 +136,9 @@ def write_report_result(
     say = progress or (lambda _: None)
     sections: list[Section] = []
     say("read the calls per route")
-    data = load_tail_data(store, by=by, where=where, max_routes=max_routes, buckets=buckets)
+    data = load_tail_data(
+        store, by=by, where=where, max_routes=max_routes, buckets=buckets, plan=plan
+    )
     n_calls = sum(int(r.row["n"]) for r in data.routes)
     sections.extend(_tail_sections(data, by, where, say))
     workflow, outcome = _workflow_section(
@@ -194,9 +198,12 @@ def _tail_sections(
     if data.routes:
         routes = f"{len(data.routes)} route{'s' * (len(data.routes) > 1)}"
         say(f"draw the latency curves of {routes}")
-        out.append(
-            _section("Latency per route", [_figures_tail.ccdf_figure(data.routes, data.left_out)])
+        latency = _section(
+            "Latency per route", [_figures_tail.ccdf_figure(data.routes, data.left_out)]
         )
+        if data.ties:  # it begins with a count: a sentence as it is
+            latency = Section(latency.title, latency.figures, note=f"{data.ties}.")
+        out.append(latency)
         say("draw the token bucket heatmap and the tail's growth with work")
         out.append(
             _section(
@@ -245,6 +252,7 @@ def _meta(data: TailData, n_calls: int, by: tuple[str, ...], where: str | None) 
         meta = f"{calls:,} calls in {total} route{'s' * (total != 1)} by {', '.join(by)}{filt}"
         return meta + (f"; none drawn, {data.left_out_words()}" if data.left_out else "")
     meta = f"{n_calls:,} calls in {shown} of {total} routes by {', '.join(by)}{filt}"
+    meta += f"; {data.ties}" if data.ties else ""
     return meta + (f"; {data.left_out_words()}" if data.left_out else "")
 
 

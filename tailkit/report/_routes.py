@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.config import Plan
 from tailkit.record import Buckets
-from tailkit.report._common import label
+from tailkit.report._common import labels
 from tailkit.store import Store
 from tailkit.store.lowlevel import OK_CALL
 from tailkit.tails import TableQuery, tail_report
@@ -21,6 +22,7 @@ from tailkit.tails import TableQuery, tail_report
 
 _Array = npt.NDArray[np.float64]
 MIN_ROUTE_CALLS = 20  # fewer finished calls draw no curve worth reading (its last step is 5%)
+_PLAN_COLUMNS = ("provider", "model")  # what a plan's route names of the call record
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class TailData:
         verdicts: Per route, whether its tail grows with work (rows as dicts).
         left_out: The routes of the store not drawn, biggest first, each with its reason.
         edges: The token bucket edges of ``buckets``.
+        ties: How routes tied in calls at the last place drawn were chosen, in words
+            (``""``: no tie there).
     """
 
     routes: tuple[Route, ...]
@@ -75,6 +79,7 @@ class TailData:
     verdicts: list[dict[str, Any]]
     left_out: tuple[LeftOut, ...] = ()
     edges: Buckets = field(default_factory=Buckets)
+    ties: str = ""
 
     def heaviest(self) -> tuple[str, dict[str, Any], LeftOut | None] | None:
         """
@@ -123,19 +128,33 @@ def load_tail_data(
     where: str | None,
     max_routes: int,
     buckets: Buckets | None = None,
+    plan: Plan | None = None,
 ) -> TailData:
     """
     The tail table per route and per bucket, and the latencies of the ``max_routes`` biggest.
 
-    ``buckets``: the token bucket edges (the defaults of `Buckets` when ``None``).
+    The biggest are those with the most calls; among routes with as many calls, the ones
+    ``plan`` sends attempts to come first, then those with more finished calls, then by name
+    (`rank`), and `TailData.ties` says so when that chose at the last place.
+
+    Args:
+        store: An open store.
+        by: Call-record columns that make a route.
+        where: SQL filter on call-record columns.
+        max_routes: Most routes drawn.
+        buckets: The token bucket edges (the defaults of `Buckets` when ``None``).
+        plan: A plan whose routes are drawn first among equals (``None``: none).
     """
     edges = buckets or Buckets()
     whole = tail_report(store, TableQuery(by=by, bucket=(), where=where, buckets=edges))
-    every = sorted(whole.table.iter_rows(named=True), key=lambda r: -int(r["n"]))
+    planned = plan_routes(plan, by)
+    every = sorted(whole.table.iter_rows(named=True), key=lambda r: rank(r, by, planned))
+    names = labels(tuple(r[k] for k in by) for r in every)
     rows: list[dict[str, Any]] = []
     left_out: list[LeftOut] = []
+    drawable: list[dict[str, Any]] = []
     for r in every:
-        name = label(tuple(r[k] for k in by))
+        name = names[tuple(r[k] for k in by)]
         finished = int(r["n_ok"])
         if r.get("p50_s") is None or finished < MIN_ROUTE_CALLS:
             why = (
@@ -143,10 +162,13 @@ def load_tail_data(
                 f"{MIN_ROUTE_CALLS} a curve needs"
             )
             left_out.append(LeftOut(name, r, why))
-        elif len(rows) >= max_routes:
+            continue
+        drawable.append(r)
+        if len(rows) >= max_routes:
             left_out.append(LeftOut(name, r, f"beyond the {max_routes} biggest routes"))
         else:
             rows.append(r)
+    ties = _ties(drawable, max_routes, bool(planned))
     split = tail_report(
         store, TableQuery(by=by, bucket=("input", "output"), where=where, buckets=edges)
     )
@@ -166,7 +188,7 @@ def load_tail_data(
         key = tuple(row[k] for k in by)
         total, cut, ttft, gen = lists.get(key, (None, None, None, None))
         routes.append(
-            Route(key, label(key), row, _array(total), _array(cut), _array(ttft), _array(gen))
+            Route(key, names[key], row, _array(total), _array(cut), _array(ttft), _array(gen))
         )
     return TailData(
         tuple(routes),
@@ -174,4 +196,55 @@ def load_tail_data(
         list(split.verdicts.iter_rows(named=True)) if len(split.verdicts) else [],
         tuple(left_out),
         edges,
+        ties,
+    )
+
+
+def plan_routes(plan: Plan | None, by: tuple[str, ...]) -> frozenset[tuple[Any, ...]]:
+    """
+    The ``by`` values of the routes ``plan``'s steps send attempts to, where ``by`` has them.
+
+    Only ``provider`` and ``model`` are known from a plan: a route is the plan's when the
+    columns of ``by`` that are one of them match (empty: no plan, or ``by`` has neither).
+    """
+    if plan is None or not any(k in _PLAN_COLUMNS for k in by):
+        return frozenset()
+    names = {
+        name
+        for step in plan.steps.values()
+        for name in (step.route, step.hedge_route, step.downgrade_route, step.upgrade_route)
+        if name is not None and name in plan.routes
+    }
+    return frozenset(
+        tuple(getattr(plan.routes[n], k) for k in by if k in _PLAN_COLUMNS) for n in names
+    )
+
+
+def rank(
+    row: dict[str, Any], by: tuple[str, ...], planned: frozenset[tuple[Any, ...]]
+) -> tuple[int, bool, int, tuple[str, ...]]:
+    """
+    How a route ranks for drawing: most calls; among equals the plan's, more finished, name.
+    """
+    mine = tuple(row[k] for k in by if k in _PLAN_COLUMNS) in planned
+    name = tuple("" if row[k] is None else str(row[k]) for k in by)
+    return -int(row["n"]), not mine, -int(row["n_ok"]), name
+
+
+def _ties(drawable: list[dict[str, Any]], max_routes: int, planned: bool) -> str:
+    """
+    How the last places were chosen among routes with as many calls (``""``: no tie there).
+    """
+    if len(drawable) <= max_routes:
+        return ""
+    calls = int(drawable[max_routes - 1]["n"])
+    if int(drawable[max_routes]["n"]) != calls:
+        return ""
+    tied = [r for r in drawable if int(r["n"]) == calls]
+    places = sum(1 for r in drawable[:max_routes] if int(r["n"]) == calls)
+    order = "the plan's routes first, then " if planned else ""
+    return (
+        f"{len(tied)} routes tie at {calls:,} calls for the last {places} of {max_routes} "
+        f"places, {len(tied) - places} of them left out: drawn {order}by the most finished "
+        "calls, then by name"
     )
