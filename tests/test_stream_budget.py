@@ -105,6 +105,39 @@ def test_a_runaway_stream_fails_at_its_budget_and_the_step_fails_over(
     assert (second.status, second.winner, second.provider) == ("ok", True, "b")
 
 
+def test_a_runaway_primary_fails_at_its_budget_while_its_hedge_races_on() -> None:
+    """Hedged at its cutoff, a runaway stream still fails at its budget; the hedge wins."""
+    text = (
+        "tailkit_plan: 1\nworkflow: t\ndeadline_s: 60\nhedge_budget: 0.5\nroutes:\n"
+        "  a/m: {provider: a, model: m}\n  b/m: {provider: b, model: m}\n"
+        "steps:\n  s:\n    route: a/m\n    hedge_route: b/m\n    cutoff_s: 2\n"
+        "    on_cutoff: hedge\n"
+    )
+    slow = runaway("x")
+
+    async def fn(a: Attempt) -> AsyncIterator[Any]:
+        if a.route == "b/m":
+            await asyncio.sleep(10.0)
+        async for chunk in slow(a):
+            yield chunk
+
+    sink = MemorySink()
+    policy = StepPolicy(max_stream_chunks=5000)
+    executor = Executor(parse_plan(text), ledger=Ledger(sink), policies={"s": policy})
+
+    async def main() -> Any:
+        with deadline_after(30.0):
+            return await executor.run_step("s", fn, run_id="r")
+
+    assert "fine" == _fakeloop.run(main()).text
+    primary, hedge = sorted(sink.records, key=lambda line: line.attempt)
+    assert ("error", "StreamTooLarge", "total") == (
+        primary.status, primary.error_type, primary.attrs["cutoff"]
+    )  # fmt: skip
+    assert primary.total_s == pytest.approx(5.001)
+    assert (hedge.role, hedge.winner, hedge.total_s) == ("hedge", True, 10.0)
+
+
 def test_the_default_budgets_are_beyond_a_real_answer_and_the_policy_checks_them() -> None:
     """128k one-token chunks pass the defaults; a budget must be a positive integer."""
     tokens = 128_000
