@@ -283,9 +283,10 @@ def serve(
         with library_errors("serve"):
             asyncio.run(_run(server, as_json=as_json))
     except KeyboardInterrupt:
-        typer.echo(_stopped_json(server) if as_json else _stopped(server))
+        pass  # Ctrl-C: stopped as SIGTERM and SIGHUP stop it
     except OSError as exc:
         fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; choose another --port")
+    typer.echo(_stopped_json(server) if as_json else _stopped(server))
 
 
 def _raise_open_file_limit(connections: int) -> None:

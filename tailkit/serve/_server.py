@@ -16,9 +16,10 @@ The connection cap never exceeds what the open-file limit (``ulimit -n``) leaves
 past it could not accept, so good requests would wait instead of being refused. The cap is
 lowered to fit at `Server.start` (a warning says so), and a failure to accept (the limit
 reached all the same, by other files) is counted and warned of once, never a traceback per
-attempt: asyncio retries accepting a second later. Every request must name the server in its
-``Host`` (and ``Origin``, when sent), which stops a web page from reaching it by DNS
-rebinding (`tailkit.serve._hosts`); listening beyond loopback is warned of.
+attempt: accepting waits a moment and goes on (`tailkit.serve._listen`). Every request must
+name the server in its ``Host`` (and ``Origin``, when sent), which stops a web page from
+reaching it by DNS rebinding (`tailkit.serve._hosts`); listening beyond loopback is warned
+of.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import logging
 import os
 
@@ -49,6 +49,7 @@ from tailkit.serve._http import (
     json_response,
 )
 from tailkit.serve._limits import BodyBudget, Limits
+from tailkit.serve._listen import Acceptor, bind
 from tailkit.serve._openfiles import connection_cap
 from tailkit.serve._profile import ServeConfig
 from tailkit.serve._requests import Requests
@@ -61,7 +62,6 @@ logger = logging.getLogger("tailkit.serve")
 APIS: dict[str, Api] = {api.path: api for api in (wire.OpenAI(), Anthropic())}
 """The routes that answer a model, and the API each speaks."""
 
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _REFUSING_AT_ONCE = 16  # connections over the cap answered 503 at once; more are reset
 
 
@@ -99,8 +99,6 @@ class Server(Requests):
             (``limits.max_connections`` were open; answered 503), ``idle`` (no request
             within ``limits.idle_timeout_s``), ``flooded`` (more than a request head arrived
             while a request was answered).
-        accept_errors: Times accepting a connection failed for want of a file descriptor
-            (``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``); accepting resumes a second later.
         max_connections: The connection cap in force: ``limits.max_connections``, lowered at
             `start` to what the open-file limit leaves.
         port: The port it listens on, once started.
@@ -121,16 +119,15 @@ class Server(Requests):
         self.host = host
         self.port = port
         self.closed_early: collections.Counter[str] = collections.Counter()
-        self.accept_errors = 0
+        self._accept_errors = 0
         self.max_connections = self.limits.max_connections
         self._hosts = HostCheck(host, allowed_hosts)
         self._budget = BodyBudget(self.limits.body_budget_bytes)
         self._refusing = 0
         self._budget_warned = False
-        self._loop_handler: Any = None
         self._access_log = access_log
         self._on_record = on_record
-        self._listener: asyncio.Server | None = None
+        self._listener: Acceptor | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._open = 0
         self._closing = False
@@ -149,6 +146,16 @@ class Server(Requests):
         The URL without ``/v1``, e.g. ``http://127.0.0.1:8000``: the Anthropic SDK's base URL.
         """
         return self.url.removesuffix("/v1")
+
+    @property
+    def accept_errors(self) -> int:
+        """
+        Times accepting a connection failed, mostly for want of a file descriptor (``EMFILE``).
+
+        Accepting goes on after a short wait (see `tailkit.serve._listen`).
+        """
+        now = 0 if self._listener is None else self._listener.errors
+        return self._accept_errors + now
 
     @property
     def open_connections(self) -> int:
@@ -178,9 +185,8 @@ class Server(Requests):
         self._closing = False
         # A deep accept queue: load tests connect by the thousand, and a full queue drops SYNs
         # that clients retry only after 1, 3, 7 … seconds.
-        listener = await asyncio.start_server(self._connected, self.host, self.port, backlog=4096)
-        self._listener = listener
-        self.port = listener.sockets[0].getsockname()[1]
+        sockets = bind(self.host, self.port, backlog=4096)
+        self.port = sockets[0].getsockname()[1]
         if not is_loopback(self.host):
             logger.warning(
                 "tailkit serve: listening on %s, not loopback: whoever reaches this address "
@@ -195,9 +201,7 @@ class Server(Requests):
                 self.max_connections,
                 self.limits.max_connections,
             )
-        loop = asyncio.get_running_loop()
-        self._loop_handler = loop.get_exception_handler()
-        loop.set_exception_handler(self._loop_exception)
+        self._listener = Acceptor(sockets, self._connected)
 
     async def stop(self) -> None:
         """
@@ -209,42 +213,16 @@ class Server(Requests):
         if self._listener is None:
             return
         self._closing = True
-        self._listener.close()
+        self._accept_errors += self._listener.errors
+        await self._listener.close()
         await asyncio.sleep(0)  # connections accepted just before the close start their task
         while self._tasks:
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        await self._listener.wait_closed()
         self._listener = None
-        loop = asyncio.get_running_loop()
-        if loop.get_exception_handler() == self._loop_exception:
-            loop.set_exception_handler(self._loop_handler)
         self._ledger.close()
-
-    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """
-        Count a failure to accept for want of descriptors; pass anything else on.
-
-        asyncio reports such a failure with a traceback for every connection it tried to
-        accept (thousands a second under load), and retries a second later on its own.
-        """
-        exc = context.get("exception")
-        ours = self._listener is not None and context.get("socket") in self._listener.sockets
-        if ours and isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
-            self.accept_errors += 1
-            if self.accept_errors == 1:
-                logger.warning(
-                    "tailkit serve: cannot accept a connection: %s; waiting connections are "
-                    "accepted once descriptors free up (counted, not logged again)",
-                    exc.strerror or exc,
-                )
-            return
-        if self._loop_handler is not None:
-            self._loop_handler(loop, context)
-        else:
-            loop.default_exception_handler(context)
 
     async def __aenter__(self) -> Server:
         await self.start()
