@@ -174,7 +174,9 @@ def check(
     (and 429s), a thin basis. Too few runs: can't tell. Failed runs count as "more than" where
     they were last seen, never as fast. Exit code 0 when every line holds or can't tell, 1 when
     any drifted, 2 on bad input. The ledgers are read as ingest reads logs: --map, --set,
-    --set-over, --status-map and --unit mean the same.
+    --set-over, --status-map and --unit mean the same. A ledger whose attempts ran on routes the
+    plan does not have is refused (exit 2); runs whose times cannot be true, with a line ingest
+    refused, or of another workflow are left out and named, never counted as misses.
 
     Example:
 
