@@ -207,7 +207,10 @@ class Progress(Protocol):
     Receives progress events as files are read; the CLI draws a bar from them.
 
     ``begin`` comes once, before the first file; then a ``start`` and a ``finish`` per file.
-    Inside a file, ``store.query_progress()`` tells how far DuckDB's statement is.
+    Inside a file, ``store.query_progress()`` tells how far DuckDB's statement is. Before
+    ``begin``, each stream (a pipe, ``-``) is copied to a temporary file; a progress object
+    that also has a ``spooling(path, copied_bytes)`` method is told how that goes (every
+    64 MiB, and at the end; `tailkit.ingest._streams`).
     """
 
     def begin(self, store: Store, total_bytes: int) -> None:
@@ -259,7 +262,9 @@ def ingest_paths(
 
     Args:
         store: An open store.
-        paths: Files, folders (searched recursively) and glob patterns.
+        paths: Files, folders (searched recursively) and glob patterns; a pipe
+            (``/dev/fd/63`` from ``<(zcat …)``, ``/dev/stdin``) or ``-`` (standard input) is
+            copied to a temporary file first and read under its own name.
         format: ``auto`` (detect per file by content) or a format name (`FORMATS`; ``tailkit
             ingest --list-formats``).
         options: How to map, set and convert the files' columns.
