@@ -249,3 +249,32 @@ def test_a_terminal_or_closed_standard_input_is_refused(
     assert ["-: standard input is closed; pipe a log into it (zcat log.gz | ...)"] == [
         str(e) for e in report.errors
     ]
+
+
+def test_a_named_pipe_scopes_rows_without_ids_by_its_path(store: Store, tmp_path: Path) -> None:
+    """A log that grew, piped again through the same named pipe, stores only its new rows."""
+    path = tmp_path / "bench.jsonl"
+    os.mkfifo(path)
+    rows = _rows(40, ids=False).splitlines(keepends=True)
+    for part in (rows[:25], rows):
+        writer = _feed(path, b"".join(part))
+        report = ingest_paths(store, [path])
+        writer.join()
+        assert report.ok, report.errors
+
+    assert (40, 15, 25) == (report.files[0].rows_in, report.totals()["stored"],
+                            report.totals()["duplicates"])  # fmt: skip
+
+
+def test_nameless_streams_scope_rows_without_ids_by_their_content(tmp_path: Path) -> None:
+    """`-` names every stream: two runs' equal rows (no id, no time) are both kept."""
+    db = str(tmp_path / "s.duckdb")
+    one = _rows(10, ids=False)
+    two = one + _rows(1, ids=False).replace(b"1.0", b"9.0")
+
+    for data in (one, two):
+        result = runner.invoke(app, ["ingest", "-", "--db", db, "--quiet"], input=data)
+        assert 0 == result.exit_code, result.output
+
+    with Store.open(db, read_only=True) as store:
+        assert 21 == store.fetchone("SELECT count(*) FROM calls")[0]

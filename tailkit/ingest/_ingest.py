@@ -51,7 +51,7 @@ from tailkit.ingest._identity import options_json
 from tailkit.ingest._load import AlreadyIngestedError, Counts, FastReaderRefusedError, FileLoad
 from tailkit.ingest._long_lines import copy_without_long_lines, is_too_long_error
 from tailkit.ingest._paths import expand_paths
-from tailkit.ingest._streams import Spools, is_stream, spools
+from tailkit.ingest._streams import Spools, is_nameless, is_stream, spools
 from tailkit.ingest._template import PathTemplate
 from tailkit.store import Store
 from tailkit.text import Advice
@@ -609,7 +609,7 @@ def _load_file(
     digest: Future[str] = hasher.submit(content_hash, source)
     load = FileLoad(
         store, path, scan, options, options_json(fmt_name, options), digest.result,
-        long_lines=long_lines or {}, stream=source != path,
+        long_lines=long_lines or {}, nameless=source != path and is_nameless(path),
     )  # fmt: skip
     started = time.time()
     try:

@@ -121,8 +121,8 @@ class FileLoad:
         content_hash: Returns the file's content hash, computed alongside the read.
         long_lines: Record → length of each line too long to read; the scan reads a copy in
             which each is a placeholder, and those rows are rejected as `TOO_LONG`.
-        stream: ``path`` names a stream (a pipe, ``-``), read from its spool: its name says
-            nothing about where the rows came from, so its content scopes the derived ids.
+        nameless: ``path`` names no place (``-``, ``/dev/stdin``, ``/dev/fd/63``): the same
+            name stands for every stream read that way, so the content scopes the derived ids.
     """
 
     store: Store
@@ -132,7 +132,7 @@ class FileLoad:
     options_json: str
     content_hash: Callable[[], str]
     long_lines: Mapping[int, int] = field(default_factory=dict)
-    stream: bool = False
+    nameless: bool = False
 
     def run(self, sql: str, *, strict: bool, started: float) -> Counts:
         """
@@ -167,7 +167,7 @@ class FileLoad:
         ids_derived = not store.fetchall(
             f"SELECT 1 FROM calls WHERE {this} AND call_id IS NOT NULL LIMIT 1"
         )
-        scope = f"stream {content}" if self.stream else source_identity(self.path)
+        scope = f"stream {content}" if self.nameless else source_identity(self.path)
         derive_ids(store, ingest_id, source=scope, good=f"status <> {_REJECT}")
         self._set_aside_bad_rows(ingest_id)
         duplicates, conflicts = settle_identity(

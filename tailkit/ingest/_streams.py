@@ -58,6 +58,16 @@ def is_stream(path: Path) -> bool:
         return False
 
 
+def is_nameless(path: Path) -> bool:
+    """
+    Whether the stream's name stands for no place: ``-``, or a name under ``/dev`` or ``/proc``.
+
+    ``/dev/fd/63`` names every process substitution, ``/dev/stdin`` every redirection; a named
+    pipe (``bench/gpt-4o/run.jsonl``) names one source.
+    """
+    return str(path) == STDIN or str(path.absolute()).startswith(("/dev/", "/proc/"))
+
+
 def spool_limit(folder: Path) -> int:
     """
     The most bytes one ingest may spool into ``folder``: half the free space of its disk.
