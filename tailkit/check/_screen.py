@@ -21,9 +21,18 @@ a p99 bound of years. So before anything is measured, every run of the plan's st
   `FAR` times the plan's deadline, or its attempts spread over more than that (the executor
   cuts every attempt at the deadline, so neither happens to a run it made), or when the run
   starts more than a year (or `FAR` times the spread of the middle half of the runs) away
-  from the ledger's others.
+  from the ledger's others;
+- **refused lines**: a run is left out when ingest refused any other line of it (a value it
+  cannot read, a call id another line holds with other values: two ledgers whose ids collide);
+- **missing steps**: a run is left out when a required step has no line although every step
+  it waits on won in time and every step of the run that started won. The executor starts a
+  step as soon as its dependencies finish, so the run is another workflow's that shares step
+  names (one ledger for several workflows), or its lines were lost.
 
-A run is left out whole: keeping the rest of it would read it as a run that lost a step.
+A run is left out whole: keeping the rest of it would read it as a run that lost a step. It
+is counted by reason and named with the line that shows why; a ledger with every run left
+out is refused with the fix of the commonest reason. A clock off by less than `FAR` deadlines
+is not told from a late run, and counts as the miss it reads as.
 """
 
 from __future__ import annotations
@@ -183,7 +192,7 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
 
     Raises:
         IngestError: More than `OFF_PLAN_SHARE` of the runs have attempts on routes the plan
-            does not have for their step.
+            does not have for their step, or every run was left out.
     """
     store.execute(_LINES)
     store.execute("CREATE TABLE ck_routes (step VARCHAR, provider VARCHAR, model VARCHAR)")
