@@ -179,7 +179,7 @@ def screen(store: Store, plan: Plan, *, run_column: str, ledgers: str) -> Screen
     Leave out the runs a plan cannot be judged on; refuse a ledger that is not the plan's.
 
     Reads the store's ``calls`` and ``rejects`` and table ``ck_steps`` (the plan's steps), and
-    leaves table ``ck_out`` (``run_id``, ``reason``): the runs to leave out.
+    leaves table ``ck_out`` (``run_id``): the runs to leave out.
 
     Args:
         store: The throwaway store the ledgers were ingested into.
