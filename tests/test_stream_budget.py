@@ -23,6 +23,7 @@ import pytest
 
 from tailkit.adapters import _sse as sse_module
 from tailkit.adapters import chat_attempt
+from tailkit.adapters._bodies import clip
 from tailkit.adapters._sse import SSEDecoder
 from tailkit.adapters.anthropic_sdk import anthropic_messages_attempt
 from tailkit.adapters.openai_sdk import openai_chat_attempt
@@ -386,3 +387,45 @@ def test_the_decoder_refuses_a_body_past_its_byte_budget() -> None:
         assert [] == decoder.feed(b"data: " + b"x" * 1000)
     with pytest.raises(StreamTooLarge, match=r"^fake/m at http://x: .* 100,000 bytes"):
         decoder.feed(b"data: " + b"x" * 1000)
+
+
+def test_one_event_may_hold_a_sixteenth_of_the_budget() -> None:
+    """chat_attempt: one event (or line) past budget / 16 is refused before it is parsed."""
+    body = Endless(b'data: {"choices": [' + b"1," * 32768)  # one event that never ends
+    budget = 64 * 2**20
+
+    async def main() -> BaseException:
+        async with endless(body) as client:
+            call = chat_attempt("http://x/v1", [], client=client)
+            with pytest.raises(StreamTooLarge) as info:
+                await drain(call(attempt(budget)))
+        return info.value
+
+    error = run_real(main())
+    assert "4,194,304 bytes in one event" in str(error)
+    assert body.sent <= budget // 16 + 2 * len(body.piece)
+    decoder = SSEDecoder(max_event_bytes=1000)
+    assert [("", "x" * 900)] == decoder.feed(b"data: " + b"x" * 900 + b"\n\n")  # one at a time
+    decoder.feed(b"data: " + b"x" * 900 + b"\n")
+    with pytest.raises(StreamTooLarge, match="1,000 bytes in one event"):
+        decoder.feed(b"data: " + b"x" * 200 + b"\n")  # the same event's data: 1,100
+
+
+def test_an_error_message_reads_only_the_start_of_a_huge_body() -> None:
+    """Clip keeps 300 characters on one line, splitting only the start of what it is given."""
+    split: list[int] = []
+
+    class Body(str):
+        """A body that notes how much of it is split into words."""
+
+        __slots__ = ()
+
+        def split(self, *args: Any, **kwargs: Any) -> list[str]:  # type: ignore[override]
+            split.append(len(self))
+            return super().split(*args, **kwargs)
+
+    assert "a b c" == clip(Body("  a  b\n c "))
+    huge = Body("word " * 1_000_000)  # 5 MB of words: 1 million strings if split whole
+    assert ("word " * 60)[:299] + "…" == clip(huge)
+    assert max(split, default=0) <= 11
+    assert 300 == len(clip("ab " * 100 + " " * 3000 + "z"))

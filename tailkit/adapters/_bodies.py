@@ -7,6 +7,7 @@ Standard library only (plus the executor's `AttemptError`), so it is tested with
 from __future__ import annotations
 
 import json
+import re
 
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from tailkit.executor.lowlevel import retry_after_from
 
 
 CLIP_CHARS = 300  # characters of a provider's message kept in an error
+_INK = re.compile(r"\S")  # where a text's first word starts
 
 
 def loads(text: str) -> Any:
@@ -54,9 +56,20 @@ def error_message(body: Any) -> str | None:
 def clip(text: str) -> str:
     """
     ``text`` on one line, at most `CLIP_CHARS` characters (an ellipsis marks a cut).
+
+    Only its start is read: splitting a body of megabytes into words to keep 300 characters
+    would cost more memory than the body.
     """
-    text = " ".join(text.split())
-    return text if len(text) <= CLIP_CHARS else text[: CLIP_CHARS - 1] + "…"
+    start = _INK.search(text)
+    if start is None:
+        return ""
+    head = text[start.start() : start.start() + 8 * CLIP_CHARS]
+    line = " ".join(head.split())
+    if len(line) <= CLIP_CHARS and start.start() + len(head) >= len(text):
+        return line
+    if len(line) >= CLIP_CHARS:
+        return line[: CLIP_CHARS - 1] + "…"
+    return line[: CLIP_CHARS - 2] + " …"  # the rest, past a long run of spaces, not read
 
 
 def retry_after_s(headers: Mapping[str, str], *, now_wall: float | None = None) -> float | None:

@@ -35,6 +35,9 @@ class SSEDecoder:
     Args:
         max_bytes: The body's byte budget: `feed` raises `StreamTooLarge` once more bytes
             than this have come (``None``: no budget). It bounds every line and event too.
+        max_event_bytes: The most one line, or the data of one event, may hold (``None``:
+            ``max_bytes``): a single event is parsed whole, and a JSON value weighs several
+            times its text.
         where: The route and endpoint, for that error's message.
 
     Example::
@@ -43,16 +46,25 @@ class SSEDecoder:
         sse.feed(b'data: {"a"') + sse.feed(b": 1}\n\n")  # [("", '{"a": 1}')]
     """
 
-    __slots__ = ("_cr", "_data", "_decoder", "_event", "_left", "_limit", "_rest", "_where")
+    __slots__ = ("_cr", "_data", "_data_chars", "_decoder", "_event", "_largest", "_left",
+                 "_limit", "_rest", "_rest_chars", "_where")  # fmt: skip
 
-    def __init__(self, *, max_bytes: int | None = None, where: str = "the stream") -> None:
+    def __init__(
+        self,
+        *,
+        max_bytes: int | None = None,
+        max_event_bytes: int | None = None,
+        where: str = "the stream",
+    ) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._rest: list[str] = []  # the pieces of the line not yet ended
         self._cr = False  # the last piece ended in "\r": a "\n" starting the next is its pair
         self._data: list[str] = []
+        self._rest_chars = self._data_chars = 0  # characters held in _rest, in _data
         self._event = ""
         self._limit = max_bytes
         self._left = sys.maxsize if max_bytes is None else max_bytes
+        self._largest = max_event_bytes if max_event_bytes is not None else self._left
         self._where = where
 
     def feed(self, raw: bytes) -> list[tuple[str, str]]:
@@ -77,12 +89,18 @@ class SSEDecoder:
         rest = lines.pop()
         if not lines:  # still inside one line
             self._rest.append(rest)
+            self._rest_chars += len(rest)
+            self._check()
             return []
         if self._rest:
             self._rest.append(lines[0])
             lines[0] = "".join(self._rest)  # the long line, joined once
-        self._rest = [rest] if rest else []
-        return self._lines(lines)
+        self._rest, self._rest_chars = [], 0
+        events = self._lines(lines)
+        if rest:
+            self._rest, self._rest_chars = [rest], len(rest)
+            self._check()
+        return events
 
     def close(self) -> list[tuple[str, str]]:
         """
@@ -95,7 +113,7 @@ class SSEDecoder:
         text = self._decoder.decode(b"", final=True)
         if self._cr and text.startswith("\n"):
             text = text[1:]
-        text, self._rest = "".join(self._rest) + text, []
+        text, self._rest, self._rest_chars = "".join(self._rest) + text, [], 0
         events = self._lines(_LINE_BREAK.split(text) if text else [])
         if self._data and self._whole():
             events.extend(self._dispatch())
@@ -117,9 +135,19 @@ class SSEDecoder:
                 if len(self._data) == 1 and self._whole():
                     events.extend(self._dispatch())
                 self._data.append(value)
+                self._data_chars += len(value)
+                self._check()
             elif name == "event":
                 self._event = value
         return events
+
+    def _check(self) -> None:
+        """
+        Raise `StreamTooLarge` when the line not yet ended and the event's data hold too much.
+        """
+        if self._rest_chars + self._data_chars > self._largest:
+            unit = "bytes in one event"
+            raise StreamTooLarge(self._where, limit=self._largest, unit=unit)
 
     def _whole(self) -> bool:
         data = "\n".join(self._data)
@@ -133,5 +161,5 @@ class SSEDecoder:
 
     def _dispatch(self) -> list[tuple[str, str]]:
         event, data = self._event, self._data
-        self._event, self._data = "", []
+        self._event, self._data, self._data_chars = "", [], 0
         return [(event, "\n".join(data))] if data else []

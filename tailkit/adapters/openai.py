@@ -34,8 +34,9 @@ Errors are raised as `AttemptError` with the call-record status the executor act
 The provider's own error message is kept, clipped, in the exception's message. A stream that
 ends without ``data: [DONE]`` simply ends: the executor marks it truncated. A body (streamed
 or not) is read to the attempt's byte budget (``attempt.max_stream_bytes``, the step's
-`StepPolicy.max_stream_bytes`) at most: past it, `StreamTooLarge`; an error response is read
-only for its message (its first 64 KiB).
+`StepPolicy.max_stream_bytes`) at most, one SSE event to a sixteenth of that (at least 1 MiB):
+past either, `StreamTooLarge`; an error response is read only for its message (its first 64
+KiB).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ _DRAIN_S = 0.25  # after [DONE]: how long to wait for the body's end, to keep th
 _CLEANUP_S = 1.0  # how long a cancelled attempt waits for its connection to close
 _KEEPALIVE = 100  # idle connections the shared client keeps for reuse
 _ERROR_BYTES = 64 * 1024  # of an error response's body: enough for its message
+_EVENT_BYTES = 2**20  # the least one SSE event may hold (see `_read_stream`)
 
 
 class ChatAttempt:
@@ -293,7 +295,10 @@ async def _read_stream(
         answer_of(text, response.status_code, where)
         msg = f"{where}: asked for a stream, got a JSON answer: use stream=False here"
         raise AttemptError(msg, status="invalid")
-    sse = SSEDecoder(max_bytes=max_bytes, where=where)
+    # one event is parsed whole (its JSON weighs several times its text): a sixteenth of the
+    # budget at most, 16 MiB by default, though never under 1 MiB (nor over the budget)
+    largest = max(max_bytes // 16, min(max_bytes, _EVENT_BYTES))
+    sse = SSEDecoder(max_bytes=max_bytes, max_event_bytes=largest, where=where)
     body = response.aiter_bytes()
     try:
         async for raw in body:
