@@ -19,7 +19,8 @@ from tailkit.config import parse_plan
 from tailkit.simulation import RouteSample, WorkflowModel, load_samples, simulate_model
 from tailkit.simulation import _api as api
 from tailkit.simulation import _result as result
-from tailkit.simulation.lowlevel import StepModel
+from tailkit.simulation._engine import live_steps
+from tailkit.simulation.lowlevel import Draws, StepModel, sim_result, simulate_runs
 from tailkit.store import Store
 
 
@@ -127,3 +128,43 @@ def test_memory_follows_the_budget_not_the_steps(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(result, "MIN_STEP_QUANTILE_RUNS", 64)
     small, large = _peak_bytes(100, 8_192), _peak_bytes(200, 8_192)
     assert large < 1.4 * small
+
+
+def _dag() -> WorkflowModel:
+    """Steps a -> (b, c optional, d) -> e: an optional sink, failures and a deadline."""
+    route = RouteSample.lognormal(2.0, 0.5, error_rate=0.05, invalid_rate=0.02, points=2_000)
+    steps = (
+        StepModel("a", (), True, route),
+        StepModel("b", (0,), True, route, cutoff_s=3.0, action="retry"),
+        StepModel("c", (0,), False, route),
+        StepModel("d", (0,), True, route, cutoff_s=2.5, action="hedge", second=route),
+        StepModel("e", (1, 3), True, route),
+    )
+    return WorkflowModel(steps, deadline_s=9.0)
+
+
+def test_steps_let_go_as_played_give_the_same_runs() -> None:
+    """simulate_runs with on_step (each step counted, then let go) plays the same runs."""
+    model = _dag()
+    kept = simulate_runs(model, Draws(5_000, seed=2))
+    seen: list[int] = []
+    streamed = simulate_runs(model, Draws(5_000, seed=2), on_step=lambda i, _: seen.append(i))
+    assert seen == [0, 1, 2, 3, 4]
+    assert streamed.steps == ()
+    assert streamed.end_s.tobytes() == kept.end_s.tobytes()
+    assert streamed.ok.tobytes() == kept.ok.tobytes()
+    assert sim_result(model, kept).as_dict() == simulate_model(model, runs=5_000, seed=2).as_dict()
+
+
+def test_live_steps_counts_the_ends_held_side_by_side() -> None:
+    """A chain or a fan-out holds one or two ends at once; a fan-in holds all its branches."""
+    route = RouteSample.lognormal(1.0, 0.3, points=100)
+
+    def model(deps: list[tuple[int, ...]]) -> WorkflowModel:
+        return WorkflowModel(tuple(StepModel(f"s{i}", d, True, route) for i, d in enumerate(deps)))
+
+    assert live_steps(model([(), *[(i,) for i in range(99)]])) == 2  # a chain
+    assert live_steps(model([()] * 100)) == 1  # independent steps
+    assert live_steps(model([(), *[(0,)] * 99])) == 2  # a fan-out from one step
+    assert live_steps(model([*[()] * 99, tuple(range(99))])) == 100  # a fan-in of 99
+    assert live_steps(_dag()) == 3

@@ -9,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.simulation._build import POLICIES, SampleKey, policy_model, workflow_model
-from tailkit.simulation._engine import Draws, WorkflowModel, simulate_runs
+from tailkit.simulation._engine import Draws, WorkflowModel, live_steps, simulate_runs
 from tailkit.simulation._result import SimResult, Tally
 from tailkit.simulation._sample import RouteSample
 
 
 CHUNK_RUNS = 32_768  # runs simulated at once: each step's arrays stay in the CPU cache
 CHUNK_STEP_RUNS = 1 << 21
-"""Step-runs simulated at once: a chunk's arrays (about 30 bytes a step and run) stay near
-60 MB however many steps the plan has; a plan of up to 64 steps runs `CHUNK_RUNS` at once."""
+"""Step-runs held at once: the arrays of the steps a chunk holds side by side (about 16 bytes a
+step and run) stay near 32 MB however wide the plan; up to 64 such steps run `CHUNK_RUNS`."""
 MIN_CHUNK_RUNS = 1024
 MAX_RUNS = 10_000_000
 """Most runs one simulation takes: each run's end-to-end seconds are kept for exact quantiles.
@@ -89,7 +89,8 @@ def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) 
     """
     Simulate ``runs`` runs of a workflow model, 32,768 runs at a time.
 
-    A plan of more than 64 steps runs fewer at a time (`chunk_runs`), with the same result.
+    Each step is counted as it is played and let go; a plan of more than 64 steps side by
+    side runs fewer at a time (`chunk_runs`), with the same result.
 
     Args:
         model: The workflow, as `workflow_model` or `policy_model` built it.
@@ -105,17 +106,19 @@ def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) 
         raise ValueError(msg)
     check_run_count(runs)
     tally = Tally(model)
-    chunk = chunk_runs(len(model.steps))
+    chunk = chunk_runs(live_steps(model))
     draws = Draws(min(chunk, runs), seed=seed)
     for first in range(0, runs, chunk):
         draws.runs = min(chunk, runs - first)  # each slot's stream goes on where it was
-        tally.add(simulate_runs(model, draws))
+        # each step is counted as it is played and let go: memory follows the steps that
+        # run side by side, not the plan
+        tally.add_runs(simulate_runs(model, draws, on_step=tally.add_step))
     return tally.result()
 
 
 def chunk_runs(steps: int) -> int:
     """
-    Runs simulated at once for a workflow of ``steps`` steps: memory follows the chunk.
+    Runs simulated at once when ``steps`` steps' arrays are held at once (`live_steps`).
 
     A multiple of 4 (a slot's stream is read 4 draws to a 64-bit word), so the runs see the
     same draws whatever the chunk: the result does not depend on it.

@@ -183,9 +183,13 @@ def _reserves(plan: Plan, order: tuple[str, ...], medians: Mapping[str, float]) 
 
     The same sum, in the same order, as the executor's ``reserves``: the two agree to the bit.
     """
+    dependents: dict[str, list[str]] = {name: [] for name in plan.steps}
+    for name, step in plan.steps.items():  # file order, as `Plan.dependents`; once, not per step
+        for dep in dict.fromkeys(step.depends_on):
+            dependents[dep].append(name)
     reserve: dict[str, float] = {}
     for name in reversed(order):
-        after = [medians[d] + reserve[d] for d in plan.dependents(name)]
+        after = [medians[d] + reserve[d] for d in dependents[name]]
         reserve[name] = max(after, default=0.0)
     return reserve
 

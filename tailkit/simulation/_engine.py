@@ -61,7 +61,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +96,7 @@ __all__ = [
     "StepOutcome",
     "WorkflowModel",
     "general_step",
+    "live_steps",
     "run_step",
     "simulate_runs",
 ]
@@ -245,6 +246,7 @@ def simulate_runs(
     *,
     reuse: RunOutcome | None = None,
     changed: int = 0,
+    on_step: Callable[[int, StepOutcome], None] | None = None,
 ) -> RunOutcome:
     """
     Play every run of the workflow.
@@ -255,46 +257,121 @@ def simulate_runs(
         reuse: A previous outcome whose steps before ``changed`` are still valid (the
             calibrator changes one step at a time; earlier steps do not move).
         changed: Index of the first step that differs from ``reuse``.
+        on_step: Called with each step's index and outcome as it is played; the outcome
+            then keeps no step (``starts`` and ``steps`` empty), and a step's arrays are let
+            go once no step still waits on them: memory follows the steps running side by
+            side (`live_steps`), not the plan. The runs are the same.
     """
+    if on_step is not None and reuse is not None:
+        msg = "on_step keeps no steps to reuse"
+        raise ValueError(msg)
+    keep = on_step is None
     runs = draws.runs
     starts: list[Array] = []
     outcomes: list[StepOutcome] = []
-    ends: list[Array] = []
+    ends: list[Array | None] = []
     dead: list[Bools | None] = []  # runs in which the step left its dependents nothing to wait on
+    last = _last_use(model)
     zero = np.zeros(runs)
+    sinks: list[Array] = []
+    end: Array | None = None
+    bad = np.zeros(runs, dtype=np.bool_)
     for i, step in enumerate(model.steps):
         if reuse is not None and i < changed:
             start, outcome = reuse.starts[i], reuse.steps[i]
         else:
-            start = ends[step.deps[0]] if step.deps else zero
-            for d in step.deps[1:]:
-                start = np.maximum(start, ends[d])
-            outcome = run_step(step, start, draws, model)
-            skipped = _any(dead[d] for d in step.deps)
-            if skipped is not None:
-                outcome = _skip(outcome, skipped)
-        starts.append(start)
-        outcomes.append(outcome)
-        ends.append(start + outcome.duration_s)
+            start, outcome = _play(step, ends, dead, zero, draws, model=model)
+        finish = start + outcome.duration_s
+        ends.append(finish)
         gone = outcome.failed if step.required and outcome.failed.any() else None
         dead.append(_any((gone, outcome.skipped)))
-    # a step ends after the steps it waits for: the run ends with the last of its sinks, an
-    # optional one cut at the deadline -- but never before its required steps (an optional
-    # sink after a late required step must not hide that the run missed)
-    waited = {d for step in model.steps for d in step.deps}
-    sinks = []
-    for i, step in enumerate(model.steps):
-        if step.required:
-            sinks.append(ends[i])
-        elif i not in waited:
-            cut = math.isfinite(model.deadline_s)
-            sinks.append(np.minimum(ends[i], model.deadline_s) if cut else ends[i])
-    end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
-    bad = np.zeros(runs, dtype=np.bool_)
-    for step, outcome in zip(model.steps, outcomes, strict=True):
         if step.required:
             bad |= outcome.failed
+        sink = _sink(step, finish, waited=last[i] >= 0, deadline_s=model.deadline_s)
+        if keep:
+            starts.append(start)
+            outcomes.append(outcome)
+            if sink is not None:
+                sinks.append(sink)
+            continue
+        assert on_step is not None  # noqa: S101 - keep is False
+        on_step(i, outcome)
+        if sink is not None:  # the maximum is exact: the same end in any order
+            end = sink if end is None else np.maximum(end, sink)
+        for d in (*step.deps, i):
+            if last[d] <= i:  # nothing after this step waits on d
+                ends[d] = dead[d] = None
+    if keep:
+        end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
+    assert end is not None  # noqa: S101 - a workflow has a required step or a sink
     return RunOutcome(end, ~bad, tuple(starts), tuple(outcomes))
+
+
+def _sink(step: StepModel, finish: Array, *, waited: bool, deadline_s: float) -> Array | None:
+    """
+    What a step gives the run's end (``None``: nothing).
+
+    A step ends after the steps it waits for: the run ends with the last of its sinks, an
+    optional one cut at the deadline -- but never before its required steps (an optional
+    sink after a late required step must not hide that the run missed).
+    """
+    if step.required:
+        return finish
+    if waited:
+        return None
+    return np.minimum(finish, deadline_s) if math.isfinite(deadline_s) else finish
+
+
+def _play(
+    step: StepModel,
+    ends: list[Array | None],
+    dead: list[Bools | None],
+    zero: Array,
+    draws: Draws,
+    *,
+    model: WorkflowModel,
+) -> tuple[Array, StepOutcome]:
+    """
+    A step's start in every run (the last of its dependencies' ends) and its outcome.
+    """
+    start = _end(ends, step.deps[0]) if step.deps else zero
+    for d in step.deps[1:]:
+        start = np.maximum(start, _end(ends, d))
+    outcome = run_step(step, start, draws, model)
+    skipped = _any(dead[d] for d in step.deps)
+    if skipped is not None:
+        outcome = _skip(outcome, skipped)
+    return start, outcome
+
+
+def _end(ends: list[Array | None], d: int) -> Array:
+    found = ends[d]
+    assert found is not None  # noqa: S101 - let go only after its last dependent
+    return found
+
+
+def _last_use(model: WorkflowModel) -> list[int]:
+    """
+    Per step, the index of the last step that waits on it (-1: none does).
+    """
+    last = [-1] * len(model.steps)
+    for i, step in enumerate(model.steps):
+        for d in step.deps:
+            last[d] = max(last[d], i)
+    return last
+
+
+def live_steps(model: WorkflowModel) -> int:
+    """
+    The most steps whose ends are held at once when `simulate_runs` lets them go (at least 1).
+    """
+    last = _last_use(model)
+    live = peak = 0
+    for i in range(len(model.steps)):
+        live += 1
+        peak = max(peak, live)
+        live -= sum(1 for d in {*model.steps[i].deps, i} if last[d] <= i)
+    return max(peak, 1)
 
 
 def _any(masks: Iterable[Bools | None]) -> Bools | None:

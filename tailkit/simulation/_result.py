@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tailkit.fit import quantile
-from tailkit.simulation._engine import RunOutcome, WorkflowModel
+from tailkit.simulation._engine import RunOutcome, StepOutcome, WorkflowModel
 
 
 STEP_QUANTILE_RUNS = 65_536
@@ -140,22 +140,36 @@ class Tally:
         """
         Count one chunk of runs.
         """
+        for i, step in enumerate(outcome.steps):
+            self.add_step(i, step)
+        return self.add_runs(outcome)
+
+    def add_step(self, i: int, step: StepOutcome) -> None:
+        """
+        Count step ``i`` of the chunk being played (before `add_runs` counts its runs).
+        """
+        fired = np.count_nonzero(step.fired)
+        self._counts[i] += (
+            fired,
+            fired if step.extra is step.fired else np.count_nonzero(step.extra),
+            int(step.recovery.sum()),
+            np.count_nonzero(step.failed),
+        )
         room = self._room - self._runs
+        if room > 0:
+            kept = step.duration_s[:room]
+            # a slice would hold the whole chunk's array: copy the part kept
+            self._durations[i].append(kept if kept.size == step.duration_s.size else kept.copy())
+
+    def add_runs(self, outcome: RunOutcome) -> Tally:
+        """
+        Count the chunk's runs (their ends and misses), after its steps.
+        """
         self._ends.append(outcome.end_s)
         self._missed += int(
             np.count_nonzero(~outcome.ok | (outcome.end_s > self._model.deadline_s))
         )
         self._runs += outcome.end_s.size
-        for i, o in enumerate(outcome.steps):
-            fired = np.count_nonzero(o.fired)
-            self._counts[i] += (
-                fired,
-                fired if o.extra is o.fired else np.count_nonzero(o.extra),
-                int(o.recovery.sum()),
-                np.count_nonzero(o.failed),
-            )
-            if room > 0:
-                self._durations[i].append(o.duration_s[:room])
         return self
 
     def result(self) -> SimResult:
