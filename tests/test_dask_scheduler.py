@@ -88,7 +88,7 @@ def peer(request: pytest.FixtureRequest) -> Iterator[_Peer]:
 @pytest.mark.parametrize(
     ("peer", "why"),
     [
-        ((SILENT, False), "no answer within 1 s"),
+        ((SILENT, False), "connected, but no answer within 1 s"),
         ((HTTP, False), "not in Dask's protocol"),
         ((SHORT_FRAMES, False), "not in Dask's protocol"),
         ((HUGE_FRAME, False), "not in Dask's protocol"),
@@ -130,3 +130,13 @@ def test_stats_says_one_error_line(
     assert lines[0].startswith("Error:")
     assert "Traceback" not in result.output
     assert peer.address in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1:notaport", "foo://127.0.0.1:1", "tcp://", "tcp://127.0.0.1"]
+)
+def test_an_address_dask_cannot_connect_to_says_so(address: str) -> None:
+    """A malformed address is named as one, not taken for a peer that answered."""
+    with pytest.raises(ConfigError) as caught:
+        summarize_dask(["calls.parquet"], TableQuery(), Reading(), scheduler=address)
+    assert "not an address Dask can connect to" in str(caught.value)

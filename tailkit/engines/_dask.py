@@ -65,9 +65,10 @@ def summarize_dask(
         workers: Worker processes of a local cluster.
         min_group: The table's ``min_group`` (which groups the samples serve).
         on_file: Called with the count of file tasks done, as they finish (two per file).
-        connect_timeout_s: Seconds a scheduler's address has to answer as a Dask scheduler
-            (``None``: `CONNECT_TIMEOUT_S`, 20 s); a peer that stays silent, or answers
-            something else, is an error after at most this long.
+        connect_timeout_s: Seconds a scheduler's address has to accept a connection, and
+            then as long again to answer as a Dask scheduler (``None``: `CONNECT_TIMEOUT_S`,
+            20 s); a peer that stays silent, or answers something else, is an error after
+            at most twice this long.
 
     Raises:
         ConfigError: Dask is not installed, or the scheduler cannot be reached or does not
@@ -186,7 +187,7 @@ def _refuse(address: str, why: str) -> NoReturn:
 
 def _probe(address: str, timeout_s: float) -> None:
     """
-    Connect to ``address`` and read its handshake, all within ``timeout_s`` seconds.
+    Connect to ``address`` within ``timeout_s`` seconds, and read its handshake within as long.
 
     In a thread of its own, with its own event loop: a caller inside a running loop (a
     notebook) can call it too.
@@ -211,16 +212,19 @@ def _probe(address: str, timeout_s: float) -> None:
             comm.abort()
 
     async def bounded() -> Any:
-        return await asyncio.wait_for(handshake(), timeout_s)
+        # the connect has its own timeout_s (and says so when it runs out); the handshake
+        # after it gets as long again
+        return await asyncio.wait_for(handshake(), 2 * timeout_s)
 
+    _parse(address)
     with ThreadPoolExecutor(1, thread_name_prefix="tailkit-dask-probe") as pool:
         try:
             info = pool.submit(asyncio.run, bounded()).result()
         except TimeoutError:  # asyncio's is the builtin since 3.11
             _refuse(
                 address,
-                f"no answer within {timeout_s:g} s: something accepts connections there but "
-                "does not answer as a Dask scheduler",
+                f"connected, but no answer within {timeout_s:g} s: something accepts "
+                "connections there but does not answer as a Dask scheduler",
             )
         except CommClosedError:
             _refuse(address, "it closed the connection without answering as a Dask scheduler")
@@ -230,3 +234,19 @@ def _probe(address: str, timeout_s: float) -> None:
             _refuse(address, "it answered, but not in Dask's protocol")
     if not isinstance(info, dict) or "compression" not in info:
         _refuse(address, "it answered, but not in Dask's protocol")
+
+
+def _parse(address: str) -> None:
+    """
+    Refuse an address Dask cannot connect to at all (an unknown scheme, no port).
+    """
+    from distributed.comm import registry
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        registry.get_backend(scheme)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        _refuse(address, f"not an address Dask can connect to: {printable(str(exc))}")
