@@ -193,3 +193,17 @@ def test_a_header_from_a_client_gives_a_deadline_a_scope_can_hold(
     else:
         assert math.isfinite(deadline)
         assert float(headers[REMAINING_HEADER]) == left
+
+
+def test_run_step_refuses_a_wall_clock_deadline_naming_real_fixes() -> None:
+    """run_step(deadline=time.time() + 5) is refused with fixes that exist, not taken as far."""
+    executor = Executor(plan(""))
+
+    async def main() -> str:
+        with pytest.raises(ValueError, match="looks like a wall-clock time") as info:
+            await executor.run_step("s", answer({}), deadline=time.time() + 5.0)
+        return str(info.value)
+
+    message = run(main())
+    assert "use deadline_after(seconds) around the call or run_step(deadline=now() + " in message
+    assert "deadline_at_wall(epoch) around the call" in message

@@ -134,6 +134,9 @@ def _fixes(api: str) -> tuple[str, str, str]:
     if api == "DeadlineScope":
         return (f"{api}(after=seconds)", f"{api}(at=now() + seconds)",
                 f"{api}(at=now() + epoch - time.time())")  # fmt: skip
+    if not api.endswith("_at"):  # the executor's deadline= (run_step)
+        return ("deadline_after(seconds) around the call", f"{api}(deadline=now() + seconds)",
+                "deadline_at_wall(epoch) around the call")  # fmt: skip
     wall = "deadline_at_wall(epoch)" if api in {"deadline_at", "fail_at"} else (
         f"{api}(now() + epoch - time.time())"
     )  # fmt: skip
