@@ -208,6 +208,7 @@ VALUE_SECRETS = (
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl", "AKIAIOSFODNN7EXAMPLE",
     "ghp_abcdefghijklmnopqrstuvwxyz0123", "sk-ant-api03-XyZ987654321", "Sig0123456789abcdef",
     "tok-2345678901", "basicpass0123", "sk-line-Start1234", "Zq9Secret77", "hdr-Secret-88",
+    "Qq7Hidden99",
 )  # fmt: skip
 
 
@@ -224,6 +225,7 @@ def _with_secrets(i: int, total: object = 1.5) -> dict[str, object]:
                  "blob": "https://b.blob.core.windows.net/c?sv=2024&sig=Sig0123456789abcdef"},
         "tags": ["Bearer tok-2345678901", "proxy=http://svc:basicpass0123@10.0.0.1:3128"],
         "trace": "Traceback:\nsk-line-Start1234\napi_key=Zq9Secret77\nx-api-key: hdr-Secret-88",
+        "upstream_body": json.dumps({"error": "bad request", "api_key": "Qq7Hidden99"}),
     }  # fmt: skip
 
 
@@ -280,6 +282,7 @@ def test_secrets_inside_values_are_redacted_alone_and_in_a_batch(
     assert {"aws": "[redacted]", "gh": "token [redacted]", "blob": blob} == attrs["meta"]
     assert ["Bearer [redacted]", "proxy=http://svc:[redacted]@10.0.0.1:3128"] == attrs["tags"]
     assert "Traceback:\n[redacted]\napi_key=[redacted]\nx-api-key: [redacted]" == attrs["trace"]
+    assert {"error": "bad request", "api_key": "[redacted]"} == json.loads(attrs["upstream_body"])
     (raw,) = store.fetchone("SELECT raw FROM rejects WHERE source_row = 2 ORDER BY ingest_id")
     assert "proxy.internal:8443" in raw  # the rejected line is still shown, minus the secrets
     assert all(json.loads(a) is not None for (a,) in store.fetchall("SELECT attrs FROM calls"))
@@ -349,7 +352,14 @@ SCRUBBED = [
     # After a line break written as a JSON escape (the text of attrs).
     (r"one\nsk-proj-abc123DEF456\tapi_key=k-1\nCookie: s=1",
      r"one\n[redacted]\tapi_key=[redacted]\nCookie: [redacted]"),
+    # A credential's pair quoted in error text: a Python dict, an inner JSON, a header line.
+    ("{'api_key': 'abc123', 'model': 'x'}", "{'api_key': '[redacted]', 'model': 'x'}"),
+    (r'{\"client_secret\": \"abc123\", \"n\": 1}',
+     r'{\"client_secret\": \"[redacted]\", \"n\": 1}'),
+    ("Password: hunter2", "Password: [redacted]"),
     # Not secrets: kept as they are.
+    ("max token: 4096; key: not found; password_policy: strict",
+     "max token: 4096; key: not found; password_policy: strict"),
     ("ssh://git@github.com/x", "ssh://git@github.com/x"),
     ("http://host:8080/path@x", "http://host:8080/path@x"),
     ("task-1234567890abcdef", "task-1234567890abcdef"),

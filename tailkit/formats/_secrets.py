@@ -39,8 +39,12 @@ _PARAMS = (
 _HEADERS = (
     r"(?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key|ocp-apim-subscription-key"
     r"|x-auth-token|set-cookie|cookie"
+    r"|(?:[A-Za-z0-9_.-]*[-_.])?(?:api[-_]?key|apikey|secret|password|passwd"
+    r"|(?:access|auth|refresh|session)[-_]?token)"
 )
-"""Headers quoted as ``Name: value`` in error text (case-insensitive)."""
+"""Headers, and names of credentials, quoted as ``Name: value`` in error text, or as a
+Python dict's or an inner JSON's pair (``{'api_key': '…'}``, ``{\\"api_key\\": \\"…\\"}``)
+(case-insensitive)."""
 
 _SHAPES = "|".join(
     [
@@ -69,7 +73,7 @@ SECRET_PATTERN = (
     # ?key=VALUE, &X-Amz-Signature=VALUE, api_key=VALUE in text
     rf"|({_START}(?i:{_PARAMS})=)[^\s&#\"'\\<>(){{}}\[\],;]+"
     # Authorization: Bearer VALUE, x-api-key: VALUE
-    rf"|({_START}(?i:{_HEADERS})[\"']?\s*[:=]\s*[\"']?)"
+    rf"|({_START}(?i:{_HEADERS})\\?[\"']?\s*[:=]\s*\\?[\"']?)"
     r"(?i:(?:bearer|basic|token|digest)\s+)?[^\s\"'\\,;]+"
     # Bearer VALUE
     r"|((?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
