@@ -72,6 +72,9 @@ class Acceptor:
     """
     Accept connections on ``sockets`` and hand each to ``connected`` in a task of its own.
 
+    The owner runs `accept` on each socket in a task and lists the tasks in ``tasks``, so
+    that they are its own (a test that looks for tasks left behind knows them by their name).
+
     Args:
         sockets: Listening, non-blocking sockets (`bind`); `close` closes them.
         connected: Called with each connection's reader and writer, as by
@@ -86,9 +89,12 @@ class Acceptor:
         self.errors = 0
         self._warned: set[int | None] = set()
         self._connected = connected
-        self._tasks = [asyncio.create_task(self._accept(sock)) for sock in sockets]
+        self.tasks: list[asyncio.Task[None]] = []
 
-    async def _accept(self, sock: socket.socket) -> None:
+    async def accept(self, sock: socket.socket) -> None:
+        """
+        Accept on ``sock`` until cancelled.
+        """
         loop = asyncio.get_running_loop()
         wait_s = _FIRST_WAIT_S
         while True:
@@ -134,9 +140,9 @@ class Acceptor:
         """
         Stop accepting and close the sockets.
         """
-        for task in self._tasks:
+        for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         for sock in self.sockets:
             with contextlib.suppress(OSError):
                 sock.close()

@@ -29,6 +29,7 @@ import collections
 import contextlib
 import logging
 import os
+import socket
 
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -202,6 +203,7 @@ class Server(Requests):
                 self.limits.max_connections,
             )
         self._listener = Acceptor(sockets, self._connected)
+        self._listener.tasks = [asyncio.create_task(self._accept(sock)) for sock in sockets]
 
     async def stop(self) -> None:
         """
@@ -223,6 +225,10 @@ class Server(Requests):
             await asyncio.gather(*tasks, return_exceptions=True)
         self._listener = None
         self._ledger.close()
+
+    async def _accept(self, sock: socket.socket) -> None:
+        assert self._listener is not None  # noqa: S101 - started before its tasks
+        await self._listener.accept(sock)
 
     async def __aenter__(self) -> Server:
         await self.start()
