@@ -232,8 +232,9 @@ def tail_kind(
     The rules, in order:
 
     - fewer than 50 calls or 20 finished: ``unknown``;
-    - no token counts (known for fewer than 80 % of finished calls): a residual tail or slow
-      spells are ``unknown`` (big calls or stalled ones: the work's share cannot be separated);
+    - a residual tail, or slow spells, without the token counts of its work (output for the
+      whole latency, input for the first token; known for 80 % of finished calls, not all
+      zero): ``unknown`` (big calls or stalled ones: the work's share cannot be separated);
     - a residual tail (see `residual_tail`) of the whole latency, or of the time to first
       token on input tokens: ``transient`` when size explains little of the spread or the
       tail calls make at least half of the route's slowest 2 %, else ``mixed``;
