@@ -478,11 +478,12 @@ def not_of(plan: Plan, observation: Observation) -> str | None:
         return f"the observation is of steps {said}, the plan's are {mine}"
     routes = _plan_routes(plan)
     for s in observation.steps:
-        ours = {(p.lower(), m.lower()) for p, m in routes[s.name].values()}
-        models = {m for _, m in ours}
+        # A route reads "provider/model", and either may hold a "/" of its own: compare whole
+        # strings, never split one.
+        ours = {f"{p}/{m}".lower() for p, m in routes[s.name].values()}
+        unknown = {f"unknown/{m}".lower() for _, m in routes[s.name].values()}
         for r in s.routes:
-            provider, _, model = r.route.lower().partition("/")
-            if (provider, model) not in ours and not (provider == "unknown" and model in models):
+            if r.route.lower() not in ours and r.route.lower() not in unknown:
                 return (
                     f"step {text.printable(s.name)!r} of the observation has {r.attempts:,} "
                     f"attempts on {text.printable(r.route)}, which the plan does not have for "

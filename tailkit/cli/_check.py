@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import os
-
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,6 +16,7 @@ from tailkit.cli._common import (
     StatusMapOption,
     UnitOption,
     library_errors,
+    new_console,
     said,
     scan_options,
     shown,
@@ -208,7 +207,5 @@ def check(
     elif quiet:
         typer.echo(report.summary())
     else:
-        from rich.console import Console  # the table only: --json and --quiet print plain text
-
-        render(report, Console(width=200) if not os.isatty(1) else Console())
+        render(report, new_console())  # the table only: --json and --quiet print plain text
     raise typer.Exit(report.exit_code)

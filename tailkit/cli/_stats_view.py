@@ -24,6 +24,9 @@ from tailkit.fit import min_calls_for_quantile
 from tailkit.tails import FIT_COLUMNS, TailReport
 
 
+_KIND_CELL = {"transient": "yes", "mixed": "mixed", "work": "no", "unknown": "?"}
+
+
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -106,9 +109,12 @@ def render_table(
         )
     rows = report.table if limit is None else report.table.sort("n", descending=True).head(limit)
     for row in rows.iter_rows(named=True):
-        transient = {True: "yes", False: "no", None: "?"}[row.get("transient")]
+        # The route's verdict in one word: "yes" is transient only, a mixed route says so.
+        transient = _KIND_CELL.get(str(row.get("tail_kind")), "?")
         if row.get("transient") and row.get("transient_mixture"):
-            transient = f"{row['transient_share']:.1%} ×{row['transient_scale']:.1f}"
+            # The row's own mixture (size not taken out): not the verdict's residual tail.
+            share, scale = row["transient_share"], row["transient_scale"]
+            transient += f", slow part {share:.1%} ×{scale:.1f}"
         table.add_row(
             *(shown(row[k]) for k in keys),
             f"{row['n']:,}",
