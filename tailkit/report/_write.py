@@ -90,9 +90,10 @@ def replace_files(
         ConfigError: A file cannot be written (full disk, no permission): nothing of the
             previous report was replaced, and no temporary file is left.
     """
+    stale = list(stale)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(out, files)
+        _remove_leftovers(out, [*files, *(p.name for p in stale)])
         order = [name for name in files if name != last] + [last]
         temps: dict[str, Path] = {}
         try:
@@ -116,11 +117,11 @@ def replace_files(
     return [out / name for name in order]
 
 
-def _remove_leftovers(out: Path, files: Mapping[str, bytes]) -> None:
+def _remove_leftovers(out: Path, names: Iterable[str]) -> None:
     """
     Remove the temporary files a killed run left for these names (``.NAME.*.tmp``).
     """
-    for name in files:
+    for name in names:
         for left in out.glob(f".{name}.*{TMP_SUFFIX}"):
             with contextlib.suppress(OSError):
                 left.unlink()
