@@ -59,6 +59,7 @@ from tailkit.simulation.lowlevel import (
     resample_sharing,
     sim_result,
     simulate_runs,
+    step_quantile_runs,
     step_routes,
 )
 
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
 
 REPLICATES = 100
 REPLICATE_RUNS = 4_000
-STEP_QUANTILE_RUNS = 65_536  # a step's quantiles come from at most this many runs (StepSummary)
 # Decimals the plan file keeps: seconds to the millisecond, shares to a basis point or finer.
 _DECIMALS = {"p50_s": 3, "p99_s": 3, "miss_rate": 5, "extra_attempts": 4, "hedge_rate": 4}
 _PLAN_KEYS = ("miss_rate", "p50_s", "p99_s", "extra_attempts")  # Prediction's field order
@@ -388,7 +388,10 @@ class _Spread:
         if step is None:
             values = self.base.end_s
         else:
-            values, runs = self.base.steps[step].duration_s, min(runs, STEP_QUANTILE_RUNS)
+            values, runs = (
+                self.base.steps[step].duration_s,
+                min(runs, step_quantile_runs(len(self.base.steps))),
+            )
         values = values[np.isfinite(values)]
         if values.size < 20:
             return 0.0

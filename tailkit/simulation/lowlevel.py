@@ -16,7 +16,7 @@ from tailkit.simulation._fetch import CUT, FAILED, OK
 from tailkit.simulation._kinds import route_tail_kinds
 from tailkit.simulation._load import widen_fixes
 from tailkit.simulation._reference import RunTrace, reference_run, reference_step, reference_trace
-from tailkit.simulation._result import sim_result
+from tailkit.simulation._result import sim_result, step_quantile_runs
 from tailkit.simulation._sharing import (
     DEFAULT_MOMENT,
     DEFAULT_SOURCE,
@@ -55,6 +55,7 @@ __all__ = [
     "sim_result",
     "simulate_runs",
     "stall_gaps",
+    "step_quantile_runs",
     "step_routes",
     "tail_correlation",
     "widen_fixes",
