@@ -63,6 +63,10 @@ class _Bar:
         self._bar.stop()
 
 
+_SPOOL_SAID_BYTES = 64 * 2**20
+"""A pipe copied to a temporary file is reported from this size on."""
+
+
 class IngestProgress:
     """
     Draws one bar over all bytes to read; inside a big file it follows DuckDB's progress.
@@ -146,6 +150,20 @@ class IngestProgress:
                 # Each statement starts again from 0%: the bar only moves forward.
                 self._shown = max(self._shown, done)
                 self._bar.update(self._task, completed=self._shown)
+
+    def spooling(self, path: Path, copied_bytes: int) -> None:
+        """
+        A pipe or standard input is being copied to a temporary file (it can be read only once).
+
+        Told every 64 MiB and at the end: a line on standard error once the copy is that big, so
+        a long ``<(zcat …)`` does not look like a hang (a small pipe says nothing).
+        """
+        if self._enabled and copied_bytes >= _SPOOL_SAID_BYTES:
+            self._console.print(
+                f"> copying {printable(path)} to a temporary file ({copied_bytes / 1e6:,.0f} MB)",
+                markup=False,
+                highlight=False,
+            )
 
     def start(self, path: Path, size_bytes: int) -> None:
         """
