@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
+import warnings
 
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -84,7 +85,11 @@ def finish(fig: MplFigure, *, name: str, title: str, caption: str) -> Figure:
     fig.suptitle(textwrap.fill(title, width), fontsize=12, fontweight="bold")
     literal_text(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    with warnings.catch_warnings():
+        # A name in a script the font lacks (漢字, an emoji) draws as boxes; the figure is still
+        # right, and a warning per glyph on the user's terminal would say nothing they can fix.
+        warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+        fig.savefig(buf, format="png", dpi=DPI)
     return Figure(name=name, title=title, caption=caption, png=buf.getvalue())
 
 
