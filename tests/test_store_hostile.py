@@ -229,6 +229,15 @@ def test_a_refusal_names_the_columns_and_what_was_refused() -> None:
     assert message.endswith("allowed; refused function read_text()")
 
 
+def test_a_filter_nested_past_pythons_recursion_is_refused() -> None:
+    """
+    A chain of a thousand operators is refused as too deep, not a RecursionError.
+    """
+    for where in ("+".join(["total_s"] * 990) + " > 1", "NOT " * 990 + "abandoned"):
+        with pytest.raises(FilterError, match="it nests too deeply"):
+            checked_where(where)
+
+
 def test_the_library_entries_check_the_filter(db: Path, secret_file: Path) -> None:
     """
     TableQuery, tailkit.stats(where=) and Store.calls_with_buckets(where=) refuse before SQL.

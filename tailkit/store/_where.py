@@ -146,6 +146,13 @@ def _error(where: object, refused: _Refused) -> FilterError:
 
 @functools.lru_cache(maxsize=256)
 def _check(where: str) -> None:
+    try:
+        _check_tree(where)
+    except RecursionError:  # json.loads or the walk: a + a + ... a thousand times
+        _refuse("it nests too deeply: write it with fewer nested functions or operators")
+
+
+def _check_tree(where: str) -> None:
     if not where.strip():
         _refuse("it is empty (leave the filter out to take every call)")
     if "\x00" in where:
