@@ -227,3 +227,16 @@ def test_the_tail_table_says_mixed_where_the_route_is_mixed(tmp_path: Path) -> N
     assert "mixed" == kind, report.verdicts.row(0, named=True)["verdict"]
     assert {"mixed"} == set(report.table["tail_kind"].to_list())
     assert "output,input" == report.verdicts.row(0, named=True)["token_counts"]
+
+    # tailkit stats prints the same word: "mixed", never "yes" for a mixed route.
+    import io
+
+    from rich.console import Console
+
+    from tailkit.cli._stats_view import render_table
+
+    buffer = io.StringIO()
+    render_table(report, ["provider", "model", "output_bucket"], Console(file=buffer, width=300))
+    rows = [line for line in buffer.getvalue().splitlines() if "│ p " in line or "┃ p " in line]
+    assert rows, buffer.getvalue()
+    assert all("mixed" in line and " yes" not in line for line in rows[:1]), buffer.getvalue()
