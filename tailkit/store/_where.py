@@ -49,7 +49,7 @@ _FUNCTIONS = frozenset({
     "lower", "upper", "lcase", "ucase", "length", "strlen", "char_length", "len", "trim",
     "ltrim", "rtrim", "substr", "substring", "left", "right", "starts_with", "ends_with",
     "prefix", "suffix", "contains", "instr", "strpos", "position", "replace", "concat",
-    "concat_ws", "lpad", "rpad", "reverse", "split_part", "regexp_matches",
+    "concat_ws", "reverse", "split_part", "regexp_matches",
     "regexp_full_match", "regexp_extract", "regexp_replace", "md5", "hash",
     # numbers
     "abs", "round", "floor", "ceil", "ceiling", "sign", "sqrt", "ln", "log", "log10", "log2",
