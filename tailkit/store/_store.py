@@ -384,7 +384,12 @@ class Store:
         try:
             self._con.close()  # writes the last checkpoint: a full disk can fail it
         except duckdb.Error as exc:
-            raise _file_error(self.path, exc) from None
+            msg = (
+                f"store {printable(str(self.path))}: could not write its checkpoint on closing "
+                f"({_first_line(exc)}); free disk space: what was committed is kept in its "
+                "write-ahead log and applied the next time the store opens"
+            )
+            raise StoreFileError(msg, field="db", value=str(self.path)) from None
 
     def __enter__(self) -> Store:
         return self
