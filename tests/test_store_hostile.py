@@ -438,3 +438,43 @@ def test_ingest_on_a_full_disk_keeps_the_store(tmp_path: Path, small: Path) -> N
         assert store.counts()["calls"] == 10
     with Store.open(path) as store:  # and the disk, freed, takes the file
         assert ingest_paths(store, [big]).ok
+
+
+def test_a_store_another_process_writes_is_one_error_line(db: Path, tmp_path: Path) -> None:
+    """
+    A store locked by a writer elsewhere: one line saying another process has it open.
+    """
+    path = tmp_path / "locked.duckdb"
+    shutil.copyfile(db, path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import duckdb, sys; c = duckdb.connect({str(path)!r}); print('held', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert "held" == holder.stdout.readline().strip()
+        result = CliRunner().invoke(app, ["ingest", str(db), "--db", str(path)])
+    finally:
+        holder.communicate("", timeout=60)
+
+    line = _one_error_line(result.stderr)
+    assert 1 == result.exit_code
+    assert f"cannot open {path} as a DuckDB store: " in line
+    assert line.endswith(
+        "another process has it open for writing: wait for it to finish, or stop it"
+    )
+
+
+def test_a_store_path_with_control_characters_is_printed_inert(tmp_path: Path) -> None:
+    """
+    A --db path holding an escape sequence is spelt out in the error, not sent to the terminal.
+    """
+    path = tmp_path / "a\x1b[31mb.duckdb"
+
+    with pytest.raises(StoreError) as caught:
+        Store.open(path, read_only=True)
+
+    assert "\x1b" not in str(caught.value)
+    assert "a\\x1b[31mb.duckdb" in str(caught.value)
