@@ -205,15 +205,15 @@ def test_cut_calls_stay_within_the_stated_bound(tmp_path: Path) -> None:
 
 def test_aggregate_reads_a_filter_and_reports_a_bad_one(log: tuple[Path, Path]) -> None:
     """
-    ``where`` applies to every pass; an invalid one is DuckDB's error, named.
+    ``where`` applies to every pass; one naming no call column is refused before any query.
     """
     db, _ = log
-    from tailkit.errors import QueryError
+    from tailkit.errors import FilterError
 
     with Store.open(db, read_only=True) as store:
         kept = aggregate(store, TableQuery(where="provider = 'openai'"))
         assert set(kept.groups["provider"].to_list()) == {"openai"}
-        with pytest.raises(QueryError):
+        with pytest.raises(FilterError, match="no_such_column"):
             aggregate(store, TableQuery(where="no_such_column = 1"))
 
 
