@@ -115,15 +115,21 @@ def mixture(rng: np.random.Generator, n: int, *, share: float, scale: float) -> 
     return Calls(rng.lognormal(np.where(slow, math.log(scale), 0.0), 0.3), _starts(rng, n))
 
 
-def cold_starts(rng: np.random.Generator, n: int, *, exact: bool = False) -> Calls:
+def cold_starts(
+    rng: np.random.Generator, n: int, *, exact: bool = False, tokens: bool = False
+) -> Calls:
     """
     The llmperf replicate 70b run: a body at 12.4 s (sigma 0.15) and 7 calls in 145 at 46-82 s.
+
+    With ``tokens``, output counts as llmperf records them (asked-for lengths, unrelated to the
+    cold start); without, the verdict cannot tell a slow call from a big one and says so.
     """
     cold = rng.random(n) < 7 / 145
     if exact:  # the measured composition: exactly 7 of 145, in random order
         cold = rng.permutation(n) < round(n * 7 / 145)
     body = rng.lognormal(math.log(12.4), 0.15, n)
-    return Calls(np.where(cold, rng.uniform(46.0, 82.0, n), body), _starts(rng, n))
+    latency = np.where(cold, rng.uniform(46.0, 82.0, n), body)
+    return Calls(latency, _starts(rng, n), _tokens(rng, n) if tokens else None)
 
 
 def work(rng: np.random.Generator, n: int, *, stalls: float = 0.0) -> Calls:
@@ -160,11 +166,15 @@ def fast_group(rng: np.random.Generator, n: int) -> Calls:
     return replace(calls, latency_s=calls.latency_s * np.where(rng.random(n) < 0.02, 0.1, 1.0))
 
 
-def spells(rng: np.random.Generator, n: int, *, on_work: bool = False) -> Calls:
+def spells(
+    rng: np.random.Generator, n: int, *, on_work: bool = False, tokens: bool = False
+) -> Calls:
     """
     Slow spells: 2 of 200 windows of 60 s (1 %) are 5x slower; start times known.
+
+    On a lognormal body, ``tokens`` adds output counts unrelated to latency.
     """
-    calls = work(rng, n) if on_work else lognormal(rng, n)
+    calls = work(rng, n) if on_work else lognormal(rng, n, tokens=tokens)
     slow = rng.choice(int(SPAN_S // WINDOW_S), SLOW_WINDOWS, replace=False)
     slower = np.where(np.isin(np.floor(calls.started_s / WINDOW_S), slow), 5.0, 1.0)
     ttft = None if calls.ttft_s is None else calls.ttft_s * slower
@@ -179,11 +189,13 @@ CASES: dict[str, tuple[Draw, float]] = {  # name: (draw, true share of transient
     "mixture 5 % at 3x": (P(mixture, share=0.05, scale=3.0), 0.05),
     "cold starts": (cold_starts, 7 / 145),
     "cold starts, 7 of 145": (P(cold_starts, exact=True), 7 / 145),
+    "cold starts, 7 of 145, tokens": (P(cold_starts, exact=True, tokens=True), 7 / 145),
     "work-driven": (work, 0.0),
     "work + 3 % stalls": (P(work, stalls=0.03), 0.03),
     "work-driven, 64-255 tokens": (work_bucket, 0.0),
     "fast group 2 % at 1/10": (fast_group, 0.0),
     "slow spells": (spells, 0.01),
+    "slow spells, tokens": (P(spells, tokens=True), 0.01),
     "slow spells on work": (P(spells, on_work=True), 0.01),
 }
 MODEL_WRONG = ("mixture 5 % at 6x", "work-driven")  # the lognormal fit shown off its model
@@ -446,15 +458,19 @@ SCENARIOS = [
     ("work + 3 % stalls", "work + 3 % stalls", 2000, False, ("transient", "mixed"), 1.0),
     ("work + 3 % stalls, 10 % cut", "work + 3 % stalls", 2000, True, ("transient", "mixed"), 1.0),
     ("work + 3 % stalls", "work + 3 % stalls", 300, False, ("transient", "mixed"), 1.0),
-    ("cold starts, 7 of 145", "cold starts, 7 of 145", 145, False, ("transient",), 1.0),
-    ("cold starts, 70 of 1,450", "cold starts, 7 of 145", 1450, False, ("transient",), 1.0),
+    ("cold starts, 7 of 145", "cold starts, 7 of 145, tokens", 145, False, ("transient",), 1.0),
+    ("cold starts, 70 of 1,450", "cold starts, 7 of 145, tokens", 1450, False, ("transient",),
+     1.0),
+    ("cold starts, 70 of 1,450, no tokens", "cold starts, 7 of 145", 1450, False, ("unknown",),
+     1.0),
     ("lognormal, tokens unrelated", "lognormal, tokens unrelated", 2000, False,
      ("unknown", "work"), 1.0),
     ("lognormal, no tokens", "lognormal", 2000, False, ("unknown", "work"), 1.0),
     ("lognormal, no tokens", "lognormal", 300, False, ("unknown", "work"), 1.0),
     ("lognormal, no tokens, 10 % cut", "lognormal", 200, True, ("unknown", "work"), 1.0),
     ("fast group 2 % at 1/10", "fast group 2 % at 1/10", 2000, False, ("unknown", "work"), 1.0),
-    ("slow spells (lognormal body)", "slow spells", 2000, False, ("transient",), 1.0),
+    ("slow spells (lognormal body)", "slow spells, tokens", 2000, False, ("transient",), 1.0),
+    ("slow spells, no tokens", "slow spells", 2000, False, ("unknown",), 1.0),
     ("slow spells on work-driven", "slow spells on work", 2000, False, ("transient", "mixed"), 1.0),
 ]  # fmt: skip
 # (scenario, case, n, expected has_transient_tail)
