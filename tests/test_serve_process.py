@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import select
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import textwrap
 import time
 
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -115,6 +117,20 @@ def test_sigterm_with_json_prints_the_last_json_line(tmp_path: Path) -> None:
              "accept_errors": 0}] == [json.loads(text) for text in out.splitlines()]  # fmt: skip
 
 
+def _line(stream: IO[str] | None, wait_s: float = 120.0) -> str:
+    """
+    The next line of a child's pipe; fails the test if none comes within ``wait_s``.
+
+    A generous bound for a line that should come at start, so that a server that never says it
+    fails the test instead of hanging the suite.
+    """
+    assert stream is not None
+    ready, _, _ = select.select([stream], [], [], wait_s)
+    if not ready:
+        pytest.fail(f"no line from the server within {wait_s:.0f} s")
+    return stream.readline()
+
+
 def test_the_connection_cap_fits_the_open_file_limit(tmp_path: Path) -> None:
     """
     Open-file limit 128, --max-connections 2048: the cap is lowered (said at start), 503 past it.
@@ -131,8 +147,8 @@ def test_the_connection_cap_fits_the_open_file_limit(tmp_path: Path) -> None:
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     ) as proc:
         try:
-            first = proc.stdout.readline() if proc.stdout else ""
-            said = proc.stderr.readline() if proc.stderr else ""
+            first = _line(proc.stdout)
+            said = _line(proc.stderr)  # the warning, or a failure (not a hang) where none comes
             cap = int(said.split("allows ", 1)[1].split(" ", 1)[0])
             port = _port(first)
             held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(cap)]
