@@ -4,14 +4,13 @@ Write a plan file whole or not at all, keeping the mode of the file it replaces.
 
 from __future__ import annotations
 
-import errno
 import os
-import secrets
 import stat
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tailkit._atomic import temp_beside
 from tailkit._config._dump import dump_plan
 from tailkit.errors import ConfigError
 
@@ -48,8 +47,8 @@ def write_atomically(path: Path, text: str) -> None:
     """
     Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place).
 
-    The temporary file is made with ``os.open`` and mode 0666, not ``mkstemp``'s 0600, so the
-    umask applies as to any new file; a file being replaced lends it its mode first.
+    The temporary file is `tailkit._atomic.temp_beside`'s (the umask applies, as to any new
+    file); a file being replaced lends it its mode first.
 
     Raises:
         OSError: The folder or the file cannot be written.
@@ -59,16 +58,7 @@ def write_atomically(path: Path, text: str) -> None:
         keep: int | None = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         keep = None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            fd = os.open(tmp, flags, 0o666)  # the umask applies, as to any new file
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - 100 collisions of 48 random bits
-        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             if keep is not None:

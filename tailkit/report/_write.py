@@ -13,40 +13,20 @@ next run.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import secrets
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from tailkit._atomic import TMP_SUFFIX, temp_beside
 from tailkit.errors import ConfigError
-
-
-TMP_SUFFIX = ".tmp"
-
-
-def temp_name(path: Path) -> Path:
-    """
-    A fresh temporary name beside ``path`` (hidden, so no glob of the report matches it).
-    """
-    return path.parent / f".{path.name}.{secrets.token_hex(6)}{TMP_SUFFIX}"
 
 
 def _write_temp(path: Path, data: bytes) -> Path:
     """
     ``data`` in a new temporary file beside ``path``, on disk (fsync); its path.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = temp_name(path)
-        try:
-            fd = os.open(tmp, flags, 0o666)  # the umask applies, as to any new file
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - 100 collisions of 48 random bits
-        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             view = memoryview(data)
