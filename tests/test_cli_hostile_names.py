@@ -393,10 +393,11 @@ def test_progress_labels_are_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bar's label (a file's name, a replay phase) and a phase line draw as text."""
     from tailkit.cli import _progress
 
-    def terminal(**kwargs: Any) -> Console:
-        return Console(file=io.StringIO(), force_terminal=True, width=300, **kwargs)
+    def terminal(*, stderr: bool = False) -> Console:
+        del stderr
+        return Console(file=io.StringIO(), force_terminal=True, width=300, emoji=False)
 
-    monkeypatch.setattr(_progress, "Console", terminal)
+    monkeypatch.setattr(_progress, "new_console", terminal)
     name = "logs/[/]x \x1b]0;t\x07 :fire:.jsonl"
     ingest = _progress.IngestProgress(None, 100 * 1024 * 1024, enabled=True)
     ingest.start(Path(name), 10)

@@ -8,7 +8,6 @@ import io
 import threading
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,10 +36,11 @@ class _FakeStore:
 
 
 def _terminal(monkeypatch: pytest.MonkeyPatch, *, tty: bool) -> None:
-    def console(**kwargs: Any) -> Console:
-        return Console(file=io.StringIO(), force_terminal=tty, **kwargs)
+    def console(*, stderr: bool = False) -> Console:
+        del stderr
+        return Console(file=io.StringIO(), force_terminal=tty, emoji=False)
 
-    monkeypatch.setattr(_progress, "Console", console)
+    monkeypatch.setattr(_progress, "new_console", console)
 
 
 def _shown(bar: IngestProgress) -> float:

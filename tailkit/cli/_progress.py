@@ -30,7 +30,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from tailkit.cli._common import shown
+from tailkit.cli._common import new_console, shown
 from tailkit.text import printable
 
 
@@ -92,7 +92,7 @@ class IngestProgress:
         self._file_bytes = 0
         self._shown = 0
         self._stop = threading.Event()
-        self._console = Console(stderr=True, emoji=False)
+        self._console = new_console(stderr=True)
         self._bar = Progress(
             TextColumn("{task.description}", markup=False),
             BarColumn(),
@@ -191,7 +191,7 @@ class FileTasksProgress(_Bar):
     """
 
     def __init__(self, *, enabled: bool) -> None:
-        console = Console(stderr=True, emoji=False)
+        console = new_console(stderr=True)
         self._bar = Progress(
             TextColumn("summarizing files (2 passes)"),
             BarColumn(),
@@ -222,7 +222,7 @@ class SearchProgress(_Bar):
     """
 
     def __init__(self, *, enabled: bool) -> None:
-        console = Console(stderr=True, emoji=False)
+        console = new_console(stderr=True)
         self._bar = Progress(
             TextColumn("calibrate pass {task.fields[pass_no]}"),
             BarColumn(),
@@ -256,7 +256,7 @@ class ReplayProgress(_Bar):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True, emoji=False),
+            console=new_console(stderr=True),
             refresh_per_second=4,  # the replay's client loop shares this process: stay light
             disable=not enabled,
         )
