@@ -10,9 +10,9 @@ contracts in ``pyproject.toml`` check this):
   `tailkit.executor` (cutoffs, hedging, failover and budgets around each attempt),
   `tailkit.adapters` (attempt functions for real providers), `tailkit.ledger` (one line per
   attempt), `tailkit.serve` (a provider with a latency tail, on loopback), `tailkit.config`
-  (the plan file, written atomically with `tailkit._atomic`), and the shared vocabulary: `tailkit.errors`, `tailkit.record` (the call
-  record's columns), `tailkit.text` (how numbers are written), `tailkit.estimate` (a figure
-  with its interval).
+  (the plan file, written atomically with `tailkit._atomic`), and the shared vocabulary:
+  `tailkit.errors`, `tailkit.record` (the call record's columns), `tailkit.text` (how numbers
+  are written), `tailkit.estimate` (a figure with its interval).
 - **The analysis** -- DuckDB, NumPy, SciPy (``pip install 'tailkit[analysis]'``): what turns
   logged calls into a plan. `tailkit.ingest` and `tailkit.formats` read logs into
   `tailkit.store`; `tailkit.fit` fits latency distributions and `tailkit.tails` the tail table

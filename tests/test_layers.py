@@ -23,8 +23,8 @@ import tailkit.deadline
 # What the runtime layer is made of (tailkit/__init__.py's docstring), plus the lazy loader of
 # the package itself.
 RUNTIME = {
-    "_atomic", "_config", "_lazy", "adapters", "config", "deadline", "errors", "estimate", "executor",
-    "ledger", "record", "serve", "text",
+    "_atomic", "_config", "_lazy", "adapters", "config", "deadline", "errors", "estimate",
+    "executor", "ledger", "record", "serve", "text",
 }  # fmt: skip
 
 
