@@ -11,6 +11,7 @@ from tailkit._config._model import ACTIONS as ACTIONS
 from tailkit._config._model import PLAN_VERSION as PLAN_VERSION
 from tailkit._config._model import SIGNALS as SIGNALS
 from tailkit._config._model import Basis as Basis
+from tailkit._config._model import LiveRouting as LiveRouting
 from tailkit._config._model import Plan as Plan
 from tailkit._config._model import PlanInterval as PlanInterval
 from tailkit._config._model import PlanPrediction as PlanPrediction

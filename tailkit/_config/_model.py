@@ -109,6 +109,9 @@ class Basis:
         censored: Censored share of the sample, in [0, 1].
         shared: What a repeat attempt shares with the first (``None``: not stated, as in a
             plan from before it was measured).
+        route_choice: Why calibrate chose ``route`` among the step's candidates: one
+            sentence with each candidate's predicted miss rate and extra attempts (``None``:
+            the step has one route).
     """
 
     calls: int
@@ -116,6 +119,7 @@ class Basis:
     quantile: float | None
     censored: float
     shared: Shared | None = None
+    route_choice: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,41 @@ class Shared:
     pairs: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveRouting:
+    """
+    Live routing of a step: its first attempt goes to the candidate route whose recent latency
+    is best, and its cutoff follows that route's recent latency, within stated bounds.
+
+    The executor keeps, per step and candidate route, the step's last ``window`` first attempts
+    on that route (their latency on the step's ``signal`` clock; an attempt cut before it ended
+    counts as slower than any value). A route's value is the ``quantile`` of its window, or its
+    ``prior_s`` while the window holds fewer than ``min_calls``. The first attempt goes to the
+    candidate with the lowest value (ties in candidate order), except that every
+    ``explore_every``-th first attempt goes to another candidate in turn; its cutoff on the
+    step's signal clock is the chosen route's value, clamped into ``cutoff_bounds_s``.
+
+    Args:
+        quantile: The percentile of recent latency the cutoff follows and routes are compared
+            at, in (0, 1): calibrate writes the cutoff's own quantile (``basis.quantile``).
+        cutoff_bounds_s: ``(low, high)``: the live cutoff never leaves them; 0 < low <= high,
+            high below ``deadline_s``.
+        prior_s: Candidate route -> its calibrated value at ``quantile``, in seconds: the value
+            while its window is thin. Every candidate has one.
+        window: Latest first attempts per route that the value is taken over, >= 1.
+        min_calls: Fewer first attempts in a route's window: its prior stands; in [1, window].
+        explore_every: Every n-th first attempt tries another candidate (0: never), so a
+            route that was slow is seen again once it recovers.
+    """
+
+    quantile: float
+    cutoff_bounds_s: Bounds
+    prior_s: dict[str, float]
+    window: int = 200
+    min_calls: int = 20
+    explore_every: int = 50
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """
@@ -174,6 +213,11 @@ class Step:
         hedge_route: Route of the extra attempt for ``on_cutoff: hedge``; never ``route``.
         downgrade_route: Route to switch to when streaming but projected to overrun.
         upgrade_route: Route to retry on when the output fails validation.
+        candidates: Routes the first attempt may go to, ``route`` among them (empty: only
+            ``route``). Calibrate chooses ``route`` among them; a ``live`` step chooses per
+            call.
+        live: Live routing of the first attempt and its cutoff, or ``None`` (the plan's fixed
+            route and cutoffs).
         predicted: The simulation's prediction for this step, or ``None`` before calibration.
         basis: The sample behind the cutoffs, or ``None`` before calibration.
     """
@@ -194,8 +238,16 @@ class Step:
     hedge_route: str | None = None
     downgrade_route: str | None = None
     upgrade_route: str | None = None
+    candidates: tuple[str, ...] = ()
+    live: LiveRouting | None = None
     predicted: StepPrediction | None = None
     basis: Basis | None = None
+
+    def first_routes(self) -> tuple[str, ...]:
+        """
+        The routes this step's first attempt may go to: its candidates, or its one route.
+        """
+        return self.candidates or (self.route,)
 
 
 TOOL_PROVIDER = "tool"
