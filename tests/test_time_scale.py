@@ -25,6 +25,7 @@ import tailkit.executor._executor as executor_module
 from tailkit._config._scale import SECONDS_FIELDS
 from tailkit.config import (
     Basis,
+    LiveRouting,
     Plan,
     PlanInterval,
     PlanPrediction,
@@ -60,12 +61,14 @@ UNITLESS: dict[str, tuple[str, ...]] = {
     "Tokens": ("input", "output"),
     "StepInterval": ("level", "hedge_rate"),
     "StepPrediction": ("hedge_rate", "interval"),
-    "Basis": ("calls", "bucket", "quantile", "censored", "shared"),
+    "Basis": ("calls", "bucket", "quantile", "censored", "shared", "route_choice"),
+    "LiveRouting": ("quantile", "window", "min_calls", "explore_every"),
     "Shared": ("other_provider", "same_provider", "source", "evidence", "pairs"),
     "Step": (
         "name", "route", "depends_on", "required", "expected_tokens", "idempotent", "tool",
         "signal",
-        "on_cutoff", "hedge_route", "downgrade_route", "upgrade_route", "predicted", "basis",
+        "on_cutoff", "hedge_route", "downgrade_route", "upgrade_route", "candidates", "live",
+        "predicted", "basis",
     ),
     "PlanPrediction": ("miss_rate", "extra_attempts", "interval"),
     "PlanInterval": ("level", "miss_rate", "extra_attempts"),
@@ -102,9 +105,14 @@ def _full_plan() -> Plan:
         "draft", "a/m", depends_on=(), required=True, expected_tokens=Tokens(1000, 500),
         idempotent=True, signal="ttft", ttft_cutoff_s=2.5, stall_cutoff_s=1.5, cutoff_s=12.0,
         on_cutoff="hedge", hedge_route="b/m", downgrade_route="b/m", upgrade_route="b/m",
+        candidates=("a/m", "b/m"),
+        live=LiveRouting(quantile=0.95, cutoff_bounds_s=(1.0, 2.0),
+                         prior_s={"a/m": 2.0, "b/m": 2.2}, window=50, min_calls=5,
+                         explore_every=10),
         predicted=StepPrediction(p50_s=10.0, p99_s=40.0, hedge_rate=0.05, interval=step_interval),
         basis=Basis(calls=900, bucket="in 1k-4k / out 300-600", quantile=0.95, censored=0.02,
-                    shared=Shared(0.4, 0.5, "job keys", "300 jobs", 15)),
+                    shared=Shared(0.4, 0.5, "job keys", "300 jobs", 15),
+                    route_choice="a/m: fewer misses"),
     )  # fmt: skip
     plan_interval = PlanInterval(level=0.95, p50_s=(9.0, 11.0), p99_s=(math.inf, math.inf),
                                  miss_rate=(0.0, 0.1), extra_attempts=(0.0, 0.1))  # fmt: skip
@@ -128,7 +136,10 @@ def _pairs(before: object, after: object, path: str) -> Iterator[tuple[str, Any,
     for field in dataclasses.fields(before):  # type: ignore[arg-type]
         old, new = getattr(before, field.name), getattr(after, field.name)
         where = f"{path}.{field.name}"
-        if dataclasses.is_dataclass(old) or isinstance(old, dict):
+        if field.name in seconds and isinstance(old, dict):  # names -> seconds
+            for key in old:
+                yield f"{where}.{key}", old[key], new[key], True
+        elif dataclasses.is_dataclass(old) or isinstance(old, dict):
             yield from _pairs(old, new, where)
         else:
             yield where, old, new, field.name in seconds

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tailkit._config._model import (
     PLAN_VERSION,
     Basis,
+    LiveRouting,
     Plan,
     Route,
     Shared,
@@ -52,6 +53,8 @@ _STEP_NOTES = {
     "on_cutoff": "hedge | retry | downgrade | fail | wait",
     "downgrade_route": "streaming but projected to overrun",
     "upgrade_route": "output failed validation",
+    "candidates": "routes the first attempt may go to",
+    "live": "first route and cutoff follow recent latency",
 }
 
 
@@ -96,6 +99,11 @@ def _step(step: Step, *, notes: dict[str, str]) -> list[str]:
         ("depends_on", "[" + ", ".join(_scalar(d) for d in step.depends_on) + "]"),
         ("required", _scalar(step.required)),
         ("tool", _scalar(True)) if step.tool else ("route", _scalar(step.route)),
+        *(
+            [("candidates", "[" + ", ".join(_scalar(r) for r in step.candidates) + "]")]
+            if step.candidates
+            else []
+        ),
         ("expected_tokens", _tokens(step.expected_tokens)),
         ("idempotent", _scalar(step.idempotent)),
         ("", "# --- filled in by calibrate ---"),
@@ -107,6 +115,7 @@ def _step(step: Step, *, notes: dict[str, str]) -> list[str]:
         ("hedge_route", _scalar(step.hedge_route)),
         ("downgrade_route", _scalar(step.downgrade_route)),
         ("upgrade_route", _scalar(step.upgrade_route)),
+        *([("live", _live(step.live))] if step.live is not None else []),
         ("predicted", _step_prediction(step.predicted)),
         ("basis", _basis(step.basis)),
     ]
@@ -164,6 +173,19 @@ def _basis(b: Basis | None) -> str:
         quantile=_scalar(b.quantile),
         censored=_scalar(b.censored),
         **({} if b.shared is None else {"shared": _shared(b.shared)}),
+        **({} if b.route_choice is None else {"route_choice": _scalar(b.route_choice)}),
+    )
+
+
+def _live(live: LiveRouting) -> str:
+    prior = {_scalar(route): _scalar(seconds) for route, seconds in live.prior_s.items()}
+    return _flow(
+        quantile=_scalar(live.quantile),
+        cutoff_bounds_s=_bounds(live.cutoff_bounds_s),
+        prior_s="{" + ", ".join(f"{key}: {value}" for key, value in prior.items()) + "}",
+        window=_scalar(live.window),
+        min_calls=_scalar(live.min_calls),
+        explore_every=_scalar(live.explore_every),
     )
 
 

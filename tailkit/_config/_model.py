@@ -153,16 +153,17 @@ class Shared:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LiveRouting:
     """
-    Live routing of a step: its first attempt goes to the candidate route whose recent latency
-    is best, and its cutoff follows that route's recent latency, within stated bounds.
+    Live routing of a step: first route and cutoff follow each route's recent latency.
 
-    The executor keeps, per step and candidate route, the step's last ``window`` first attempts
-    on that route (their latency on the step's ``signal`` clock; an attempt cut before it ended
-    counts as slower than any value). A route's value is the ``quantile`` of its window, or its
-    ``prior_s`` while the window holds fewer than ``min_calls``. The first attempt goes to the
-    candidate with the lowest value (ties in candidate order), except that every
-    ``explore_every``-th first attempt goes to another candidate in turn; its cutoff on the
-    step's signal clock is the chosen route's value, clamped into ``cutoff_bounds_s``.
+    The step's first attempt goes to the candidate route whose recent latency is best, and its
+    cutoff follows that route's recent latency, within stated bounds. The executor keeps, per
+    step and candidate route, the step's last ``window`` first attempts on that route (their
+    latency on the step's ``signal`` clock; an attempt cut before it ended counts as slower
+    than any value). A route's value is the ``quantile`` of its window, or its ``prior_s``
+    while the window holds fewer than ``min_calls``. The first attempt goes to the candidate
+    with the lowest value (ties in candidate order), except that every ``explore_every``-th
+    first attempt goes to another candidate in turn; its cutoff on the step's signal clock is
+    the chosen route's value, clamped into ``cutoff_bounds_s``.
 
     Args:
         quantile: The percentile of recent latency the cutoff follows and routes are compared

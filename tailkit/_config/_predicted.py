@@ -146,6 +146,7 @@ def read_basis(f: Fields) -> Basis:
         quantile=f.need("quantile", conv.optional(conv.share), None, "add quantile (or null)"),
         censored=f.need("censored", conv.share, 0.0, "add censored (a share in [0, 1])"),
         shared=record(f, "shared", _shared, Shared),
+        route_choice=f.get("route_choice", conv.optional(conv.text), None),
     )
 
 

@@ -15,6 +15,7 @@ import math
 from typing import Any, TypeVar
 
 from tailkit._config._model import (
+    LiveRouting,
     Plan,
     PlanInterval,
     PlanPrediction,
@@ -30,12 +31,14 @@ __all__ = ["SECONDS_FIELDS", "scale_plan"]
 SECONDS_FIELDS: dict[type, tuple[str, ...]] = {
     Plan: ("deadline_s",),
     Step: ("ttft_cutoff_s", "stall_cutoff_s", "cutoff_s"),
+    LiveRouting: ("cutoff_bounds_s", "prior_s"),
     StepPrediction: ("p50_s", "p99_s"),
     StepInterval: ("p50_s", "p99_s"),
     PlanPrediction: ("p50_s", "p99_s"),
     PlanInterval: ("p50_s", "p99_s"),
 }
-"""Per plan dataclass, its fields in seconds (a number, ``None``, or ``(low, high)`` bounds)."""
+"""Per plan dataclass, its fields in seconds (a number, ``None``, ``(low, high)`` bounds, or a
+mapping of names to seconds)."""
 
 _T = TypeVar("_T")
 
@@ -45,7 +48,8 @@ def scale_plan(plan: Plan, factor: float) -> Plan:
     The plan with every duration multiplied by ``factor``; everything else as it was.
 
     The deadline, each step's ``ttft_cutoff_s``, ``stall_cutoff_s`` and ``cutoff_s`` (the
-    instant a hedge, retry or downgrade starts), and the predicted p50/p99 of steps and runs
+    instant a hedge, retry or downgrade starts), a live step's ``prior_s`` and
+    ``cutoff_bounds_s``, and the predicted p50/p99 of steps and runs
     with their intervals are scaled; ``None`` stays ``None`` and ``math.inf`` stays
     ``math.inf``. Rates, budgets, token counts and sample sizes have no unit of time and stay.
 
@@ -99,10 +103,12 @@ def _scaled(value: _T, factor: float) -> _T:
 
 def _times(value: Any, factor: float) -> Any:
     """
-    Seconds, bounds in seconds, or ``None``, multiplied by ``factor``.
+    Seconds, bounds in seconds, a mapping to seconds, or ``None``, multiplied by ``factor``.
     """
     if value is None:
         return None
+    if isinstance(value, dict):
+        return {key: item * factor for key, item in value.items()}
     if isinstance(value, tuple):
         return tuple(v * factor for v in value)
     return value * factor

@@ -21,6 +21,7 @@ from tailkit._config._model import (
     SIGNALS,
     TOOL_PROVIDER,
     Basis,
+    LiveRouting,
     Plan,
     PlanPrediction,
     Route,
@@ -172,9 +173,18 @@ def _step(
             "route",
             f"a tool step calls no route: drop route (its ledger lines are {tool_route(name)})",
         )
+    candidates = _candidates(f, route)
+    if tool and "candidates" in f.raw:
+        f.problem("candidates", "a tool step calls no route: drop candidates")
+    if tool:
+        first = tool_route(name)
+    elif candidates and "route" not in f.raw:
+        first = candidates[0]  # calibrate chooses among them
+    else:
+        first = f.need("route", route, "", fix + " (or list candidates)")
     step = Step(
         name,
-        tool_route(name) if tool else f.need("route", route, "", fix),
+        first,
         depends_on=_depends_on(f, name, names),
         required=f.get("required", conv.flag, True),
         expected_tokens=record(f, "expected_tokens", _tokens, Tokens) or Tokens(),
@@ -188,13 +198,141 @@ def _step(
         hedge_route=f.get("hedge_route", conv.optional(route), None),
         downgrade_route=f.get("downgrade_route", conv.optional(route), None),
         upgrade_route=f.get("upgrade_route", conv.optional(route), None),
+        candidates=() if tool else candidates,
+        live=record(f, "live", _live, LiveRouting),
         predicted=record(f, "predicted", read_step_prediction, StepPrediction),
         basis=record(f, "basis", read_basis, Basis),
     )
     if f.valid:
         _check_cutoffs(f, step, deadline_s)
         _check_actions(f, step)
+        _check_live(f, step, deadline_s)
     return step
+
+
+def _candidates(f: Fields, route: Callable[[object], str]) -> tuple[str, ...]:
+    raw = f.raw.get("candidates", [])
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        f.problem("candidates", "must be a list of route names ([] or absent: only route)")
+        return ()
+    found: list[str] = []
+    for i, item in enumerate(raw):
+        try:
+            name = route(item)
+        except Invalid as exc:
+            problem = str(exc)
+        else:
+            if name not in found:
+                found.append(name)
+                continue
+            problem = "listed twice: keep one"
+        f.failed.add("candidates")
+        f.report.add((*f.path, "candidates", i), problem, value=item)
+    return tuple(found)
+
+
+def _open_share(value: object) -> float:
+    number = conv.share(value)
+    if not 0 < number < 1:
+        msg = "must be a share strictly between 0 and 1, e.g. 0.95"
+        raise Invalid(msg)
+    return number
+
+
+def _bounds_s(value: object) -> tuple[float, float]:
+    if not isinstance(value, list) or len(value) != 2:
+        msg = "must be [low, high] in seconds, e.g. [7.0, 28.0]"
+        raise Invalid(msg)
+    low, high = (conv.seconds(v) for v in value)
+    if low > high:
+        msg = f"must be [low, high] with low <= high, got low {format_float(low)}"
+        raise Invalid(msg)
+    return low, high
+
+
+def _prior_s(value: object) -> dict[str, float]:
+    if not isinstance(value, dict) or not value:
+        msg = "must map each candidate route to seconds, e.g. {a/m: 13.9, b/m: 14.2}"
+        raise Invalid(msg)
+    prior: dict[str, float] = {}
+    for key, seconds in value.items():
+        number = conv.duration(seconds) if isinstance(key, str) else 0.0
+        if not isinstance(key, str) or number <= 0:
+            msg = f"{key!r}: must map a route name to seconds > 0 (.inf allowed)"
+            raise Invalid(msg)
+        prior[key] = number
+    return prior
+
+
+def _whole(value: object) -> int:
+    number = conv.count(value)
+    if number < 1:
+        msg = "must be a whole number >= 1"
+        raise Invalid(msg)
+    return number
+
+
+def _live(f: Fields) -> LiveRouting:
+    quantile = f.need("quantile", _open_share, 0.95, "add quantile (e.g. 0.95)")
+    bounds = f.need("cutoff_bounds_s", _bounds_s, (1.0, 1.0), "add cutoff_bounds_s: [low, high]")
+    prior: dict[str, float] = f.need(
+        "prior_s", _prior_s, {}, "add prior_s: each candidate route -> seconds"
+    )
+    window = f.get("window", _whole, 200)
+    min_calls = f.get("min_calls", _whole, 20)
+    if f.ok("window", "min_calls") and min_calls > window:
+        f.problem("min_calls", f"must be at most window ({window}): a window never holds more")
+    return LiveRouting(
+        quantile=quantile,
+        cutoff_bounds_s=bounds,
+        prior_s=prior,
+        window=window,
+        min_calls=min_calls,
+        explore_every=f.get("explore_every", conv.count, 50),
+    )
+
+
+def _check_live(f: Fields, step: Step, deadline_s: float | None) -> None:
+    if f.ok("route", "candidates") and step.candidates and step.route not in step.candidates:
+        f.problem(
+            "route",
+            f"must be one of the step's candidates ({', '.join(step.candidates)}): "
+            "add it to candidates, or pick one of them",
+        )
+    live = step.live
+    if live is None or not f.ok("live"):
+        return
+    if step.tool:
+        f.problem("live", "a tool step has no routes to choose: drop live")
+        return
+    path = (*f.path, "live")
+    routes = step.first_routes()
+    if f.ok("route", "candidates") and set(live.prior_s) != set(routes):
+        missing = [r for r in routes if r not in live.prior_s]
+        extra = [r for r in live.prior_s if r not in routes]
+        said = "; ".join(
+            part
+            for part in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"not a candidate: {', '.join(extra)}" if extra else "",
+            )
+            if part
+        )
+        f.failed.add("live")
+        f.report.add(
+            (*path, "prior_s"),
+            f"must give one value per candidate route ({', '.join(routes)}): {said}",
+        )
+    if deadline_s is not None and live.cutoff_bounds_s[1] >= deadline_s:
+        f.failed.add("live")
+        f.report.add(
+            (*path, "cutoff_bounds_s"),
+            f"high must be less than deadline_s ({format_float(deadline_s)}): "
+            "a cutoff at or past the deadline never acts",
+            value=list(live.cutoff_bounds_s),
+        )
 
 
 def _depends_on(f: Fields, name: str, names: list[str]) -> tuple[str, ...]:
