@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tailkit.config import (
     ACTIONS,
     Basis,
+    LiveRouting,
     Plan,
     PlanInterval,
     PlanPrediction,
@@ -103,6 +104,20 @@ def _steps(draw: st.DrawFn, name: str, deps: list[str], routes: list[str], limit
         "hedge": armed and idempotent and hedge_route is not None,
         "downgrade": armed and downgrade_route is not None,
     }
+    extra = draw(st.lists(st.sampled_from(others), unique=True)) if others else []
+    candidates = draw(st.sampled_from(((), (route, *extra), (*extra, route))))
+    live = None
+    if draw(st.booleans()):
+        low, high = draw(_ordered(_below(limit)))
+        window = draw(st.integers(1, 10**6))
+        live = LiveRouting(
+            quantile=draw(_LEVELS),
+            cutoff_bounds_s=(low, high),
+            prior_s={r: draw(_SECONDS | st.just(math.inf)) for r in candidates or (route,)},
+            window=window,
+            min_calls=draw(st.integers(1, window)),
+            explore_every=draw(st.integers(0, 10**6)),
+        )
     return Step(
         name, route, depends_on=tuple(deps), required=draw(st.booleans()),
         expected_tokens=draw(st.builds(Tokens, *[st.none() | st.integers(0, 10**12)] * 2)),
@@ -111,10 +126,11 @@ def _steps(draw: st.DrawFn, name: str, deps: list[str], routes: list[str], limit
         on_cutoff=draw(st.sampled_from([a for a in ACTIONS if can[a]])),
         hedge_route=hedge_route, downgrade_route=downgrade_route,
         upgrade_route=draw(st.none() | st.sampled_from(routes)),
+        candidates=candidates, live=live,
         predicted=draw(st.none() | _step_predictions()),
         basis=draw(st.none() | st.builds(
             Basis, calls=st.integers(0, 10**9), bucket=_NAMES, quantile=st.none() | _SHARES,
-            censored=_SHARES)),
+            censored=_SHARES, route_choice=st.none() | _NAMES)),
     )  # fmt: skip
 
 
