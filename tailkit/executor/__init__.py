@@ -6,7 +6,8 @@ Standard library only (plus `tailkit.config`, `tailkit.deadline`, `tailkit.ledge
 holds a plan, its hedge budget, the per-provider throttle and circuit breaker, the ledger and
 an `Observer` (event hook, OpenTelemetry spans when installed); `Executor.run_step` runs one
 logical call of a step, `Executor.run` a whole workflow under one deadline,
-`Executor.replace_plan` swaps in a recalibrated plan. The attempt function the caller writes
+`Executor.replace_plan` swaps in a recalibrated plan, `Executor.live_state` shows what live
+routing has learnt. The attempt function the caller writes
 gets an `Attempt` and returns a result or streams `Chunk`s.
 
 ``__all__`` is what the guides show (docs/executor.md, docs/sdk.md, docs/operations.md). The
@@ -44,6 +45,7 @@ from tailkit.executor._executor import Executor as Executor
 from tailkit.executor._executor import idempotency_key as idempotency_key
 from tailkit.executor._executor import new_run_id as new_run_id
 from tailkit.executor._executor import run_step as run_step
+from tailkit.executor._live import LiveValue as LiveValue
 from tailkit.executor._shared import StepPolicy as StepPolicy
 from tailkit.executor._types import FINAL as FINAL
 from tailkit.executor._types import Attempt as Attempt
@@ -72,6 +74,7 @@ __all__ = [
     "Event",
     "Executor",
     "HedgeBudget",
+    "LiveValue",
     "Observer",
     "ProviderThrottle",
     "RunResult",

@@ -25,6 +25,7 @@ from tailkit.errors import ConfigError
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
+from tailkit.executor._live import LiveRouter, LiveValue
 from tailkit.executor._scale import check_time_scale
 from tailkit.executor._shared import RunBook, Shared, StepPolicy
 from tailkit.executor._step import StepRun
@@ -77,6 +78,11 @@ class Executor:
             scales the retry jitter and ``run(deadline_s=...)`` alike, and writes its ledger
             and `RunResult` times back in plan seconds, so a rehearsal's ledger ingests like a
             production one. In (0, 10]; ``1`` (the default) changes nothing.
+        live: Follow the plan's ``live`` blocks (the default): a step that has one sends each
+            first attempt to the candidate route whose recent latency is best, with a cutoff
+            that follows it (see `live_state` and docs/executor.md, "Live routing"); a step
+            without one runs as the plan fixes it. ``False`` ignores the blocks: every step
+            runs its fixed route and cutoffs (to compare the two).
 
     Raises:
         ConfigError: ``policies`` names a step the plan lacks, or ``time_scale`` is not in
@@ -110,6 +116,7 @@ class Executor:
         seed: int | None = None,
         observer: Observer | None = None,
         time_scale: float = 1.0,
+        live: bool = True,
     ) -> None:
         _check_policies(plan, policies)
         self.time_scale = check_time_scale(time_scale)
@@ -128,6 +135,7 @@ class Executor:
                 breaker=Breaker(cooldown_s=30.0 * self.time_scale) if breaker is None else breaker,
                 time_scale=self.time_scale,
                 origin=datetime.fromtimestamp(time.time(), UTC),
+                router=LiveRouter() if live else None,
             ),
         )
 
@@ -201,7 +209,9 @@ class Executor:
         finish under the plan they started with, step for step (a run never mixes two plans).
         Everything else carries over: the ledger and its sinks (not one line is lost or
         closed), the hedge budget's count, the provider throttle and its rests, the losing
-        attempts still finishing, the observer and the seen durations. A budget the executor
+        attempts still finishing, the observer, the seen durations and live routing's windows
+        (by step and route name: a step or route the new plan keeps keeps its window, and the
+        new plan's ``window`` applies from then on). A budget the executor
         made itself (``budget=None``) takes the new plan's ``hedge_budget``, keeping its
         count; one passed in is the caller's and is left as it is.
 
@@ -261,6 +271,26 @@ class Executor:
         The ledger every attempt is written to.
         """
         return self.shared.ledger
+
+    def live_state(self) -> dict[str, dict[str, LiveValue]]:
+        """
+        What live routing knows now: per step that routes live, per candidate route, a view.
+
+        Each `LiveValue` gives the first attempts in the route's window, the value the next
+        decision compares (the window's quantile, or the plan's prior while the window holds
+        fewer than ``min_calls``) in plan seconds, and which of the two it is. A step without
+        a ``live`` block is absent; so is every step when the executor was made with
+        ``live=False``. A snapshot: it does not change as calls go on.
+        """
+        shared = self.shared
+        router = shared.router
+        if router is None:
+            return {}
+        out = {}
+        for name, step in self.plan.steps.items():
+            if step.live is not None:
+                out[name] = router.view(step, step.live, shared.time_scale)
+        return out
 
     @property
     def denials(self) -> dict[str, int]:

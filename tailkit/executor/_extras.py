@@ -120,17 +120,21 @@ class ExtraAttempts:
         """
         Where the hedge of a first attempt on route ``first`` goes.
 
-        The other of the step's route and its hedge route (the first attempt may have been
-        rerouted to the hedge route). While that one's provider is resting after a 429 (or,
-        for a rerouted attempt, is throttled by the 429s that made it rest), the hedge goes to
-        ``first`` itself: a fresh attempt escapes a transient stall there too, and the provider
-        under the storm gets no extra request. (Otherwise a throttled provider is refused, by
-        `_grant`.)
+        The step's hedge route, unless ``first`` is the hedge route (a first attempt rerouted
+        there, or sent there by live routing): then the step's route, or, when that is
+        ``first`` too, the first other candidate. While that one's provider is resting after a
+        429 (or, for an attempt on the hedge route, is throttled by the 429s that made it
+        rest), the hedge goes to ``first`` itself: a fresh attempt escapes a transient stall
+        there too, and the provider under the storm gets no extra request. (Otherwise a
+        throttled provider is refused, by `_grant`.)
         """
         step = self.step
         assert step.hedge_route is not None  # noqa: S101 - only asked for a step that hedges
         rerouted = first == step.hedge_route
-        other = step.route if rerouted else step.hedge_route
+        other = step.hedge_route
+        if rerouted:
+            others = [r for r in (step.route, *step.first_routes()) if r != first]
+            other = others[0] if others else first
         routes, throttle = self.s.plan.routes, self.s.throttle
         provider = routes[other].provider
         at = now()

@@ -21,6 +21,7 @@ from tailkit.executor._alarm import Alarms
 from tailkit.executor._breaker import Breaker
 from tailkit.executor._budget import BudgetAccount, HedgeBudget, ProviderThrottle
 from tailkit.executor._events import Observer
+from tailkit.executor._live import LiveRouter
 from tailkit.executor._types import (
     MAX_STREAM_BYTES,
     MAX_STREAM_CHUNKS,
@@ -149,8 +150,10 @@ class Shared:
     What every step of one executor shares: the plan, budgets, ledger.
 
     Also what it learns as it runs: each route's recent successful durations (the typical
-    duration a Retry-After must leave room for when the plan predicts none), and the losing
-    attempts left to finish (an executor's `aclose` waits for them).
+    duration a Retry-After must leave room for when the plan predicts none), the losing
+    attempts left to finish (an executor's `aclose` waits for them), and the live-routing
+    windows of steps that route live (``router``; ``None`` when the executor ignores the
+    plan's ``live`` blocks).
 
     A rehearsal's ``time_scale`` (real seconds per profile second, 1 in production) scales the
     retry jitter, and its ledger lines go back to profile seconds around ``origin`` (see
@@ -171,6 +174,7 @@ class Shared:
     time_scale: float = 1.0
     origin: datetime = field(default_factory=lambda: datetime.fromtimestamp(time.time(), UTC))
     alarms: Alarms | None = None  # the loop timer of every wait (see `alarms_on`)
+    router: LiveRouter | None = None  # live routing's windows (``None``: fixed routing)
 
     def alarms_on(self, loop: asyncio.AbstractEventLoop) -> Alarms:
         """

@@ -1,7 +1,9 @@
 """
 One logical call of a step under its plan: cutoffs, then the step's action, within the deadline.
 
-How a step runs. The first attempt goes to the step's route. The runner sleeps until the
+How a step runs. The first attempt goes to the step's route (for a step that routes live, to
+the candidate live routing chooses, with its cutoff: `tailkit.executor._live`). The runner
+sleeps until the
 earliest instant that matters -- the TTFT cutoff while no content token has come, the stall
 cutoff after the last chunk, the total cutoff, the run deadline -- or until an attempt ends,
 and then decides:
@@ -80,6 +82,7 @@ from tailkit.executor._alarm import Entry
 from tailkit.executor._attempt import Live, record_of, start
 from tailkit.executor._breaker import BREAKER_FAILURES, CLOSED
 from tailkit.executor._extras import NO_TIME_S, ExtraAttempts
+from tailkit.executor._live import Decision
 from tailkit.executor._scale import profile_record
 from tailkit.executor._shared import DEFAULT_POLICY, RunBook, Shared
 from tailkit.executor._telemetry import StepTelemetry
@@ -99,10 +102,10 @@ class StepRun(ExtraAttempts):
     """
 
     __slots__ = (
-        "_alarm", "_projects", "_waker", "acted", "book", "cut_tasks", "deadline", "enforce",
-        "errors", "fired", "fn", "head", "inputs", "key", "lives", "loop", "policy",
-        "reserve_s", "run_id", "running", "s", "stall_s", "start", "step", "tel", "upgraded",
-        "won",
+        "_alarm", "_projects", "_waker", "acted", "book", "choice", "cut_tasks", "deadline",
+        "enforce", "errors", "fired", "fn", "head", "inputs", "key", "live_cut", "lives", "loop",
+        "policy", "reserve_s", "run_id", "running", "s", "stall_s", "start", "step", "tel",
+        "upgraded", "won",
     )  # fmt: skip
 
     def __init__(
@@ -144,6 +147,8 @@ class StepRun(ExtraAttempts):
         self.breaker = shared.breaker
         self.reserve_s = reserve_s
         self.stall_s = step.stall_cutoff_s if step.stall_cutoff_s is not None else math.inf
+        self.choice: Decision | None = None  # live routing's decision for this call
+        self.live_cut: float | None = None  # its cutoff on the signal clock, when it sets one
         self._projects = (
             self.policy.project_overrun
             and step.on_cutoff == "downgrade"
@@ -166,6 +171,11 @@ class StepRun(ExtraAttempts):
             room = max(self.deadline - self.reserve_s - started, 0.0)
         ttft = math.inf if step.ttft_cutoff_s is None else step.ttft_cutoff_s
         total = math.inf if step.cutoff_s is None else step.cutoff_s
+        if self.live_cut is not None:  # live routing's cutoff replaces the signal clock's
+            if step.signal == "ttft":
+                ttft = self.live_cut
+            else:
+                total = self.live_cut
         if step.signal == "ttft" and step.ttft_cutoff_s is not None:
             ttft = min(ttft, room)
         if step.signal == "total" and step.cutoff_s is not None:
@@ -203,6 +213,8 @@ class StepRun(ExtraAttempts):
 
     def _write(self, live: Live, status: str, at: float, **kw: Any) -> None:
         live.recorded = True
+        if self.choice is not None and live is self.lives[0] and not kw.get("abandoned"):
+            self._observe(live, status, at, censored=kw.get("censored", False))
         self._tell_breaker(live, status, at, cut=kw.get("censored", False))
         ledger = self.s.ledger
         if not ledger.sinks and self.tel is None:  # nobody reads the line: count it only
@@ -236,15 +248,74 @@ class StepRun(ExtraAttempts):
         if self.tel is not None:
             self.tel.emit(f"breaker_{flip}", live, reason=self.breaker.why(provider))
 
-    def _first_route(self) -> tuple[str, str | None, str | None]:
+    def _choose(self) -> str:
+        """
+        The route live routing sends the first attempt to (the step's route when it is fixed).
+
+        Sets the call's `Decision`, and its live cutoff when the plan sets a cutoff on the
+        step's signal clock (see `tailkit.executor._live`).
+        """
+        step, router = self.step, self.s.router
+        live = step.live
+        if live is None or router is None:
+            return step.route
+        choice = self.choice = router.decide(step, live)
+        if (step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s) is not None:
+            self.live_cut = choice.cutoff_s
+        return choice.route
+
+    def _note_choice(self, first: Live) -> None:
+        """
+        The live decision on the first attempt's ledger line, in plan seconds.
+        """
+        choice = self.choice
+        if choice is None:
+            return
+        scale = self.s.time_scale
+        extra = first.extra
+        extra["live"] = choice.why
+        extra["live_value_s"] = choice.value_s / scale if math.isfinite(choice.value_s) else None
+        extra["live_calls"] = choice.calls
+        if self.live_cut is not None:
+            extra["live_cutoff_s"] = self.live_cut / scale
+
+    def _observe(self, first: Live, status: str, at: float, *, censored: bool) -> None:
+        """
+        What a live step's first attempt told of its route (see `tailkit.executor._live`).
+
+        On the total clock: its age when it completed with a result (``ok`` or ``invalid``),
+        ``math.inf`` when it was cut, cancelled, beaten or ran out of deadline first; on the
+        TTFT clock: its time to first token, else ``math.inf`` when cut. A provider's error
+        tells nothing (nor does a stream that ended without a content token).
+        """
+        step, router = self.step, self.s.router
+        route = first.attempt.route
+        if step.live is None or router is None or route not in step.first_routes():
+            return
+        if step.signal == "ttft":
+            if first.first_token is not None:
+                value = first.first_token - first.started
+            elif censored:
+                value = math.inf
+            else:
+                return
+        elif censored:
+            value = math.inf
+        elif status in ("ok", "invalid"):
+            value = first.age(first.ended if first.ended is not None else at)
+        else:
+            return
+        router.observe(step.name, route, value, step.live.window)
+
+    def _first_route(self, route: str) -> tuple[str, str | None, str | None]:
         """
         Where the first attempt goes: (route, why it was rerouted, its breaker note).
 
-        The step's route, unless its provider rests after a 429 (see `ProviderThrottle.admits`)
-        or its breaker is open (or half-open with its probe out): then the hedge route, when it
-        is on another provider that may take it (`failover`).
+        ``route`` (the step's route, or live routing's choice), unless its provider rests
+        after a 429 (see `ProviderThrottle.admits`) or its breaker is open (or half-open with
+        its probe out): then the hedge route, when it is on another provider that may take it
+        (`failover`).
         """
-        route = self.step.route
         provider, throttle = self.s.plan.routes[route].provider, self.s.throttle
         at = self.start
         # a probe's answer is due within twice the expected duration
@@ -302,8 +373,9 @@ class StepRun(ExtraAttempts):
         return value
 
     async def _run(self) -> Any:
-        route, rerouted, note = self._first_route()
+        route, rerouted, note = self._first_route(self._choose())
         first = self.chain = self._launch(route, "primary")
+        self._note_choice(first)
         if note is not None:
             first.extra["breaker"] = note
         if rerouted is not None:
@@ -584,6 +656,8 @@ class StepRun(ExtraAttempts):
         Let a loser finish; its line is written, as abandoned, when it lands (or is cut).
         """
         self.running.remove(live)
+        if self.choice is not None and live is self.lives[0]:
+            self._observe(live, "cancelled", now(), censored=True)  # it lost the race
         task = live.task
         assert task is not None  # noqa: S101 - only called with a task
         self.s.abandoned.add(task)
