@@ -4,9 +4,12 @@ What a ledger shows a plan did: per run and per step, each figure with its inter
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 
-from tailkit.check._estimate import Durations, at_level
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailkit.check._estimate import Durations, at_level, estimate_json
 from tailkit.estimate import Estimate
 
 
@@ -79,6 +82,102 @@ class RouteAttempts:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteShare:
+    """
+    Where a live step's first attempts went: one route's count and share of the decisions.
+
+    Args:
+        route: The plan's name for the route (``provider/model`` for a route the plan lacks).
+        first_attempts: First attempts with a live decision that ran on it.
+        share: ``first_attempts`` of the step's decisions, with its Clopper-Pearson interval.
+        candidate: Whether the route is one of the step's candidates.
+    """
+
+    route: str
+    first_attempts: int
+    share: Estimate
+    candidate: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LiveObservation:
+    """
+    A live step's decisions as the ledger shows them: where its first attempts went, and why.
+
+    The executor writes its decision on each first attempt of a step the plan routes live
+    (``attrs.live``: ``best`` or ``explore``, ``live_value_s``, ``live_calls`` and, when the
+    step has a cutoff on its signal clock, ``live_cutoff_s``).
+
+    Args:
+        decisions: First attempts whose line carries a decision (``attrs.live``).
+        explored: Of those, the ones sent to another candidate to explore.
+        explore_share: ``explored`` of ``decisions``, with its Clopper-Pearson interval.
+        undecided: First attempts of the step without a decision (an executor that routed the
+            step as fixed, or a ledger older than live routing).
+        routes: Per route, the decided first attempts that ran on it: the step's candidates
+            in the plan's order (those with none too), then any other route.
+        rerouted: Decided first attempts a breaker or a provider's rest after a 429 moved to
+            another route (``attrs.rerouted``): each counts on the route it ran on.
+        off_candidates: First attempts, not rerouted, on a route that is not a candidate.
+        cutoffs: Decided first attempts with a live cutoff (``attrs.live_cutoff_s``).
+        off_bounds: Of those, the ones outside the plan's ``cutoff_bounds_s``.
+        cutoff_range_s: The smallest and largest live cutoff seen (NaN without one).
+        first_off_candidates: The first line with a first attempt off the candidates (or "").
+        first_off_bounds: The first line with a live cutoff off its bounds (or "").
+    """
+
+    decisions: int
+    explored: int
+    explore_share: Estimate
+    undecided: int = 0
+    routes: tuple[RouteShare, ...] = ()
+    rerouted: int = 0
+    off_candidates: int = 0
+    cutoffs: int = 0
+    off_bounds: int = 0
+    cutoff_range_s: tuple[float, float] = (math.nan, math.nan)
+    first_off_candidates: str = ""
+    first_off_bounds: str = ""
+
+    def route(self, name: str) -> RouteShare:
+        """
+        The share of one route.
+
+        Raises:
+            KeyError: No first attempt went there and it is no candidate.
+        """
+        for r in self.routes:
+            if r.route == name:
+                return r
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """
+        The decisions as JSON-ready values (shares as ``value``, ``low``, ``high``, ``n``).
+        """
+        low, high = self.cutoff_range_s
+        return {
+            "decisions": self.decisions,
+            "explored": self.explored,
+            "undecided": self.undecided,
+            "rerouted": self.rerouted,
+            "routes": [
+                {
+                    "route": r.route,
+                    "first_attempts": r.first_attempts,
+                    "share": estimate_json(r.share),
+                    "candidate": r.candidate,
+                }
+                for r in self.routes
+            ],
+            "off_candidates": self.off_candidates,
+            "cutoffs": self.cutoffs,
+            "off_bounds": self.off_bounds,
+            "cutoff_range_s": [x if math.isfinite(x) else None for x in (low, high)],
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class StepObservation:
     """
     One step of the plan over the observed runs.
@@ -110,6 +209,7 @@ class StepObservation:
         routes: Per route the step's attempts went to, its attempts, failures and refusals.
         durations: The step calls' durations behind ``p50_s`` and ``p99_s``.
         first_durations: The first attempts' durations behind ``first_attempt_p50_s``.
+        live: For a step the plan routes live, its decisions (``None``: a fixed step).
     """
 
     name: str
@@ -129,6 +229,7 @@ class StepObservation:
     routes: tuple[RouteAttempts, ...] = ()
     durations: Durations = field(default=Durations(), compare=False, repr=False)
     first_durations: Durations = field(default=Durations(), compare=False, repr=False)
+    live: LiveObservation | None = None
 
     def estimate(self, figure: str, level: float) -> Estimate:
         """

@@ -18,7 +18,13 @@ from typing import Any, NamedTuple
 
 from tailkit import text
 from tailkit.check._estimate import Durations, observed_quantiles, rate, ratio
-from tailkit.check._observation import Observation, RouteAttempts, StepObservation
+from tailkit.check._live import live_notes, observe_live
+from tailkit.check._observation import (
+    LiveObservation,
+    Observation,
+    RouteAttempts,
+    StepObservation,
+)
 from tailkit.check._screen import Screened, screen
 from tailkit.config import Plan, load_plan
 from tailkit.errors import ConfigError, IngestError
@@ -55,7 +61,10 @@ SELECT c.run_id, c.step, s.required, coalesce(c.attempt, 0) AS attempt, c.role, 
     c.attrs->>'started_by' AS started_by,
     c.attrs->>'action_skipped' IS NOT NULL OR c.attrs->>'hedge_denied' IS NOT NULL AS skipped,
     {_DENIED} AS denied,
-    c.provider || '/' || c.model AS route, {_FAILED} AS failed, {_REFUSED} AS refused
+    c.provider || '/' || c.model AS route, {_FAILED} AS failed, {_REFUSED} AS refused,
+    lower(c.provider) AS provider, lower(c.model) AS model, c.source_file, c.source_row,
+    c.attrs->>'live' AS live, TRY_CAST(c.attrs->>'live_cutoff_s' AS DOUBLE) AS live_cutoff_s,
+    c.attrs->>'rerouted' IS NOT NULL AS rerouted
 FROM calls c JOIN ck_steps s ON c.step = s.step
 WHERE c.run_id IS NOT NULL AND c.started_at IS NOT NULL
     AND c.run_id NOT IN (SELECT run_id FROM ck_out)
@@ -282,6 +291,7 @@ def observe(
         route_rows = store.fetchall(_ROUTE_ROWS)
         required = sum(1 for s in loaded.steps.values() if s.required)
         run_rows = store.fetchall(_RUNS, [required == 0])
+        live = observe_live(store, loaded, level=level)
     return _observation(
         loaded,
         paths,
@@ -295,6 +305,7 @@ def observe(
         strangers=strangers,
         screened=screened,
         level=level,
+        live=live,
     )
 
 
@@ -312,6 +323,7 @@ def _observation(
     strangers: tuple[int, list[Any]],
     screened: Screened,
     level: float,
+    live: dict[str, LiveObservation],
 ) -> Observation:
     finished: list[float] = []
     unfinished: list[float] = []
@@ -338,7 +350,8 @@ def _observation(
     for step, route, attempts, bad, refused in route_rows:
         routes[step].append(RouteAttempts(str(route), int(attempts), int(bad), int(refused)))
     steps = tuple(
-        _step(plan, name, by_step[name], tuple(routes[name]), level) for name in plan.order()
+        _step(plan, name, by_step[name], tuple(routes[name]), level, live=live.get(name))
+        for name in plan.order()
     )
     firsts = sum(s.first_attempts for s in steps)
     notes = []
@@ -354,6 +367,7 @@ def _observation(
         more = ", …" if len(others) > _NAMED else ""
         notes.append(f"lines of steps the plan does not have were left out: {names}{more}")
     other_runs, other_steps = strangers
+    notes.extend(live_notes(live))
     if other_runs:
         names = ", ".join(text.printable(s) for s in other_steps[:_NAMED])
         more = ", …" if len(other_steps) > _NAMED else ""
@@ -413,6 +427,8 @@ def _step(
     rows: list[tuple[Any, ...]],
     routes: tuple[RouteAttempts, ...],
     level: float,
+    *,
+    live: LiveObservation | None,
 ) -> StepObservation:
     calls = [_Call(*row) for row in rows]
     finished = [c.won_s for c in calls if c.won_s is not None]
@@ -441,4 +457,5 @@ def _step(
         routes=routes,
         durations=Durations(tuple(finished), tuple(unfinished)),
         first_durations=Durations(tuple(first_done), tuple(first_cut)),
+        live=live,
     )

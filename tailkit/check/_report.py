@@ -29,6 +29,11 @@ WORKFLOW_FIGURES: tuple[str, ...] = ("p50_s", "p99_s", "miss_rate", "extra_attem
 STEP_FIGURES: tuple[str, ...] = ("p50_s", "p99_s", "hedge_rate")
 """Each step's predicted figures, in report order."""
 
+LIVE_LINES: tuple[str, ...] = ("explore_share", "route_share", "off_bounds", "off_candidates")
+"""A live step's lines after its figures, in report order: its explore share, its share of
+first attempts per candidate route, then its findings (live cutoffs outside the plan's bounds,
+first attempts on routes that are not candidates)."""
+
 WORKFLOW = "workflow"
 """`CheckLine.scope` of the workflow's lines (a step's lines carry the step's name)."""
 
@@ -41,6 +46,7 @@ CAUSES: tuple[str, ...] = (
     "budget denials",
     "throttle refusals",
     "thin basis",
+    "executor off plan",
     "unexplained",
 )
 """The kinds of cause a drifted line can name, in the order they are looked for."""
@@ -139,13 +145,17 @@ class CheckLine:
 
     Args:
         scope: ``workflow``, or the step's name.
-        figure: ``p50_s``, ``p99_s``, ``miss_rate``, ``extra_attempts`` or ``hedge_rate``.
-        predicted: The plan's value (seconds for ``*_s``, else a share or a ratio).
+        figure: ``p50_s``, ``p99_s``, ``miss_rate``, ``extra_attempts`` or ``hedge_rate``;
+            for a live step also one of `LIVE_LINES`.
+        predicted: The plan's value (seconds for ``*_s``, else a share or a ratio; NaN: the
+            plan states none).
         observed: The observed value with its interval and sample size.
         verdict: One of `VERDICTS`.
         reason: Why: how it agrees, how far it drifted, or what is missing to tell.
         causes: For a drifted line, the likely causes, in the order of `CAUSES`.
-        judged: For a line that could tell, both intervals at the level it was judged at.
+        judged: For a line judged by the rule (`tailkit.check._rule`), both intervals at the
+            level it was judged at (``None`` for a finding: it needs no statistics).
+        route: For a ``route_share`` line, its route.
     """
 
     scope: str
@@ -156,6 +166,7 @@ class CheckLine:
     reason: str
     causes: tuple[Cause, ...] = ()
     judged: Judged | None = None
+    route: str | None = None
 
     @property
     def cause(self) -> str | None:
@@ -233,9 +244,11 @@ class CheckReport:
     @property
     def judged(self) -> int:
         """
-        Lines that could tell (held or drifted): the family the level holds for.
+        Lines judged by the rule (held or drifted): the family the level holds for.
+
+        A live step's findings hold or drift without statistics, outside the family.
         """
-        return sum(1 for line in self.lines if line.verdict != CANT_TELL)
+        return sum(1 for line in self.lines if line.judged is not None)
 
     @property
     def verdict(self) -> str:
@@ -264,17 +277,19 @@ class CheckReport:
         """
         return {v: sum(1 for line in self.lines if line.verdict == v) for v in VERDICTS}
 
-    def line(self, scope: str, figure: str) -> CheckLine:
+    def line(self, scope: str, figure: str, route: str | None = None) -> CheckLine:
         """
         The line of one figure of the workflow (``scope="workflow"``) or of a step.
+
+        ``route`` names the route of a ``route_share`` line.
 
         Raises:
             KeyError: No such line.
         """
         for line in self.lines:
-            if line.scope == scope and line.figure == figure:
+            if line.scope == scope and line.figure == figure and line.route == route:
                 return line
-        raise KeyError((scope, figure))
+        raise KeyError((scope, figure, route) if route is not None else (scope, figure))
 
     def summary(self) -> str:
         """
@@ -328,8 +343,14 @@ class CheckReport:
                     for r in s.routes
                 ],
             }
+            if s.live is not None:
+                entry["live"] = s.live.as_dict()
             for line in self.lines:
-                if line.scope == s.name:
+                if line.scope != s.name:
+                    continue
+                if line.route is not None:
+                    entry.setdefault(line.figure, {})[line.route] = line.as_dict()
+                else:
                     entry[line.figure] = line.as_dict()
             steps.append(entry)
         return {

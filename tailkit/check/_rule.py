@@ -36,7 +36,14 @@ from tailkit.estimate import LEVEL, Estimate
 
 
 _NORMAL = statistics.NormalDist()
-SHARES = ("miss_rate", "hedge_rate")  # figures bounded by 1
+SHARES = (  # figures bounded by 1
+    "miss_rate",
+    "hedge_rate",
+    "explore_share",
+    "route_share",
+    "off_bounds",
+    "off_candidates",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ a p99 bound of years. So before anything is measured, every run of the plan's st
 
 - **routes**: an attempt is the plan's when its provider and model (case aside; a provider the
   ingest could not tell, ``unknown``, matches on the model) are those of one of its step's
-  routes: ``route``, ``hedge_route``, ``downgrade_route`` or ``upgrade_route``. When more than
+  routes: ``route``, its ``candidates`` (where a live step's first attempt may go, and a
+  live step's hedge when it would have gone to the first attempt's own route),
+  ``hedge_route``, ``downgrade_route`` or ``upgrade_route``. When more than
   `OFF_PLAN_SHARE` of the runs have an attempt elsewhere, the ledger is not this plan's and
   the check refuses it, naming the step, both sets of routes and the fix. Below that, those
   runs are left out and named: a fallback written into the code path is seldom random, so a
@@ -279,12 +281,21 @@ def _named(left: Sequence[LeftOut] | Any) -> str:
 
 def _plan_routes(plan: Plan) -> dict[str, dict[str, tuple[str, str]]]:
     """
-    Per step, its routes by name: ``route``, then its hedge, downgrade and upgrade routes.
+    Per step, its routes by name: ``route``, its candidates, hedge, downgrade, upgrade route.
+
+    A live step's hedge goes to ``hedge_route``, or, when the first attempt was routed there,
+    to ``route`` or another candidate: every one of them is a candidate already.
     """
     out: dict[str, dict[str, tuple[str, str]]] = {}
     for name, step in plan.steps.items():
         routes: dict[str, tuple[str, str]] = {}
-        for key in (step.route, step.hedge_route, step.downgrade_route, step.upgrade_route):
+        for key in (
+            step.route,
+            *step.first_routes(),
+            step.hedge_route,
+            step.downgrade_route,
+            step.upgrade_route,
+        ):
             if key is not None and key not in routes:
                 route = plan.routes.get(key)
                 # a plan built by hand may name a route it does not list: its name is its route

@@ -7,7 +7,8 @@ packages and tools need not reach into private modules: the observed intervals (
 `ratio`, `observed_quantiles`, `at_level`), the rule a line drifts by (`line_level`), the
 defaults and the names of the figures, the words a line is written in (`figure_text`,
 `observed_text`), the parts of a result (`Judged`, `Cause`, `RouteAttempts`, `Durations`,
-`LeftOut`), and why the screen of the runs leaves one out (`CLOCK`, `ROUTE`, `REFUSED`,
+`LeftOut`, a live step's `LiveObservation` and `RouteShare`), the names of a live step's lines
+(`LIVE_LINES`), and why the screen of the runs leaves one out (`CLOCK`, `ROUTE`, `REFUSED`,
 `PARTIAL`) and by which bounds (`FAR`, `OFF_PLAN_SHARE`).
 
 Each observed figure is a `tailkit.estimate.Estimate`, at ``tailkit.estimate.LEVEL`` unless
@@ -27,9 +28,19 @@ from tailkit.check._estimate import (
     rate,
     ratio,
 )
-from tailkit.check._observation import CLOCK, PARTIAL, REFUSED, ROUTE, LeftOut, RouteAttempts
+from tailkit.check._observation import (
+    CLOCK,
+    PARTIAL,
+    REFUSED,
+    ROUTE,
+    LeftOut,
+    LiveObservation,
+    RouteAttempts,
+    RouteShare,
+)
 from tailkit.check._report import (
     CAUSES,
+    LIVE_LINES,
     STEP_FIGURES,
     VERDICTS,
     WORKFLOW_FIGURES,
@@ -49,6 +60,7 @@ __all__ = [
     "CLOPPER_PEARSON",
     "FAR",
     "GARWOOD",
+    "LIVE_LINES",
     "MIN_RUNS",
     "NO_DATA",
     "OFF_PLAN_SHARE",
@@ -64,7 +76,9 @@ __all__ = [
     "Durations",
     "Judged",
     "LeftOut",
+    "LiveObservation",
     "RouteAttempts",
+    "RouteShare",
     "at_level",
     "estimate_json",
     "figure_text",

@@ -37,7 +37,22 @@ _FIGURES = {
     "miss_rate": "miss rate",
     "extra_attempts": "extra attempts",
     "hedge_rate": "hedge rate",
+    "explore_share": "explored",
+    "off_bounds": "live cutoffs off bounds",
+    "off_candidates": "first attempts off candidates",
 }
+
+
+def _figure(line: CheckLine) -> str:
+    """
+    What a line's figure is called (a route share names its route: data, not markup).
+    """
+    if line.route is not None:
+        return f"first to {line.route}"
+    return _FIGURES.get(line.figure, line.figure)
+
+
+_LIVE_FINDINGS = ("off_bounds", "off_candidates")
 
 
 def _why(line: CheckLine) -> str:
@@ -82,7 +97,7 @@ def render(report: CheckReport, console: Console) -> None:
             label = shown(scope)
         table.add_row(
             label,
-            _FIGURES.get(line.figure, line.figure),
+            shown(_figure(line)),
             figure_text(line.figure, line.predicted),
             observed_text(line.figure, line.observed),
             f"{line.observed.n:,}",
@@ -94,7 +109,7 @@ def render(report: CheckReport, console: Console) -> None:
     for line in report.drifted:
         where = "workflow" if line.scope == WORKFLOW else f"step {line.scope}"
         console.print(
-            printable(f"{where} {_FIGURES[line.figure]}: {line.reason}"),
+            printable(f"{where} {_figure(line)}: {line.reason}"),
             highlight=False,
             markup=False,
         )
@@ -109,6 +124,12 @@ def render(report: CheckReport, console: Console) -> None:
             f"each of the {report.judged} lines that can tell judged at {report.line_level:.2%}"
             f" (observed and predicted intervals apart): a plan that still holds reads drifted "
             f"at most {1 - report.level:.0%} of the time",
+            highlight=False,
+        )
+    if any(line.figure in _LIVE_FINDINGS for line in report.lines):
+        console.print(
+            "live cutoffs off bounds and first attempts off candidates are findings, not "
+            "estimates: one such line is an executor that does not follow the plan",
             highlight=False,
         )
     console.print(report.summary(), highlight=False)
@@ -162,20 +183,24 @@ def check(
     """
     Check a calibrated plan's predictions against the ledgers of its production runs.
 
-    For the workflow (p50, p99, miss rate, extra attempts per first attempt) and each step
-    (p50, p99, hedge rate), the observed figure with its 95% interval (--level) next to the
-    plan's prediction. A line drifted only when the observed interval and the plan's own
-    interval are apart, each read at 1 - (1 - level) / (2 m) for the m lines that can tell, and
-    the values differ by more than --tolerance: a plan that still holds reads drifted at most
-    5% of the time (1 - --level), one error rate for the one exit code. Without an interval in
-    the plan, its prediction is judged as an estimate from its basis. A drifted line names its
-    likely causes: a slower route, an outage, failed calls, budget denials, throttle refusals
-    (and 429s), a thin basis. Too few runs: can't tell. Failed runs count as "more than" where
-    they were last seen, never as fast. Exit code 0 when every line holds or can't tell, 1 when
-    any drifted, 2 on bad input. The ledgers are read as ingest reads logs: --map, --set,
-    --set-over, --status-map and --unit mean the same. A ledger whose attempts ran on routes the
-    plan does not have is refused (exit 2); runs whose times cannot be true, with a line ingest
-    refused, or of another workflow are left out and named, never counted as misses.
+    For the workflow (p50, p99, miss rate, extra attempts per first attempt) and each step (p50,
+    p99, hedge rate), the observed figure with its 95% interval (--level) next to the plan's
+    prediction. For a step the plan routes live, its decisions too: the share of first attempts
+    that explored against 1 / explore_every, the share per candidate route (can't tell: the plan
+    predicts none), and as findings any live cutoff outside the plan's cutoff_bounds_s or first
+    attempt on a route that is not a candidate (one drifts: the executor does not follow its
+    plan). A line drifted only when the observed interval and the plan's own interval are apart,
+    each read at 1 - (1 - level) / (2 m) for the m lines that can tell, and the values differ by
+    more than --tolerance: a plan that still holds reads drifted at most 5% of the time (1 -
+    --level), one error rate for the one exit code. Without an interval in the plan, its
+    prediction is judged as an estimate from its basis. A drifted line names its likely causes:
+    a slower route, an outage, failed calls, budget denials, throttle refusals (and 429s), a
+    thin basis. Too few runs: can't tell. Failed runs count as "more than" where they were last
+    seen, never as fast. Exit code 0 when every line holds or can't tell, 1 when any drifted, 2
+    on bad input. The ledgers are read as ingest reads logs: --map, --set, --set-over,
+    --status-map and --unit mean the same. A ledger whose attempts ran on routes the plan does
+    not have is refused (exit 2); runs whose times cannot be true, with a line ingest refused,
+    or of another workflow are left out and named, never counted as misses.
 
     Example:
 
