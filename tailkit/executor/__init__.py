@@ -6,9 +6,9 @@ Standard library only (plus `tailkit.config`, `tailkit.deadline`, `tailkit.ledge
 holds a plan, its hedge budget, the per-provider throttle and circuit breaker, the ledger and
 an `Observer` (event hook, OpenTelemetry spans when installed); `Executor.run_step` runs one
 logical call of a step, `Executor.run` a whole workflow under one deadline,
-`Executor.replace_plan` swaps in a recalibrated plan, `Executor.live_state` shows what live
-routing has learnt. The attempt function the caller writes
-gets an `Attempt` and returns a result or streams `Chunk`s.
+`Executor.replace_plan` swaps in a recalibrated plan (`follow_plan` does it whenever the plan
+file changes), `Executor.live_state` shows what live routing has learnt. The attempt function
+the caller writes gets an `Attempt` and returns a result or streams `Chunk`s.
 
 ``__all__`` is what the guides show (docs/executor.md, docs/sdk.md, docs/operations.md). The
 deadline API lives in `tailkit.deadline` and the ledger in `tailkit.ledger`; their names are
@@ -45,6 +45,8 @@ from tailkit.executor._executor import Executor as Executor
 from tailkit.executor._executor import idempotency_key as idempotency_key
 from tailkit.executor._executor import new_run_id as new_run_id
 from tailkit.executor._executor import run_step as run_step
+from tailkit.executor._follow import PlanFollower as PlanFollower
+from tailkit.executor._follow import follow_plan as follow_plan
 from tailkit.executor._live import LiveValue as LiveValue
 from tailkit.executor._shared import StepPolicy as StepPolicy
 from tailkit.executor._types import FINAL as FINAL
@@ -76,6 +78,7 @@ __all__ = [
     "HedgeBudget",
     "LiveValue",
     "Observer",
+    "PlanFollower",
     "ProviderThrottle",
     "RunResult",
     "StepPolicy",
@@ -83,6 +86,7 @@ __all__ = [
     "StreamResult",
     "StreamTooLarge",
     "TruncatedStream",
+    "follow_plan",
     "idempotency_key",
     "new_run_id",
     "run_step",
