@@ -9,10 +9,28 @@ import math
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
+from tailkit.calibration._live import with_live
 from tailkit.calibration._notes import cutoff_note
 from tailkit.calibration._predict import REPLICATE_RUNS, REPLICATES, Prediction, predict
-from tailkit.calibration._search import WAIT, Choice, SearchResult, StepOptions, search
+from tailkit.calibration._routes import (
+    RouteChoice,
+    WaitingModels,
+    first_candidates,
+    hedge_routes,
+    route_choice,
+)
+from tailkit.calibration._search import (
+    WAIT,
+    Choice,
+    FirstRoutes,
+    SearchResult,
+    StepOptions,
+    search,
+)
+from tailkit.calibration._since import since_instant
 from tailkit.calibration._warn import evidence_warnings, prediction_warnings
 from tailkit.config import Basis, Plan, Shared, Step
 from tailkit.fit import TailKind
@@ -21,6 +39,7 @@ from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
     RouteSample,
     SimResult,
+    ThinSampleError,
     estimate_sharing,
     load_samples,
     workflow_model,
@@ -55,6 +74,9 @@ class Calibration:
             ``unknown``; see `tailkit.fit.tail_kind`).
         notes: One line per step: the total cutoff beside its TTFT cutoff and its stall
             cutoff, set or not, and why (where the calls cannot tell, it says so).
+        route_choices: Per step with candidate routes, why its first route was chosen: each
+            candidate's figures and the rule (also the plan's ``basis.route_choice``).
+        since: The instant from which calls were read (``None``: all of them).
     """
 
     plan: Plan
@@ -65,6 +87,8 @@ class Calibration:
     warnings: tuple[str, ...] = ()
     tail_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    route_choices: dict[str, RouteChoice] = dataclasses.field(default_factory=dict)
+    since: datetime | None = None
 
 
 def workflow_of(plan: Plan) -> Plan:
@@ -79,29 +103,13 @@ def workflow_of(plan: Plan) -> Plan:
             stall_cutoff_s=None,
             cutoff_s=None,
             on_cutoff="wait",
+            live=None,
             predicted=None,
             basis=None,
         )
         for name, step in plan.steps.items()
     }
     return dataclasses.replace(plan, steps=steps, predicted=None)
-
-
-def hedge_candidates(plan: Plan, step: Step) -> tuple[str, ...]:
-    """
-    Routes a step may hedge on.
-
-    Its declared ``hedge_route``, else every route serving the same model through another
-    provider (an independent rate-limit pool).
-    """
-    if step.hedge_route is not None:
-        return (step.hedge_route,)
-    own = plan.routes[step.route]
-    return tuple(
-        name
-        for name, route in plan.routes.items()
-        if route.model == own.model and route.provider != own.provider
-    )
 
 
 def calibrate(
@@ -120,9 +128,14 @@ def calibrate(
     replicate_runs: int = REPLICATE_RUNS,
     progress: Callable[[int, int], None] | None = None,
     sharing: Mapping[str, Shared] | None = None,
+    live: bool = False,
+    since: datetime | timedelta | None = None,
 ) -> Calibration:
     """
     Choose each step's signal, cutoffs and action; fill in the plan's predictions.
+
+    A step that lists ``candidates`` also has its first route chosen among them, jointly with
+    the rest (``basis.route_choice`` says why).
 
     Args:
         store: An open store with calls of the plan's routes.
@@ -133,57 +146,106 @@ def calibrate(
         check_runs: Fresh runs that check the plan found (its ``predicted`` fields).
         seed: Seed; the same seed and store give the same plan.
         buckets: Token bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
-        min_calls: Fewest calls a step's route needs in its bucket.
+        min_calls: Fewest calls a step's route needs in its bucket (a candidate route with
+            fewer is left out of the choice, and said so).
         latency: ``empirical`` (resample the measured calls) or ``lognormal`` (fitted).
         replicates: Bootstrap replicates behind the predictions' intervals (0: none).
         replicate_runs: Simulated runs per replicate.
         progress: Called with (candidates tried, candidates per pass).
         sharing: Per step, what a repeat attempt shares with the first (``None``: estimated
-            from the store by `tailkit.simulation.estimate_sharing`); written into each step's
-            ``basis.shared``.
+            from the store by `tailkit.simulation.estimate_sharing`, per candidate route);
+            written into each step's ``basis.shared``.
+        live: Write a ``live`` block on each step with candidates, and on each step with a
+            cutoff on its signal clock (`tailkit.calibration._live`): the executor then
+            routes each first attempt to the candidate with the best recent latency and
+            lets the cutoff follow it; ``predicted`` is then the simulator's live model.
+        since: Calibrate on calls that started at or after this instant (UTC when naive),
+            or within this duration back from the newest call in the store (``None``: all).
 
     Raises:
-        ThinSampleError: A step's route has too few calls in its bucket.
-        ConfigError: An override is out of range, or a number of runs above `MAX_RUNS`.
+        ThinSampleError: A step's route has too few calls in its bucket (with ``live``, a
+            candidate route too).
+        ConfigError: An override is out of range, a number of runs above `MAX_RUNS`, or no
+            call is as recent as ``since``.
     """
     check_run_count(runs, name="runs")
     check_run_count(check_runs, name="check_runs")
     check_run_count(replicate_runs, name="replicate_runs")
     plan = with_overrides(workflow_of(plan), deadline_s=deadline_s, budget=budget)
+    start = None if since is None else since_instant(store, since)
+    recent: dict[str, Any] = {} if start is None else {"since": start}
+    firsts = {name: first_candidates(step) for name, step in plan.steps.items()}
     hedges = {
-        name: hedge_candidates(plan, step) if step.idempotent else ()
+        name: {r: hedge_routes(plan, step, r) for r in firsts[name] or (step.route,)}
         for name, step in plan.steps.items()
+    }
+    extra = {
+        name: tuple(dict.fromkeys(r for found in by.values() for r in (*found, *firsts[name])))
+        for name, by in hedges.items()
     }
     samples = load_samples(
-        store, plan, buckets=buckets, min_calls=min_calls, candidates=hedges, seed=seed,
-        latency=latency,
+        store, plan, buckets=buckets, min_calls=min_calls, candidates=extra, seed=seed,
+        latency=latency, **recent,
     )  # fmt: skip
-    kinds = route_tail_kinds(store, plan, (s.route for s in plan.steps.values()))
-    options = {
-        name: StepOptions(
-            hedge_routes=tuple(r for r in hedges[name] if (name, r) in samples),
-            downgrade_route=step.downgrade_route,
+    firsts = {n: tuple(r for r in rs if (n, r) in samples) for n, rs in firsts.items()}
+    if live:
+        _check_live_samples(plan, samples, min_calls)
+    routes = dict.fromkeys(r for n, s in plan.steps.items() for r in (s.route, *firsts[n]))
+    kinds = route_tail_kinds(store, plan, routes)
+
+    def options_for(name: str, first: str) -> StepOptions:
+        step = plan.steps[name]
+        return StepOptions(
+            hedge_routes=tuple(r for r in hedges[name][first] if (name, r) in samples),
+            downgrade_route=step.downgrade_route if step.downgrade_route != first else None,
             may_repeat=step.idempotent,
             may_fail=not step.required,
-            fresh_attempts=kinds[step.route].kind != "work",
+            fresh_attempts=kinds[first].kind != "work",
         )
-        for name, step in plan.steps.items()
-    }
+
+    options = {name: options_for(name, step.route) for name, step in plan.steps.items()}
     if sharing is None:
         sharing = estimate_sharing(store, plan, buckets=buckets)
+        sharing_by = _sharing_by_route(store, plan, firsts, buckets)
+    else:
+        sharing_by = {}
+    waiting = WaitingModels(plan, samples, sharing, sharing_by)
+    others = {
+        name: {r: options_for(name, r) for r in rs if r != plan.steps[name].route}
+        for name, rs in firsts.items()
+        if any(r != plan.steps[name].route for r in rs)
+    }
     base = workflow_model(plan, samples, sharing=sharing)
     found = search(
-        base, samples, options, budget=plan.hedge_budget, runs=runs, seed=seed, progress=progress
-    )
+        base, samples, options, budget=plan.hedge_budget, runs=runs, seed=seed, progress=progress,
+        firsts=FirstRoutes(others, waiting) if others else None,
+    )  # fmt: skip
+    choices = {n: found.choices.get(n, WAIT) for n in plan.steps}
+    moved = {n: c.first for n, c in choices.items() if c.first is not None}
+    sharing = waiting.sharing_for(moved)
     chosen = dataclasses.replace(
-        plan,
-        steps={n: _with_choice(s, found.choices.get(n, WAIT)) for n, s in plan.steps.items()},
+        plan, steps={n: _with_choice(s, choices[n]) for n, s in plan.steps.items()}
     )
+    why = {
+        name: route_choice(
+            step,
+            chosen.steps[name].route,
+            found.routes.get(name, {None: found.score}),  # only its own route had the calls
+            samples,
+            min_calls=min_calls,
+            runs=runs,
+        )
+        for name, step in plan.steps.items()
+        if first_candidates(step)
+    }
+    chosen = _with_basis(chosen, found, samples, sharing, why)
+    if live:
+        chosen = with_live(chosen, samples)
     prediction = predict(
         None, chosen, samples=samples, runs=check_runs, seed=seed + 1, replicates=replicates,
         replicate_runs=replicate_runs, sharing=sharing,
     )  # fmt: skip
-    final = _predicted(chosen, prediction, found, samples, sharing)
+    final = _predicted(chosen, prediction)
     return Calibration(
         plan=final,
         result=prediction.result,
@@ -196,17 +258,54 @@ def calibrate(
             *prediction_warnings(chosen, prediction),
             *prediction.interval_notes,
         ),
-        tail_kinds={name: kinds[step.route].kind for name, step in plan.steps.items()},
+        tail_kinds={name: kinds[step.route].kind for name, step in chosen.steps.items()},
         notes=tuple(
             cutoff_note(
                 name,
                 samples[(name, step.route)],
-                found.choices.get(name, WAIT),
+                choices[name],
                 idempotent=step.idempotent,
             )
-            for name, step in plan.steps.items()
+            for name, step in chosen.steps.items()
         ),
+        route_choices=why,
+        since=start,
     )
+
+
+def _sharing_by_route(
+    store: Store, plan: Plan, firsts: Mapping[str, tuple[str, ...]], buckets: Buckets | None
+) -> dict[str, dict[str, Shared]]:
+    """
+    Per step with candidates, per candidate other than its route, what a repeat shares there.
+    """
+    out: dict[str, dict[str, Shared]] = {}
+    for name, routes in firsts.items():
+        for route in routes:
+            if route == plan.steps[name].route:
+                continue
+            step = dataclasses.replace(plan.steps[name], route=route, depends_on=())
+            alone = dataclasses.replace(plan, steps={name: step})
+            out.setdefault(name, {})[route] = estimate_sharing(store, alone, buckets=buckets)[name]
+    return out
+
+
+def _check_live_samples(
+    plan: Plan, samples: Mapping[SampleKey, RouteSample], min_calls: int
+) -> None:
+    """
+    Refuse a live plan with a candidate route too thin to give its prior (``ThinSampleError``).
+    """
+    for name, step in plan.steps.items():
+        for route in first_candidates(step):
+            if (name, route) not in samples:
+                msg = (
+                    f"step {name!r}: candidate route {route} has fewer than {min_calls} calls "
+                    "in the step's bucket, and a live plan needs each candidate's latency for "
+                    "its prior. Ingest more calls of it, lower {min_calls}, or drop it from "
+                    "the step's candidates"
+                )
+                raise ThinSampleError(msg, field="min_calls", value=min_calls)
 
 
 def _kind_warnings(plan: Plan, kinds: dict[str, TailKind]) -> tuple[str, ...]:
@@ -235,6 +334,9 @@ def _kind_warnings(plan: Plan, kinds: dict[str, TailKind]) -> tuple[str, ...]:
 
 
 def _with_choice(step: Step, choice: Choice) -> Step:
+    if choice.first is not None:  # another candidate goes first: the hedge route may not be it
+        hedge = step.route if step.hedge_route == choice.first else step.hedge_route
+        step = dataclasses.replace(step, route=choice.first, hedge_route=hedge)
     if choice.action == "wait":
         return step
     ttft = choice.signal == "ttft"
@@ -254,25 +356,37 @@ def _rounded(seconds: float) -> float | None:
     return round(seconds, 3) if math.isfinite(seconds) else None
 
 
-def _predicted(
+def _with_basis(
     plan: Plan,
-    prediction: Prediction,
     found: SearchResult,
-    samples: dict[SampleKey, RouteSample],
+    samples: Mapping[SampleKey, RouteSample],
     sharing: Mapping[str, Shared],
+    why: Mapping[str, RouteChoice],
 ) -> Plan:
+    """
+    Each step's ``basis``: its route's sample, its cutoff's quantile, its sharing, its choice.
+    """
     steps = {}
     for name, step in plan.steps.items():
         sample = samples[(name, step.route)]
+        reason = why.get(name)
         steps[name] = dataclasses.replace(
             step,
-            predicted=prediction.step_prediction(name),
             basis=Basis(
                 calls=sample.calls,
                 bucket=sample.bucket,
                 quantile=found.choices[name].quantile,
                 censored=round(sample.censored, 4),
                 shared=sharing.get(name),
+                route_choice=None if reason is None else reason.sentence(),
             ),
         )
+    return dataclasses.replace(plan, steps=steps)
+
+
+def _predicted(plan: Plan, prediction: Prediction) -> Plan:
+    steps = {
+        name: dataclasses.replace(step, predicted=prediction.step_prediction(name))
+        for name, step in plan.steps.items()
+    }
     return dataclasses.replace(plan, steps=steps, predicted=prediction.plan_prediction())

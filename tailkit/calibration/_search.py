@@ -38,6 +38,16 @@ judged end to end by simulation, never step by step in isolation:
    step's action, an extra attempt.
 6. The plan found is then simulated afresh (new seed, more runs) for the ``predicted`` fields,
    so the prediction carries no optimization bias from the search's own draws.
+
+A step that lists candidate routes (`FirstRoutes`) has its first route searched as one more
+coordinate of its choice: its candidates are every choice above on each candidate route (that
+route's own quantiles, hedge routes and tail kind), so the route, the signal, the cutoff, the
+action and the hedge route are chosen together, under the same budget, by the same score, with
+the other steps held fixed, pass after pass. The work grows with the number of candidates,
+not with their combinations across steps. A route changed in one step changes what the steps
+before it reserve for it (their deadline-aware cutoffs), so the trial re-plays from the first
+step whose reserve moved. After the descent, each candidate is scored once more with the
+other steps as chosen (`SearchResult.routes`): the figures behind the plan's ``route_choice``.
 """
 
 from __future__ import annotations
@@ -80,6 +90,8 @@ class Choice:
         total_quantile: That cutoff as a quantile of the step's total latency.
         stall_cutoff_s: Seconds without a chunk mid-stream at which the step acts
             (``math.inf``: none).
+        first: The route of the step's first attempt, where it is one of its candidates other
+            than the route the search's model gives it (``None``: that route).
     """
 
     action: str = "wait"
@@ -90,6 +102,7 @@ class Choice:
     total_cutoff_s: float = math.inf
     total_quantile: float | None = None
     stall_cutoff_s: float = math.inf
+    first: str | None = None
 
 
 WAIT = Choice()
@@ -233,16 +246,44 @@ def score(model: WorkflowModel, outcome: RunOutcome, budget: float) -> Score:
     return Score(miss, p99, extra, value, feasible)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class FirstRoutes:
+    """
+    The first routes the search may choose among, per step (a step's ``candidates``).
+
+    Args:
+        options: Per step name, per candidate route other than the one the search's model
+            gives the step, what the search may do with that route first (its hedge routes
+            and tail kind are that route's).
+        model: The workflow with every step waiting, given the first route of the steps
+            named (step name -> route; a step not named keeps the model's own route).
+    """
+
+    options: Mapping[str, Mapping[str, StepOptions]]
+    model: Callable[[Mapping[str, str]], WorkflowModel]
+
+
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """
     The best choice per step, its score, and how much searching it took.
+
+    Args:
+        choices: Per step name, its choice (``Choice.first``: its first route, where the
+            search moved it to another candidate).
+        score: The plan's score on the search's runs.
+        evaluated: Candidates simulated.
+        passes: Passes of the descent.
+        routes: Per step with candidate routes, per first route (``None``: the model's own),
+            the best score the search found with that route first and the other steps as
+            chosen.
     """
 
     choices: dict[str, Choice]
     score: Score
     evaluated: int
     passes: int
+    routes: dict[str, dict[str | None, Score]] = dataclasses.field(default_factory=dict)
 
 
 def search(
@@ -254,6 +295,7 @@ def search(
     runs: int,
     seed: int,
     progress: Callable[[int, int], None] | None = None,
+    firsts: FirstRoutes | None = None,
 ) -> SearchResult:
     """
     Coordinate descent over the steps' choices on common random numbers (see module doc).
@@ -266,20 +308,32 @@ def search(
         runs: Simulated runs per candidate.
         seed: Seed of the shared draws.
         progress: Called with (candidates done, candidates per pass).
+        firsts: Other first routes the search may choose for some steps (``None``: none;
+            every step keeps the model's route).
     """
     draws = Draws(runs, seed=seed, keep=True)
     base = list(model.steps)
     extra = budget_quantiles(budget, len(base))
+    others = {} if firsts is None else firsts.options
     choice_lists = [
-        candidates(s.primary, options[s.name], deadline_s=model.deadline_s, extra_quantiles=extra)
+        [
+            dataclasses.replace(c, first=route) if route is not None else c
+            for route, sample, step_options in (
+                (None, s.primary, options[s.name]),
+                *((r, samples[(s.name, r)], o) for r, o in others.get(s.name, {}).items()),
+            )
+            for c in candidates(
+                sample, step_options, deadline_s=model.deadline_s, extra_quantiles=extra
+            )
+        ]
         for s in base
     ]
-    state = _State(model, samples, draws, budget, base)
+    state = _State(model, samples, draws, budget, base, firsts=firsts)
     order = _exposure_order(model)
     per_pass = sum(len(c) for c in choice_lists)
     evaluated, passes = 0, 0
     for i in order:  # stall guards first: the descent then spends what they leave
-        for choice in _stall_seeds(choice_lists[i]):
+        for choice in _stall_seeds([c for c in choice_lists[i] if c.first is None]):
             evaluated += 1
             state.try_choice(i, choice)
     for passes in range(1, MAX_PASSES + 1):  # noqa: B007 - the count is reported
@@ -293,12 +347,52 @@ def search(
         if not changed:
             break
     for i in order:
-        trials = refinements(base[i].primary, state.chosen[i], choice_lists[i], model.deadline_s)
+        chosen = state.chosen[i]
+        same = [c for c in choice_lists[i] if c.first == chosen.first]
+        trials = refinements(state.base[i].primary, chosen, same, model.deadline_s)
         for choice in trials:
             evaluated += 1
             state.try_choice(i, choice)
+    routes: dict[str, dict[str | None, Score]] = {}
+    for i in order:
+        if base[i].name in others:
+            routes[base[i].name], done = _route_scores(state, i, choice_lists[i])
+            evaluated += done
     names = [s.name for s in model.steps]
-    return SearchResult(dict(zip(names, state.chosen, strict=True)), state.best, evaluated, passes)
+    return SearchResult(
+        dict(zip(names, state.chosen, strict=True)), state.best, evaluated, passes, routes
+    )
+
+
+def _route_scores(
+    state: _State, i: int, choices: list[Choice]
+) -> tuple[dict[str | None, Score], int]:
+    """
+    Per first route of step ``i``, the best score with that route first, the others as chosen.
+
+    Every choice on every other candidate route is scored against the same plan of the other
+    steps, so the figures compare. Should one beat the plan (a descent cut short by
+    `MAX_PASSES`), the step takes it: the figures still hold, and the plan is the best of them.
+    Also returns how many choices were simulated.
+    """
+    own = state.chosen[i].first
+    scores: dict[str | None, Score] = {own: state.best}
+    best: dict[str | None, tuple[Score, Choice]] = {}
+    done = 0
+    for choice in choices:
+        if choice.first == own:
+            continue
+        done += 1
+        s = state.score_of(i, choice)
+        kept = best.get(choice.first)
+        if s.feasible and (kept is None or s.value < kept[0].value - 1e-12):
+            best[choice.first] = (s, choice)
+    for first, (s, _) in best.items():
+        scores[first] = s
+    winner = min(best.values(), key=lambda pair: pair[0].value, default=None)
+    if winner is not None and winner[0].value < state.best.value - 1e-12:
+        state.try_choice(i, winner[1])
+    return scores, done
 
 
 class _State:
@@ -313,6 +407,8 @@ class _State:
         draws: Draws,
         budget: float,
         base: list[StepModel],
+        *,
+        firsts: FirstRoutes | None = None,
     ) -> None:
         self.model, self.samples, self.draws, self.budget = model, samples, draws, budget
         self.base = base
@@ -320,6 +416,9 @@ class _State:
         self.current = simulate_runs(model, draws)
         self.best = score(model, self.current, budget)
         self.chosen = [WAIT] * len(base)
+        self.firsts = firsts
+        self.moved: dict[str, str] = {}  # step name -> first route, where not the model's
+        self.bases: dict[frozenset[tuple[str, str]], list[StepModel]] = {frozenset(): base}
 
     def try_choice(self, i: int, choice: Choice) -> bool:
         """
@@ -327,15 +426,57 @@ class _State:
         """
         if choice == self.chosen[i]:
             return False
-        trial_steps = [*self.steps]
-        trial_steps[i] = _apply(self.base[i], choice, self.samples)
-        trial = dataclasses.replace(self.model, steps=tuple(trial_steps))
-        outcome = simulate_runs(trial, self.draws, reuse=self.current, changed=i)
-        s = score(trial, outcome, self.budget)
+        base, moved, trial_steps, outcome, s = self._trial(i, choice)
         if s.feasible and (s.value < self.best.value - 1e-12 or not self.best.feasible):
             self.steps, self.chosen[i], self.current, self.best = trial_steps, choice, outcome, s
+            self.base, self.moved = base, moved
             return True
         return False
+
+    def score_of(self, i: int, choice: Choice) -> Score:
+        """
+        The score of the plan with step ``i`` set to ``choice``, kept or not.
+        """
+        return self._trial(i, choice)[4]
+
+    def _trial(
+        self, i: int, choice: Choice
+    ) -> tuple[list[StepModel], dict[str, str], list[StepModel], RunOutcome, Score]:
+        """
+        Step ``i`` set to ``choice``: its base, first routes moved, steps, runs and score.
+        """
+        name = self.base[i].name
+        moved = dict(self.moved)
+        if choice.first is None:
+            moved.pop(name, None)
+        else:
+            moved[name] = choice.first
+        base, changed = self.base, i
+        if moved != self.moved:
+            base = self._base(moved)
+            trial_steps = [
+                b if c == WAIT else _apply(b, c, self.samples)
+                for b, c in zip(base, self.chosen, strict=True)
+            ]
+            # a route's median is what the steps before it reserve: re-play from the first
+            # step whose reserve moved
+            changed = next((j for j in range(i) if base[j].reserve_s != self.base[j].reserve_s), i)
+        else:
+            trial_steps = [*self.steps]
+        trial_steps[i] = _apply(base[i], choice, self.samples)
+        trial = dataclasses.replace(self.model, steps=tuple(trial_steps))
+        outcome = simulate_runs(trial, self.draws, reuse=self.current, changed=changed)
+        return base, moved, trial_steps, outcome, score(trial, outcome, self.budget)
+
+    def _base(self, moved: dict[str, str]) -> list[StepModel]:
+        """
+        The steps waiting, with the first routes ``moved`` (built once per set of routes).
+        """
+        key = frozenset(moved.items())
+        if key not in self.bases:
+            assert self.firsts is not None  # noqa: S101 - only candidates move a route
+            self.bases[key] = list(self.firsts.model(moved).steps)
+        return self.bases[key]
 
 
 def _stall_seeds(choices: list[Choice]) -> list[Choice]:

@@ -8,8 +8,8 @@ a step may try (`hedge_candidates`), the bootstrap's resampling of route samples
 tails (`evidence_warnings`). Code written against `tailkit.calibration` needs none of them.
 """
 
-from tailkit.calibration._calibrate import hedge_candidates
 from tailkit.calibration._resample import replicate, resample
+from tailkit.calibration._routes import hedge_candidates
 from tailkit.calibration._search import (
     QUANTILES,
     Choice,

@@ -107,6 +107,24 @@ def calibrate(
         bool,
         typer.Option("--quiet", "-q", help="Print nothing but errors and warnings (stderr)."),
     ] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Write a live block on each step with candidates or a cutoff: the executor "
+            "then sends each first attempt to the candidate with the best recent latency and "
+            "lets the cutoff follow that route's recent quantile, within the bounds written.",
+        ),
+    ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DURATION|ISO",
+            help="Calibrate on recent calls only: a duration back from the newest call in the "
+            "store (6h, 2d, 90m) or an ISO-8601 instant (UTC if no zone).",
+        ),
+    ] = None,
 ) -> None:
     """
     Choose each step's cutoff and action so the workflow keeps its deadline; write the plan.
@@ -115,20 +133,23 @@ def calibrate(
     searches every step's signal (total or TTFT), cutoff and action (hedge, retry, downgrade,
     fail, wait) by simulating the whole workflow, within the hedge budget, and writes the
     plan with its predictions, each with a 95% interval that includes the uncertainty of the
-    measured calls. Then compares it with no cutoffs, sequential retry at p95 and hedging at
-    p95 everywhere. Warns on stderr when the deadline is out of reach, the plan may overspend
-    its hedge budget, or thin samples make the interval wide.
+    measured calls. A step that lists candidates also gets its first route chosen among them,
+    and its basis says why. Then compares it with no cutoffs, sequential retry at p95 and
+    hedging at p95 everywhere. Warns on stderr when the deadline is out of reach, the plan may
+    overspend its hedge budget, or thin samples make the interval wide.
 
     Example:
 
         tailkit calibrate data_samples/workflow.yaml --out plan.yaml --budget 0.05 --deadline 90
     """
     from tailkit.calibration import calibrate as run_calibration
+    from tailkit.calibration import parse_since
     from tailkit.config import load_plan, write_plan
     from tailkit.simulation import compare_policies
 
     buckets = buckets_of(input_edges, output_edges)
     with library_errors("calibrate"):
+        recent = None if since is None else parse_since(since)
         plan = load_plan(workflow)
         with (
             Store.open(db, read_only=True, memory_limit=memory_limit) as store,
@@ -137,7 +158,8 @@ def calibrate(
             found = run_calibration(
                 store, plan, budget=budget, deadline_s=deadline, runs=runs,
                 check_runs=check_runs, seed=seed, buckets=buckets, min_calls=min_calls,
-                latency=latency, replicates=replicates, progress=bar.update,
+                latency=latency, replicates=replicates, progress=bar.update, live=live,
+                since=recent,
             )  # fmt: skip
         policies = compare_policies(found.plan, found.samples, runs=check_runs, seed=seed + 1)
         write_plan(found.plan, out)
@@ -157,6 +179,9 @@ def _print_calibration(
     """
     console = new_console()
     _plan_table(found.plan, console, kinds=found.tail_kinds)
+    if found.since is not None:
+        console.print(f"calls since {found.since.isoformat(timespec='seconds')}")
+    _route_lines(found, console)
     _sharing_lines(found.plan, console)
     console.print("cutoffs beside the watched one (total beside TTFT, stall):")
     for line in found.notes:
@@ -245,6 +270,25 @@ def policy_line(plan: Plan, policies: dict[str, SimResult]) -> str:
     )
 
 
+def _route_lines(found: Calibration, console: Console) -> None:
+    """
+    Per step with candidate routes, each one's figures and which went first (and live mode).
+    """
+    if not found.route_choices:
+        return
+    console.print("first route among the candidates (workflow miss rate, p99, extra attempts):")
+    for name in found.plan.order():
+        choice = found.route_choices.get(name)
+        if choice is not None:
+            console.print(f"  {shown(name)}: {shown(choice.sentence())}", highlight=False)
+    live = [n for n in found.plan.order() if found.plan.steps[n].live is not None]
+    if live:
+        console.print(
+            f"live routing and cutoffs (the executor follows recent latency): {', '.join(live)}",
+            highlight=False,
+        )
+
+
 def _sharing_lines(plan: Plan, console: Console) -> None:
     """
     What the plan assumed a repeat attempt shares with the first, per step, and from what.
@@ -277,6 +321,8 @@ def _calibration_json(
         "search": {"evaluated": found.search.evaluated, "passes": found.search.passes},
         "prediction": found.prediction.as_dict(),
         "tail_kinds": found.tail_kinds,
+        "route_choice": {name: c.as_dict() for name, c in found.route_choices.items()},
+        "since": None if found.since is None else found.since.isoformat(),
         "warnings": [said(w, "calibrate") for w in found.warnings],
         "notes": [said(n, "calibrate") for n in found.notes],
         "policies": {k: v.as_dict() for k, v in policies.items()},
