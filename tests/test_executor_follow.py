@@ -151,8 +151,8 @@ def test_another_workflows_plan_is_refused(plan_file: PlanFile) -> None:
     assert executor.profile_plan.steps["s"].cutoff_s == 3.0
     [error] = seen
     assert str(error) == (
-        f"not reloaded, the running plan stays: {plan_file.path}: its plan is for workflow "
-        "'other', but this executor runs 'follow': point the follower at 'follow''s plan file"
+        f"not reloaded, the running plan stays: {plan_file.path}: it is a plan of workflow "
+        "'other', but this executor runs workflow 'follow': follow that workflow's plan file"
     )
 
 

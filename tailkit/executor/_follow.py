@@ -123,9 +123,8 @@ class PlanFollower:
         running = self.executor.profile_plan
         if plan.workflow != running.workflow:
             why = (
-                f"{self.path}: its plan is for workflow {plan.workflow!r}, but this executor "
-                f"runs {running.workflow!r}: point the follower at {running.workflow!r}'s "
-                "plan file"
+                f"{self.path}: it is a plan of workflow {plan.workflow!r}, but this executor "
+                f"runs workflow {running.workflow!r}: follow that workflow's plan file"
             )
             self._report(why)
             return False
