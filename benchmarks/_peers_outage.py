@@ -1,16 +1,19 @@
 """
-The outage of `benchmarks/peers.py`: one provider answers 5xx to everything for a window.
+The outage and the drift of `benchmarks/peers.py`: provider a changes for a window of the schedule.
 
-`tailkit serve` draws a fault per request with a fixed share; it has no clock on which faults
-come and go. So the window is built from two servers and a switch in front of them: the case's
-server (every model healthy), a *down* server (provider a's models answer 5xx to every request,
-after a short lognormal wait, as a provider whose backends are failing does), and this switch,
-an HTTP/1.1 relay that provider a's base URL points at. It routes each *request* (not each
-connection: clients keep connections alive across the window's edges) by when it arrives: to
-the down server inside the window, else to the case's server. A request already in flight at
-an edge finishes where it started, so the outage is exactly "every request received inside the
-window is answered 5xx", and no request is lost between the servers: each is in the access log
-of the server that answered it. Provider b is not behind the switch.
+`tailkit serve` draws a fault per request with a fixed share and a latency from a fixed profile;
+it has no clock on which faults come and go or on which a provider slows down. So the window is
+built from two servers and a switch in front of them: the case's server (every model as the
+case's profile says), a second server whose provider-a models are changed (the outage's *down*
+server answers 5xx to every request, after a short lognormal wait, as a provider whose backends
+are failing does; the drift's *slow* server serves provider a's models 2x slower), and this
+switch, an HTTP/1.1 relay that provider a's base URL points at. It routes each *request* (not
+each connection: clients keep connections alive across the window's edges) by when it arrives:
+to the second server inside the window, else to the case's server. A request already in flight
+at an edge finishes where it started, so the change is exactly "every request received inside
+the window is answered by the changed provider", and no request is lost between the servers:
+each is in the access log of the server that answered it. Provider b is not behind the switch.
+The window may have no end (``until`` infinite: the drift stays).
 
 How: a client connection's requests are read one at a time (the head to its blank line, then
 ``Content-Length`` bytes of body; a chunked request body is refused, which no client here
@@ -21,9 +24,9 @@ When the client closes, its upstream connections close (the server sees the clie
 cancelled hedge's does); when the server that answered last closes, the client's connection
 closes.
 
-The switch is its own process (``python _peers_outage.py UP_PORT DOWN_PORT FROM UNTIL``, the
-window's edges as wall-clock instants, ``time.time()``): it prints ``{"port": N}`` once it
-listens and relays until it is terminated.
+The switch is its own process (``python _peers_outage.py BASE_PORT OTHER_PORT FROM UNTIL``, the
+window's edges as wall-clock instants, ``time.time()``; ``UNTIL`` may be ``inf``): it prints
+``{"port": N}`` once it listens and relays until it is terminated.
 """
 
 from __future__ import annotations
@@ -71,18 +74,18 @@ async def read_request(reader: asyncio.StreamReader) -> bytes | None:
 
 class Switch:
     """
-    Route each request to the up port, or to the down port inside the window.
+    Route each request to the base port, or to the other port inside the window.
     """
 
-    def __init__(self, up: int, down: int, down_from: float, down_until: float) -> None:
-        self.up, self.down = up, down
-        self.down_from, self.down_until = down_from, down_until
+    def __init__(self, base: int, other: int, since: float, until: float) -> None:
+        self.base, self.other = base, other
+        self.since, self.until = since, until
 
     def target(self) -> int:
         """
         The port a request received now goes to.
         """
-        return self.down if self.down_from <= time.time() < self.down_until else self.up
+        return self.other if self.since <= time.time() < self.until else self.base
 
     async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """
@@ -125,13 +128,14 @@ class SwitchProcess:
     The switch in a process of its own, as a context manager: ``url`` is provider a's base URL.
 
     Args:
-        up: The case's server's port (every model healthy).
-        down: The down server's port.
-        window: The outage's edges, wall-clock instants (``time.time()``).
+        base: The case's server's port (every model as the case's profile says).
+        other: The port of the server that answers inside the window (down, or slowed).
+        window: The window's edges, wall-clock instants (``time.time()``; the end may be
+            ``math.inf``).
     """
 
-    def __init__(self, up: int, down: int, window: tuple[float, float]) -> None:
-        self.args = [str(up), str(down), repr(window[0]), repr(window[1])]
+    def __init__(self, base: int, other: int, window: tuple[float, float]) -> None:
+        self.args = [str(base), str(other), repr(window[0]), repr(window[1])]
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
 
@@ -141,7 +145,7 @@ class SwitchProcess:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            sys.exit(f"the outage switch did not start (exit {self.proc.wait()})")
+            sys.exit(f"the switch did not start (exit {self.proc.wait()})")
         self.url = f"http://{HOST}:{json.loads(line)['port']}/v1"
         return self
 
@@ -157,11 +161,11 @@ class SwitchProcess:
             self.proc.stdout.close()
 
 
-async def main(up: int, down: int, down_from: float, down_until: float) -> None:
+async def main(base: int, other: int, since: float, until: float) -> None:
     """
     Listen, print the port, relay until killed.
     """
-    switch = Switch(up, down, down_from, down_until)
+    switch = Switch(base, other, since, until)
     server = await asyncio.start_server(switch.relay, HOST, 0)
     port = server.sockets[0].getsockname()[1]
     print(json.dumps({"port": port}), flush=True)
@@ -170,6 +174,6 @@ async def main(up: int, down: int, down_from: float, down_until: float) -> None:
 
 
 if __name__ == "__main__":
-    up_port, down_port = int(sys.argv[1]), int(sys.argv[2])
+    base_port, other_port = int(sys.argv[1]), int(sys.argv[2])
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(up_port, down_port, float(sys.argv[3]), float(sys.argv[4])))
+        asyncio.run(main(base_port, other_port, float(sys.argv[3]), float(sys.argv[4])))

@@ -12,7 +12,14 @@ plus half a point (what calibrate's feasibility margin needs to reach the same c
 workflow keeps its own (5 %). The 429 storm runs the one-step plan: storms are not in the
 history a plan is calibrated on; nor are outages: the outage case runs it too, provider a (the
 step's route) answering 5xx to every request through a window of the schedule (`DOWN`,
-`outage_window`; how the window is made: `_peers_outage`).
+`switch_for`; how the window is made: `_peers_outage`); and so does the drift, provider a
+2x slower from the schedule's middle on (`slowed`): the history is the before run, not the
+drift.
+
+``tailkit-live`` runs the plan with candidate routes and a ``live`` block: each step's
+candidates are its route and its fallback (the route a peer falls back to, `_alternate`: for
+the one-step cases a and b), and the live block is what ``tailkit calibrate --live`` writes
+(`live_plan`).
 """
 
 from __future__ import annotations
@@ -30,15 +37,15 @@ import numpy as np
 import yaml
 
 from tailkit.calibration import calibrate
-from tailkit.config import Plan, dump_plan, parse_plan
+from tailkit.config import LiveRouting, Plan, dump_plan, parse_plan
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("one-step", "one-step-stream", "workflow", "429-storm", "outage")
+CASES = ("one-step", "one-step-stream", "workflow", "429-storm", "outage", "drift")
 VARIANTS = (
-    "none", "tailkit", "tailkit-sdk", "tailkit-race",
+    "none", "tailkit", "tailkit-sdk", "tailkit-live", "tailkit-race",
     "litellm-retry", "litellm-fallback", "litellm-latency", "litellm-race",
 )  # fmt: skip
 # The seed's case: waiting dominates (8 s to the first token, 2 s of output); a stall makes the
@@ -58,6 +65,9 @@ STORM_SHARE = 0.1  # provider a's limit admits about this share of the one-step 
 OUTAGE_FROM, OUTAGE_SHARE = 0.25, 0.35
 DOWN = {"ttft_median_s": 0.5, "ttft_sigma": 0.3, "tokens_per_s": 5.0, "output_tokens": 10,
         "faults": {"error_5xx": 1.0}}  # fmt: skip
+# The drift: provider a's every latency (TTFT, decode; stalls with them) is DRIFT_FACTOR times
+# longer from DRIFT_FROM of the schedule on, to its end.
+DRIFT_FROM, DRIFT_FACTOR = 0.5, 2.0
 
 
 def _route(ttft: float, tokens: int, rate: float) -> dict[str, Any]:
@@ -76,7 +86,7 @@ WORKFLOW_PROFILES = {
     "azure/gpt-4.1": _route(1.0, 900, 75.0),
 }
 PROBE_SETS = {  # before-run model prefix -> (cases it serves, streamed)
-    "pre-n": (("one-step", "429-storm", "outage"), False),
+    "pre-n": (("one-step", "429-storm", "outage", "drift"), False),
     "pre-s": (("one-step-stream",), True),
     "pre-w": (("workflow",), False),
 }
@@ -122,6 +132,47 @@ def outage_window(offsets: Sequence[float]) -> tuple[float, float]:
     span = max(offsets[-1], 0.0) if offsets else 0.0
     start = OUTAGE_FROM * span
     return start, start + OUTAGE_SHARE * span
+
+
+def slowed(profile: Mapping[str, Any], factor: float = DRIFT_FACTOR) -> dict[str, Any]:
+    """
+    ``profile`` with every latency ``factor`` times longer: the TTFT and the decode.
+    """
+    out = dict(profile)
+    out["ttft_median_s"] = profile["ttft_median_s"] * factor
+    out["tokens_per_s"] = profile["tokens_per_s"] / factor
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Switched:
+    """
+    A case whose provider a changes for a window: the second server behind the switch.
+
+    Attributes:
+        kind: ``outage`` or ``drift``.
+        server: The second server's name (``down``, ``slow``).
+        profile: Provider a's profile on it.
+        window: Real seconds from the case's start: inside it provider a's requests go to the
+            second server (the end may be ``math.inf``).
+    """
+
+    kind: str
+    server: str
+    profile: Mapping[str, Any]
+    window: tuple[float, float]
+
+
+def switch_for(case: str, offsets: Sequence[float]) -> Switched | None:
+    """
+    How ``case`` changes provider a, or ``None`` (it does not).
+    """
+    if case == "outage":
+        return Switched("outage", "down", DOWN, outage_window(offsets))
+    if case == "drift":
+        span = max(offsets[-1], 0.0) if offsets else 0.0
+        return Switched("drift", "slow", slowed(ONE_STEP), (DRIFT_FROM * span, math.inf))
+    return None
 
 
 def _provider(key: str) -> str:
@@ -193,6 +244,65 @@ def _alternate(plan: Plan, step: str) -> str | None:
     return None
 
 
+def with_candidates(plan: Plan, written: Plan) -> Plan:
+    """
+    ``plan`` with each model step's candidates: its route and its fallback in ``written``.
+
+    The fallback is the route a peer falls back to (`_alternate`); a step without one keeps
+    its one route.
+    """
+    steps = {}
+    for name, s in plan.steps.items():
+        other = _alternate(written, name)
+        if s.tool or other is None or other == s.route:
+            steps[name] = s
+        else:
+            steps[name] = dataclasses.replace(s, candidates=(s.route, other))
+    return dataclasses.replace(plan, steps=steps)
+
+
+def order_statistic(values: Sequence[float], q: float) -> float:
+    """
+    The ``q`` quantile of ``values`` as the live mode takes it: index ceil(q k) - 1 of k sorted.
+    """
+    x = sorted(values)
+    return float(x[min(max(math.ceil(q * len(x)) - 1, 0), len(x) - 1)])
+
+
+def stand_in_live(
+    plan: Plan, written: Plan, samples: Mapping[str, Mapping[str, Sequence[float]]]
+) -> Plan:
+    """
+    The calibrated ``plan`` with candidates and a live block made from the before run.
+
+    Stands in for ``tailkit calibrate --live`` where it is not there: each step with candidates
+    follows, at its cutoff's quantile (``basis.quantile``; 0.95 for a step without a cutoff),
+    each candidate's before-run quantile (``prior_s``), within half and twice its cutoff (a step
+    without one: its route's prior; never at or past the deadline).
+
+    Args:
+        plan: The calibrated plan.
+        written: The plan as written (the fallbacks come from it).
+        samples: Served model -> ``{"total": seconds, "ttft": seconds}`` of the before run.
+    """
+    plan = with_candidates(plan, written)
+    steps = {}
+    for name, s in plan.steps.items():
+        if not s.candidates:
+            steps[name] = s
+            continue
+        q = s.basis.quantile if s.basis is not None and s.basis.quantile is not None else 0.95
+        clock, cutoff = ("ttft", s.ttft_cutoff_s) if s.signal == "ttft" else ("total", s.cutoff_s)
+        prior = {
+            r: order_statistic(samples[plan.routes[r].model][clock], q) for r in s.first_routes()
+        }
+        ref = cutoff if cutoff is not None else prior[s.route]
+        high = min(2.0 * ref, 0.95 * plan.deadline_s)
+        live = LiveRouting(quantile=q, cutoff_bounds_s=(min(0.5 * ref, high), high), prior_s=prior)
+        steps[name] = dataclasses.replace(s, live=live)
+    return dataclasses.replace(plan, steps=steps)
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """
@@ -259,6 +369,8 @@ class Calibrated:
     bases: dict[str, Plan]  # case -> the plan as written (the peers' fallbacks come from it)
     p95_s: dict[str, float]  # served before-run model -> p95 of its calls' total seconds
     time_scale: float
+    live: dict[str, Plan]  # case -> the tailkit-live variant's plan (candidates, live blocks)
+    live_source: str  # "calibrate --live", or "stand-in" (`stand_in_live`)
 
     def deadline_s(self, case: str) -> float:
         """
@@ -274,6 +386,8 @@ class Calibrated:
         plan = with_models(base, variant)
         if variant == "tailkit-race":
             plan = _race(with_models(self.bases[case], variant))
+        elif variant == "tailkit-live":
+            plan = with_models(self.live[case], variant)
         spec: dict[str, Any] = {
             "op": "case", "case": case, "kind": "workflow" if case == "workflow" else "one-step",
             "deadline_s": base.deadline_s, "plan": dump_plan(plan), **common,
@@ -321,8 +435,33 @@ class Calibrated:
             predicted = plan.predicted
             out[case] = {"steps": steps, "hedge_budget": plan.hedge_budget,
                          "predicted_miss_rate": None if predicted is None
-                         else predicted.miss_rate}  # fmt: skip
+                         else predicted.miss_rate,
+                         "live": self._live(case)}  # fmt: skip
         return out
+
+    def _live(self, case: str) -> dict[str, Any]:
+        """
+        The tailkit-live plan's steps: route, candidates, live block (profile seconds).
+        """
+        plan, k = self.live[case], self.time_scale
+        steps: dict[str, Any] = {}
+        for name, s in plan.steps.items():
+            live = s.live
+            cutoff = s.ttft_cutoff_s if s.signal == "ttft" else s.cutoff_s
+            steps[name] = {
+                "route": s.route, "candidates": list(s.candidates), "signal": s.signal,
+                "on_cutoff": s.on_cutoff, "hedge_route": s.hedge_route,
+                "cutoff_s": None if cutoff is None else cutoff / k,
+                "route_choice": None if s.basis is None else s.basis.route_choice,
+                "live": None if live is None else {
+                    "quantile": live.quantile,
+                    "cutoff_bounds_s": [b / k for b in live.cutoff_bounds_s],
+                    "prior_s": {r: v / k for r, v in live.prior_s.items()},
+                    "window": live.window, "min_calls": live.min_calls,
+                    "explore_every": live.explore_every,
+                },
+            }  # fmt: skip
+        return {"source": self.live_source, "steps": steps}
 
 
 def calibrate_all(
@@ -334,6 +473,7 @@ def calibrate_all(
     ledger = work / "before.jsonl"
     totals: dict[str, list[float]] = {}
     ttfts: dict[str, list[float]] = {}
+    samples = {"total": totals, "ttft": ttfts}
     for line in ledger.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if row["status"] == "ok":
@@ -342,7 +482,10 @@ def calibrate_all(
     p95 = {m: float(np.quantile(v, 0.95)) for m, v in totals.items()}
     plans: dict[str, Plan] = {}
     bases: dict[str, Plan] = {}
+    live: dict[str, Plan] = {}
     found: dict[str, Plan] = {}  # the written plan (YAML) -> its calibrated plan
+    found_live: dict[str, Plan] = {}  # the same, calibrated for tailkit-live
+    by_model = {m: {clock: samples[clock][m] for clock in samples} for m in totals}
     with Store.open(work / "before.duckdb") as store:
         report = ingest_paths(store, [ledger], format="trace")
         if not report.ok:
@@ -365,8 +508,9 @@ def calibrate_all(
             if text not in found:
                 found[text] = calibrate(store, base, runs=20_000, check_runs=50_000,
                                         min_calls=100, seed=seed).plan  # fmt: skip
-            plans[case], bases[case] = found[text], base
+                found_live[text] = stand_in_live(found[text], base, by_model)
+            plans[case], bases[case], live[case] = found[text], base, found_live[text]
     if math.isnan(sum(p95.values())):
         msg = "the before run has a route without answers"
         raise SystemExit(msg)
-    return Calibrated(plans, bases, p95, time_scale)
+    return Calibrated(plans, bases, p95, time_scale, live, "stand-in")

@@ -10,10 +10,13 @@ are its own, and each gets its own copies of the served models (the same profile
 generator), so the access log says which requests were whose.
 
 Variants: ``none`` (a bare request per call); ``tailkit`` (the plan `tailkit calibrate` finds
-on a "before" run of plain calls, run by the executor); ``tailkit-race`` (a hand-written plan
-that hedges at once, the race's load); LiteLLM 1.110.2's Router as its docs recommend for
-latency (`_peers_litellm`): a group with ``timeout`` = the before run's p95 and one retry, a
-group with a fallback, latency-based routing, and the race
+on a "before" run of plain calls, run by the executor); ``tailkit-live`` (the executor's live
+mode: the plan ``tailkit calibrate --live`` finds on the same before run, each step's
+candidates its route and its fallback, a and b in the one-step cases; the first attempt goes
+to the candidate whose recent latency is best, and the cutoff follows it); ``tailkit-race`` (a
+hand-written plan that hedges at once, the race's load); LiteLLM 1.110.2's Router as its docs
+recommend for latency (`_peers_litellm`): a group with ``timeout`` = the before run's p95 and
+one retry, a group with a fallback, latency-based routing, and the race
 (``abatch_completion_fastest_response``). The peers get the same before run: their timeout is
 its p95.
 
@@ -22,8 +25,10 @@ workflow under its 90 s end-to-end deadline; each peer applies its policy per ca
 would), ``429-storm`` (provider a's tokens-per-minute limit admits about a tenth of the load
 sent to it: 429s with a Retry-After), ``outage`` (provider a answers 5xx to every request
 from a quarter of the schedule on, for 35 % of it, then recovers; provider a's base URL is a
-switch between the case's server and a down server, `_peers_outage`). The storm and the
-outage run the one-step plan: neither is in the history it is calibrated on.
+switch between the case's server and a down server, `_peers_outage`), ``drift`` (provider
+a's every latency, TTFT and decode, doubles from the middle of the schedule on and stays so;
+the same switch, to a server whose provider-a models are slowed). The storm, the outage and
+the drift run the one-step plan: none is in the history it is calibrated on.
 
 ``tailkit-sdk`` is the ``tailkit`` variant (the same plan, the same executor) around the
 official OpenAI SDK: an ``openai.AsyncOpenAI`` client per provider through
@@ -37,7 +42,11 @@ distribution-free 95 % intervals), the miss rate (failed, or later than the dead
 95 % interval), extra requests (serve's access log: requests per call, less one), client CPU
 per call (the client process's CPU over the case, per step call) and the event loop's lag.
 The outage adds, per variant, the misses among the calls scheduled inside the window and the
-requests the failing provider answered 5xx (the down server's access log).
+requests the failing provider answered 5xx (the down server's access log); the drift, the
+misses and the p99 among the calls scheduled after it began, and the requests the slowed
+provider answered (the slow server's access log). The tailkit variants' ledgers say what the
+executor did (`ledger_notes`: failovers, the breaker, the live mode's choices). The verdict
+lines marked (SDK) and (live) compare tailkit-sdk, or tailkit-live, alone.
 The runs are time-scaled (``--time-scale``, default 0.25: 10 profile seconds take 2.5 s); every
 LiteLLM constant in seconds is scaled with them. Exits 0 whatever the numbers; nonzero on
 errors (LiteLLM missing: ``pip install 'tailkit[bench]'``, or ``--variants none,tailkit``).
@@ -75,16 +84,18 @@ if str(HERE) not in sys.path:  # appended: never shadows an installed package (d
 from _peers_outage import SwitchProcess  # noqa: E402 - after the path is set
 from _peers_plans import (  # noqa: E402
     CASES,
-    DOWN,
+    DRIFT_FACTOR,
     VARIANTS,
     WARMUP,
     Calibrated,
+    Switched,
     calibrate_all,
     case_routes,
     model_id,
-    outage_window,
     probe_spec,
+    route_key,
     storm_limit,
+    switch_for,
 )
 
 
@@ -366,21 +377,21 @@ def run_case(
             models[model_id(v, key)] = dict(profile)
             if case == "429-storm" and key == "a":
                 models[model_id(v, key)]["faults"] = {"tpm_limit": storm_limit(rate, scale)}
-    window = outage_window(offsets) if case == "outage" else None
+    switched = switch_for(case, offsets)
     with ExitStack() as stack:
         server = stack.enter_context(
             Server(work, case, models, time_scale=scale, seed=args.seed)
         )  # fmt: skip
-        down: Server | None = None
+        other: Server | None = None
         urls: dict[str, str] = {}
-        if window is not None:  # provider a behind a switch to a server down for the window
-            down_models = {model_id(v, "a"): DOWN for v in variants}
-            down = stack.enter_context(Server(work, f"{case}.down", down_models,
-                                              time_scale=scale, seed=args.seed + 1))  # fmt: skip
+        if switched is not None:  # provider a behind a switch to a changed server for a window
+            other_models = {model_id(v, "a"): switched.profile for v in variants}
+            other = stack.enter_context(Server(work, f"{case}.{switched.server}", other_models,
+                                               time_scale=scale, seed=args.seed + 1))  # fmt: skip
         start_at = time.time() + START_LEAD_S
-        if down is not None and window is not None:
-            edges = (start_at + window[0], start_at + window[1])
-            urls["a"] = stack.enter_context(SwitchProcess(server.port, down.port, edges)).url
+        if other is not None and switched is not None:
+            edges = (start_at + switched.window[0], start_at + switched.window[1])
+            urls["a"] = stack.enter_context(SwitchProcess(server.port, other.port, edges)).url
         specs = {
             v: plans.spec(case, v, base_url=server.url, base_urls=urls, offsets=offsets,
                           start_at=start_at, stream=stream, time_scale=scale, seed=args.seed)
@@ -393,27 +404,61 @@ def run_case(
                 specs[v]["ledger"] = str(ledger)
         answers = clients.ask(specs)
     requests = server.requests()
-    failing: Counter[str] = down.requests() if down is not None else Counter()
+    changed: Counter[str] = other.requests() if other is not None else Counter()
     rows = [
-        summarize(v, answers[v], requests[v] + failing[v], time_scale=scale,
+        summarize(v, answers[v], requests[v] + changed[v], time_scale=scale,
                   deadline_s=deadline_s / scale)
         for v in variants
     ]  # fmt: skip
     out = {"case": case, "calls": n, "deadline_s": deadline_s / scale,
            "variants": rows, "verdicts": verdicts(rows)}  # fmt: skip
-    if "tailkit-sdk" in variants:
-        out["sdk_verdicts"] = verdicts(rows, only="tailkit-sdk")
+    for key, variant in (("sdk_verdicts", "tailkit-sdk"), ("live_verdicts", "tailkit-live")):
+        if variant in variants:
+            out[key] = verdicts(rows, only=variant)
     for row in rows:
         if row["name"].startswith("tailkit"):
             row["ledger"] = ledger_notes(work / f"{case}.{row['name']}.ledger.jsonl")
-    if window is not None:
-        inside = [window[0] <= off < window[1] for off in offsets]
-        out["outage"] = {"from_s": window[0] / scale, "until_s": window[1] / scale,
-                         "calls": sum(inside)}  # fmt: skip
-        for row in rows:
-            row["failed_provider_requests"] = failing[row["name"]]
-            row["outage_misses"] = _misses_inside(answers[row["name"]], inside, deadline_s)
+    if switched is not None:
+        inside = [switched.window[0] <= off < switched.window[1] for off in offsets]
+        _switched_rows(out, switched, inside, answers, changed, time_scale=scale,
+                       deadline_s=deadline_s)  # fmt: skip
     return out
+
+
+def _switched_rows(
+    out: dict[str, Any],
+    switched: Switched,
+    inside: Sequence[bool],
+    answers: Mapping[str, Mapping[str, Any]],
+    changed: Counter[str],
+    *,
+    time_scale: float,
+    deadline_s: float,
+) -> None:
+    """
+    The outage's or the drift's own figures: the case's block and each row's (in place).
+
+    ``inside``: per call, whether it was scheduled inside the window; ``changed``: the
+    requests the changed server answered, by variant; ``deadline_s`` in real seconds.
+    """
+    since, until = switched.window
+    calls = sum(inside)
+    rows = out["variants"]
+    if switched.kind == "outage":
+        out["outage"] = {"from_s": since / time_scale, "until_s": until / time_scale,
+                         "calls": calls}  # fmt: skip
+        for row in rows:
+            row["failed_provider_requests"] = changed[row["name"]]
+            row["outage_misses"] = _misses_inside(answers[row["name"]], inside, deadline_s)
+        return
+    out["drift"] = {"from_s": since / time_scale, "factor": DRIFT_FACTOR, "calls": calls}
+    for row in rows:
+        answer = answers[row["name"]]
+        row["slow_provider_requests"] = changed[row["name"]]
+        row["drift_misses"] = _misses_inside(answer, inside, deadline_s)
+        after = np.asarray([x for x, i in zip(answer["seconds"], inside, strict=True) if i])
+        p99 = quantile(after / time_scale, 0.99)[0] if after.size else math.inf
+        row["drift_p99_s"] = p99 if math.isfinite(p99) else None
 
 
 def ledger_notes(path: Path) -> dict[str, int]:
@@ -423,14 +468,16 @@ def ledger_notes(path: Path) -> dict[str, int]:
     Counts of ledger lines by ``attrs``: ``failover`` (a failed attempt retried on the hedge
     route's provider), ``retry_denied:<why>`` (an error's retry refused: the call failed),
     ``breaker:<event>`` (``opened``, ``closed``, ``probe``, ``open``: a first attempt moved off
-    a provider whose breaker was open), and ``rerouted``.
+    a provider whose breaker was open), ``rerouted``, and the live mode's first attempts by
+    decision and route (``live:best:<route>``, ``live:explore:<route>``).
     """
     notes: Counter[str] = Counter()
     if not path.exists():
         return {}
     with path.open(encoding="utf-8") as lines:
         for line in lines:
-            attrs = json.loads(line).get("attrs") or {}
+            row = json.loads(line)
+            attrs = row.get("attrs") or {}
             if "failover" in attrs:
                 notes["failover"] += 1
             if "retry_denied" in attrs:
@@ -439,6 +486,9 @@ def ledger_notes(path: Path) -> dict[str, int]:
                 notes[f"breaker:{str(attrs['breaker']).split(':', 1)[0]}"] += 1
             if attrs.get("rerouted"):
                 notes["rerouted"] += 1
+            if "live" in attrs:
+                route = route_key(str(row.get("model") or "?.?"))
+                notes[f"live:{attrs['live']}:{route}"] += 1
     return dict(sorted(notes.items()))
 
 
@@ -491,23 +541,33 @@ def print_tables(result: Mapping[str, Any]) -> None:
                 said = f" (ledger: {_notes_text(notes)})" if notes else ""
                 print(f"- {r['name']}: {r['outage_misses']} of {o['calls']}, "
                       f"{r['failed_provider_requests']}{said}")  # fmt: skip
+        if "drift" in case:
+            d = case["drift"]
+            print(f"\nProvider a {d['factor']:g}x slower from {d['from_s']:.0f} s on "
+                  f"({d['calls']} calls scheduled after): misses after, p99 after, requests "
+                  "the slowed provider a answered")  # fmt: skip
+            for r in case["variants"]:
+                notes = r.get("ledger")
+                said = f" (ledger: {_notes_text(notes)})" if notes else ""
+                p99 = "failed" if r["drift_p99_s"] is None else f"{r['drift_p99_s']:.1f} s"
+                print(f"- {r['name']}: {r['drift_misses']} of {d['calls']}, {p99}, "
+                      f"{r['slow_provider_requests']}{said}")  # fmt: skip
         late = [r["name"] for r in case["variants"] if r["late_start_s"] > 0.1]
         if late:
             print(f"\nStarted late (the warm-up outlasted the lead): {', '.join(late)}")
         for v in case["verdicts"]:
-            if v["tailkit"] is None:
-                print(f"- vs {v['peer']}: FAIL ({v['why']})")
-                continue
-            verdict = "PASS" if v["pass"] else "FAIL"
-            print(f"- vs {v['peer']}: {v['tailkit']} p99 {v['p99']}, misses {v['misses']}: "
-                  f"{verdict}")  # fmt: skip
-        for v in case.get("sdk_verdicts", []):
-            if v["tailkit"] is None:
-                print(f"- (SDK) vs {v['peer']}: FAIL ({v['why']})")
-                continue
-            verdict = "PASS" if v["pass"] else "FAIL"
-            print(f"- (SDK) vs {v['peer']}: tailkit-sdk p99 {v['p99']}, misses {v['misses']}: "
-                  f"{verdict}")  # fmt: skip
+            print(_verdict_text(v, ""))
+        for key, mark in (("sdk_verdicts", "(SDK) "), ("live_verdicts", "(live) ")):
+            for v in case.get(key, []):
+                print(_verdict_text(v, mark))
+
+
+def _verdict_text(v: Mapping[str, Any], mark: str) -> str:
+    if v["tailkit"] is None:
+        return f"- {mark}vs {v['peer']}: FAIL ({v['why']})"
+    verdict = "PASS" if v["pass"] else "FAIL"
+    return (f"- {mark}vs {v['peer']}: {v['tailkit']} p99 {v['p99']}, misses {v['misses']}: "
+            f"{verdict}")  # fmt: skip
 
 
 def _notes_text(notes: Mapping[str, int]) -> str:
@@ -521,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="LiteLLM comes with pip install 'tailkit[bench]'; without it, run "
-        "--variants none,tailkit,tailkit-sdk,tailkit-race. "
+        "--variants none,tailkit,tailkit-sdk,tailkit-live,tailkit-race. "
         "Example: python3 benchmarks/peers.py --json",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -563,8 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     # found, not imported: the clients import it (seconds), and offline
     wants = any(v.startswith("litellm") for v in variants)
     if wants and importlib.util.find_spec("litellm") is None:
-        sys.exit("LiteLLM is not installed: pip install 'tailkit[bench]' "
-                 "(or run only --variants none,tailkit,tailkit-sdk,tailkit-race)")  # fmt: skip
+        sys.exit("LiteLLM is not installed: pip install 'tailkit[bench]' (or run only "
+                 "--variants none,tailkit,tailkit-sdk,tailkit-live,tailkit-race)")  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)

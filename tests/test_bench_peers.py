@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,9 +70,10 @@ def _peers() -> Any:
 
 @pytest.mark.slow
 def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
-    """Every case, the tailkit variants (SDK too): every call counted, every request seen."""
-    cases = ["one-step", "workflow", "429-storm", "outage"]
-    cmd = [sys.executable, str(SCRIPT), "--variants", "none,tailkit,tailkit-sdk,tailkit-race",
+    """Every case, the tailkit variants (SDK, live): every call counted, every request seen."""
+    cases = ["one-step", "workflow", "429-storm", "outage", "drift"]
+    variants = ["none", "tailkit", "tailkit-sdk", "tailkit-live", "tailkit-race"]
+    cmd = [sys.executable, str(SCRIPT), "--variants", ",".join(variants),
            "--cases", ",".join(cases), "--calls", "60", "--runs", "8",
            "--probe-calls", "120", "--rate", "30", "--workflow-rate", "4",
            "--time-scale", "0.02", "--workdir", str(tmp_path), "--json"]  # fmt: skip
@@ -79,10 +81,49 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert [c["case"] for c in result["cases"]] == cases
+    _check_rows(result, variants)
+    # the ledger the access log is checked against: one line per request the executor made
+    access = [json.loads(x) for x in (tmp_path / "one-step.access.jsonl").read_text().splitlines()]
+    for variant in ("tailkit", "tailkit-sdk", "tailkit-live"):
+        seen = sum(r["model"].startswith(f"{variant}.") for r in access)
+        _reconciles(tmp_path / f"one-step.{variant}.ledger.jsonl", seen)
+    _check_outage(result["cases"][3], tmp_path)
+    plan = result["plans"]["one-step"]["steps"]["answer"]
+    assert plan["peer_timeout_s"] > 0
+    assert result["plans"]["one-step"]["hedge_budget"] > 0
+    _check_drift(result["cases"][4], tmp_path)
+    # the live variant's plan: candidates a and b, a live block from the before run
+    live = result["plans"]["drift"]["live"]["steps"]["answer"]
+    assert live["candidates"] == ["a/m", "b/m"]
+    assert set(live["live"]["prior_s"]) == {"a/m", "b/m"}
+    low, high = live["live"]["cutoff_bounds_s"]
+    assert 0 < low <= high < 40.0
+    # the workflow's: a step's candidates are its route and its fallback, when it has one
+    flow = result["plans"]["workflow"]["live"]["steps"]
+    assert flow["plan"]["candidates"] == ["anthropic/claude-sonnet-4", "bedrock/claude-sonnet-4"]
+    assert flow["tag"]["candidates"] == []
+
+
+def _reconciles(ledger: Path, requests: int) -> None:
+    """
+    The servers saw one request per ledger line, less those cancelled before they were sent.
+
+    A hedge cancelled within a millisecond of its start (the first attempt answered at its
+    cutoff) may never have reached the server: its ledger line says ``cancelled``.
+    """
+    lines = [json.loads(x) for x in ledger.read_text().splitlines()]
+    cancelled = sum(r["status"] == "cancelled" for r in lines)
+    assert len(lines) - cancelled <= requests <= len(lines)
+
+
+def _check_rows(result: dict[str, Any], variants: list[str]) -> None:
+    """
+    Every case's rows: their keys and counts, the bare variant's load, the live decisions.
+    """
     raced = 0.0
     for case in result["cases"]:
         rows = {r["name"]: r for r in case["variants"]}
-        assert set(rows) == {"none", "tailkit", "tailkit-sdk", "tailkit-race"}
+        assert set(rows) == set(variants)
         for row in rows.values():
             assert KEYS <= set(row)
             assert row["calls"] == (8 if case["case"] == "workflow" else 60)
@@ -103,19 +144,24 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
             assert rows["none"]["extra_requests"] == 0.0
         raced += rows["tailkit-race"]["extra_requests"]
         assert case["verdicts"] == []  # no LiteLLM variant ran
+        assert case["live_verdicts"] == []
+        # the live variant routed live: its ledger's first attempts say what it decided
+        decided = rows["tailkit-live"]["ledger"]
+        assert sum(v for k, v in decided.items() if k.startswith("live:")) > 0
+        assert not any(k.startswith("live:") for k in rows["tailkit"]["ledger"])
     # the race's plan hedges at once (a 1 ms cutoff, 20 us at this time scale). How many calls
     # it hedges is the benchmark's figure, not this test's: on a busy machine a first answer
     # can be read before the cutoff's turn of the loop, and a late call has no time left to
     # hedge (both said on its ledger line); but the race does race
     assert raced > 0
-    # the ledger the access log is checked against: one line per request the executor made
-    access = [json.loads(x) for x in (tmp_path / "one-step.access.jsonl").read_text().splitlines()]
-    for variant in ("tailkit", "tailkit-sdk"):
-        ledger = (tmp_path / f"one-step.{variant}.ledger.jsonl").read_text().splitlines()
-        assert sum(r["model"].startswith(f"{variant}.") for r in access) == len(ledger)
-    # the outage: provider a's requests inside the window reached the down server, which
-    # served provider a only and answered every one 5xx; the bare variant met it
-    outage = result["cases"][-1]
+
+
+def _check_outage(outage: dict[str, Any], tmp_path: Path) -> None:
+    """
+    The outage: every provider-a request inside the window reached the down server.
+
+    It served provider a only and answered every one 5xx; the bare variant met it.
+    """
     assert 0 < outage["outage"]["calls"] < 60
     assert outage["outage"]["from_s"] < outage["outage"]["until_s"]
     down = [json.loads(x) for x in (tmp_path / "outage.down.access.jsonl").read_text().splitlines()]
@@ -126,15 +172,36 @@ def test_a_tiny_run_reconciles_with_the_access_log(tmp_path: Path) -> None:
     assert rows["none"]["failed_provider_requests"] > 0
     assert rows["none"]["outage_misses"] > 0
     assert sum(r["failed_provider_requests"] for r in rows.values()) == len(down)
-    for variant in ("tailkit", "tailkit-sdk"):  # both servers' logs, one line per request
-        ledger = (tmp_path / f"outage.{variant}.ledger.jsonl").read_text().splitlines()
-        assert rows[variant]["requests"] == len(ledger)
-        # the ledger's account: provider a's 5xx failed over to b
+    for variant in ("tailkit", "tailkit-sdk", "tailkit-live"):  # both servers' logs
+        _reconciles(tmp_path / f"outage.{variant}.ledger.jsonl", rows[variant]["requests"])
+    for variant in ("tailkit", "tailkit-sdk"):  # the ledger's account: a's 5xx failed over
         assert rows[variant]["ledger"].get("failover", 0) > 0
     assert [v["peer"] for v in outage["sdk_verdicts"]] == []  # no LiteLLM variant ran
-    plan = result["plans"]["one-step"]["steps"]["answer"]
-    assert plan["peer_timeout_s"] > 0
-    assert result["plans"]["one-step"]["hedge_budget"] > 0
+
+
+def _check_drift(drift: dict[str, Any], tmp_path: Path) -> None:
+    """
+    The drift: from the schedule's middle on, provider a's requests reached the slow server.
+
+    It serves provider a only, every latency doubled; the case's server served the rest.
+    """
+    assert drift["drift"]["factor"] == 2.0
+    assert 0 < drift["drift"]["calls"] < 60
+    slow = [json.loads(x) for x in (tmp_path / "drift.slow.access.jsonl").read_text().splitlines()]
+    assert slow
+    assert {r["model"].split(".", 1)[1] for r in slow} == {"a"}
+    profile = yaml.safe_load((tmp_path / "drift.slow.profile.yaml").read_text())
+    base = yaml.safe_load((tmp_path / "drift.profile.yaml").read_text())
+    for model, served in profile["models"].items():
+        assert served["ttft_median_s"] == 2 * base["models"][model]["ttft_median_s"]
+        assert served["tokens_per_s"] == base["models"][model]["tokens_per_s"] / 2
+    rows = {r["name"]: r for r in drift["variants"]}
+    assert rows["none"]["slow_provider_requests"] > 0
+    assert sum(r["slow_provider_requests"] for r in rows.values()) == len(slow)
+    for variant in ("tailkit", "tailkit-live"):  # both servers' logs, one line per request
+        _reconciles(tmp_path / f"drift.{variant}.ledger.jsonl", rows[variant]["requests"])
+    for row in rows.values():
+        assert 0 <= row["drift_misses"] <= drift["drift"]["calls"]
 
 
 class _Named(http.server.BaseHTTPRequestHandler):
@@ -177,7 +244,7 @@ def test_the_outage_switch_routes_each_request_by_when_it_arrives() -> None:
         return conn.getresponse().read()
 
     start = time.time() + 3.0
-    window = (start, start + 3600.0)
+    window = (start, math.inf)  # the drift's: it never ends
     try:
         with outage.SwitchProcess(up.server_port, down.server_port, window) as switch:
             conn = http.client.HTTPConnection("127.0.0.1", _port(switch.url), timeout=60)
@@ -208,6 +275,15 @@ def test_outage_window_and_per_provider_urls() -> None:
     assert plans.DOWN["faults"]["error_5xx"] == 1.0
     assert "outage" in plans.CASES
     assert "tailkit-sdk" in plans.VARIANTS
+    # the drift: provider a twice as slow from the middle of the schedule to its end
+    drift = plans.switch_for("drift", [0.0, 50.0, 100.0])
+    assert drift.window == (50.0, math.inf)
+    assert drift.profile["ttft_median_s"] == 2 * plans.ONE_STEP["ttft_median_s"]
+    assert drift.profile["tokens_per_s"] == plans.ONE_STEP["tokens_per_s"] / 2
+    assert plans.switch_for("outage", [0.0, 100.0]).window == (start, end)
+    assert plans.switch_for("one-step", [0.0, 100.0]) is None
+    assert {"drift", "outage"} <= set(plans.CASES)
+    assert "tailkit-live" in plans.VARIANTS
     group = litellm.Group("answer", "v.a", "v.b", 3.0, primary_url="http://s/v1",
                           fallback_url="http://b/v1")  # fmt: skip
     for variant in litellm.VARIANTS:
