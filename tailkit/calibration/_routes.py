@@ -135,7 +135,7 @@ class CandidateFigures:
 
     Args:
         route: The route.
-        calls: Its calls in the step's bucket (0 when it has none).
+        calls: Its calls in the step's bucket (``None``: too few to count, left out).
         miss_rate: The workflow's miss rate on the search's runs with this route first (and
             its best cutoff and action, the other steps as planned); ``None``: left out.
         p99_s: The workflow's p99 seconds, likewise.
@@ -144,7 +144,7 @@ class CandidateFigures:
     """
 
     route: str
-    calls: int
+    calls: int | None
     miss_rate: float | None = None
     p99_s: float | None = None
     extra_attempts: float | None = None
@@ -219,15 +219,14 @@ def route_choice(
     for route in step.candidates:
         found = scores.get(None if route == step.route else route)
         sample = samples.get((step.name, route))
-        calls = 0 if sample is None else sample.calls
-        if found is None:
-            why = f"{calls:,} calls in its bucket (needs {min_calls:,})"
-            figures.append(CandidateFigures(route, calls, left_out=why))
+        if found is None or sample is None:
+            why = f"fewer than {min_calls:,} calls in the step's bucket"
+            figures.append(CandidateFigures(route, None, left_out=why))
             continue
         figures.append(
             CandidateFigures(
                 route,
-                calls,
+                sample.calls,
                 miss_rate=round(found.miss_rate, 5),
                 p99_s=round(found.p99_s, 3),
                 extra_attempts=round(found.extra_attempts, 4),
