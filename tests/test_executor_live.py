@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tailkit.config import LiveRouting, Plan, Step, parse_plan
+from tailkit.errors import ConfigError
 from tailkit.executor import (
     FINAL,
     Attempt,
@@ -393,3 +394,46 @@ def test_a_slowed_route_loses_first_attempts_within_min_calls() -> None:
     switch = routes.index("b", 30)
     assert switch - 30 <= live.min_calls
     assert routes[switch:] == ["b"] * (60 - switch)
+
+
+def test_live_must_be_a_bool() -> None:
+    """Executor(live="no") is refused by name (a truthy string would have meant on)."""
+    with pytest.raises(ConfigError) as caught:
+        Executor(_plan(_live()), live="no")  # type: ignore[arg-type]
+    assert caught.value.field == "live"
+
+
+def test_a_loser_left_to_finish_counts_as_cut_once() -> None:
+    """losers="finish": the beaten first attempt is inf at once, not its later answer too."""
+    live = _live(prior_s={"a/m": 1.0, "b/m": 9.0}, min_calls=1)
+    fn = Routes({"a/m": 5.0, "b/m": 0.5})
+    lines, executor = _calls(_plan(live), fn, 1, policy=StepPolicy(losers="finish"))
+    assert sorted((line["role"], line["abandoned"]) for line in lines) == [
+        ("hedge", False), ("primary", True)
+    ]  # fmt: skip
+    assert executor.live_state()["s"]["a/m"] == LiveValue(1, math.inf, "window")
+
+
+def test_an_invalid_answer_is_still_an_answer() -> None:
+    """A result the validator refuses tells its route its age."""
+    fn = Routes({"a/m": 1.25, "b/m": 1.0})
+    verdicts = iter([False, True])  # the first answer refused, its upgrade accepted
+    policy = StepPolicy(validator=lambda _: next(verdicts))
+    _, executor = _calls(_plan(_live(min_calls=1), on_cutoff="wait"), fn, 1, policy=policy)
+    assert executor.live_state()["s"]["a/m"] == LiveValue(1, 1.25, "window")
+
+
+def test_a_workflow_run_routes_live_too() -> None:
+    """Executor.run: the live step's first attempt carries the attrs, as in run_step."""
+    sink = MemorySink()
+    executor = Executor(_plan(_live(prior_s={"a/m": 3.0, "b/m": 2.0})), ledger=Ledger(sink))
+    fn = Routes({"a/m": 1.0, "b/m": 1.0})
+
+    async def main() -> bool:
+        result = await executor.run(fn)
+        await executor.aclose()
+        return bool(result.ok)
+
+    assert run(main()) is True
+    [line] = [json.loads(text) for text in sink.lines]
+    assert (line["provider"], line["attrs"]["live"]) == ("b", "best")

@@ -85,8 +85,8 @@ class Executor:
             runs its fixed route and cutoffs (to compare the two).
 
     Raises:
-        ConfigError: ``policies`` names a step the plan lacks, or ``time_scale`` is not in
-            (0, 10].
+        ConfigError: ``policies`` names a step the plan lacks, ``time_scale`` is not in
+            (0, 10], or ``live`` is not a bool.
 
     ``executor.plan`` is the plan the steps run (the one given, or its scaled copy when
     ``time_scale`` is not 1); ``executor.profile_plan`` is the one given, in plan seconds.
@@ -119,6 +119,9 @@ class Executor:
         live: bool = True,
     ) -> None:
         _check_policies(plan, policies)
+        if not isinstance(live, bool):
+            msg = f"{{field}} must be True or False, got {live!r}."
+            raise ConfigError(msg, field="live", value=live, fix="Pass True or False.")
         self.time_scale = check_time_scale(time_scale)
         self._own_budget = budget is None  # a plan's reload may retune a budget it made
         self._closed = False
