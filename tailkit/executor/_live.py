@@ -29,6 +29,7 @@ import math
 
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tailkit.config import LiveRouting, Step
 
@@ -68,8 +69,7 @@ class _Window:
             del ranked[bisect.bisect_left(ranked, old)]
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """
     Where one live call's first attempt goes, and why (times in the executor's clock seconds).
 
@@ -105,6 +105,18 @@ class LiveValue:
     source: str
 
 
+class _Step:
+    """
+    Strictly private: one step's windows (by route name) and its decision counter.
+    """
+
+    __slots__ = ("turn", "windows")
+
+    def __init__(self) -> None:
+        self.windows: dict[str, _Window] = {}
+        self.turn = 0
+
+
 class LiveRouter:
     """
     The live-routing state of one executor: a window per (step, route), a turn per step.
@@ -112,56 +124,63 @@ class LiveRouter:
     Strictly the executor's; `Executor.live_state` shows it.
     """
 
-    __slots__ = ("_turns", "_windows")
+    __slots__ = ("_steps",)
 
     def __init__(self) -> None:
-        self._windows: dict[tuple[str, str], _Window] = {}
-        self._turns: dict[str, int] = {}
+        self._steps: dict[str, _Step] = {}
 
-    def _value(self, step: str, route: str, live: LiveRouting) -> tuple[float, int, bool]:
+    def _state(self, step: str) -> _Step:
+        state = self._steps.get(step)
+        if state is None:
+            state = self._steps[step] = _Step()
+        return state
+
+    def _value(self, window: _Window | None, route: str, live: LiveRouting) -> tuple[float, int]:
         """
-        A route's value, its window's size, and whether the value is the window's.
+        A route's value and its window's size (the prior while fewer than ``min_calls``).
         """
-        window = self._windows.get((step, route))
         if window is None:
-            return live.prior_s.get(route, math.inf), 0, False
-        window.trim(live.window)  # a reloaded plan's smaller window applies at once
+            return live.prior_s.get(route, math.inf), 0
         ranked = window.ranked
+        if len(ranked) > live.window:
+            window.trim(live.window)  # a reloaded plan's smaller window applies at once
         k = len(ranked)
         if k < live.min_calls:
-            return live.prior_s.get(route, math.inf), k, False
-        return ranked[order_index(live.quantile, k)], k, True
+            return live.prior_s.get(route, math.inf), k
+        return ranked[order_index(live.quantile, k)], k
 
     def decide(self, step: Step, live: LiveRouting) -> Decision:
         """
         The route and cutoff of the step's next first attempt (the turn counter advances).
         """
         candidates = step.first_routes()
-        name = step.name
-        values = [self._value(name, route, live) for route in candidates]
-        best = 0
+        state = self._state(step.name)
+        windows, value = state.windows, self._value
+        values = [value(windows.get(route), route, live) for route in candidates]
+        best, lowest = 0, values[0][0]
         for i in range(1, len(values)):
-            if values[i][0] < values[best][0]:
-                best = i
-        n = self._turns.get(name, 0)
-        self._turns[name] = n + 1
+            if values[i][0] < lowest:
+                best, lowest = i, values[i][0]
+        n = state.turn
+        state.turn = n + 1
         every = live.explore_every
         chosen, why = best, "best"
         if every > 0 and len(candidates) > 1 and n % every == every - 1:
             others = [i for i in range(len(candidates)) if i != best]
             chosen, why = others[(n // every) % len(others)], "explore"
-        value, calls, _ = values[chosen]
+        seconds, calls = values[chosen]
         low, high = live.cutoff_bounds_s
-        return Decision(candidates[chosen], why, value, calls, min(max(value, low), high))
+        cutoff = low if seconds < low else high if seconds > high else seconds
+        return Decision(candidates[chosen], why, seconds, calls, cutoff)
 
     def observe(self, step: str, route: str, value: float, window: int) -> None:
         """
         A first attempt of ``step`` on ``route`` told ``value`` seconds (``math.inf``: cut).
         """
-        key = (step, route)
-        held = self._windows.get(key)
+        windows = self._state(step).windows
+        held = windows.get(route)
         if held is None:
-            held = self._windows[key] = _Window()
+            held = windows[route] = _Window()
         held.add(value, window)
 
     def view(self, step: Step, live: LiveRouting, time_scale: float) -> dict[str, LiveValue]:
@@ -169,8 +188,10 @@ class LiveRouter:
         Per candidate route of ``step``: its window's size and value, in plan seconds.
         """
         out = {}
+        state = self._steps.get(step.name)
         for route in step.first_routes():
-            value, calls, own = self._value(step.name, route, live)
-            source = "window" if own else "prior"
+            window = None if state is None else state.windows.get(route)
+            value, calls = self._value(window, route, live)
+            source = "window" if calls >= live.min_calls else "prior"
             out[route] = LiveValue(calls, value / time_scale, source)
         return out
