@@ -16,10 +16,10 @@ step's route) answering 5xx to every request through a window of the schedule (`
 2x slower from the schedule's middle on (`slowed`): the history is the before run, not the
 drift.
 
-``tailkit-live`` runs the plan with candidate routes and a ``live`` block: each step's
-candidates are its route and its fallback (the route a peer falls back to, `_alternate`: for
-the one-step cases a and b), and the live block is what ``tailkit calibrate --live`` writes
-(`live_plan`).
+``tailkit-live`` runs the plan ``tailkit calibrate --live`` finds on the same before run for
+the written plan with candidate routes: each step's candidates are its route and its fallback
+(the route a peer falls back to, `_alternate`: for the one-step cases a and b). Calibrate
+chooses each step's first route among them and writes its ``live`` block.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 import yaml
 
 from tailkit.calibration import calibrate
-from tailkit.config import LiveRouting, Plan, dump_plan, parse_plan
+from tailkit.config import Plan, dump_plan, parse_plan
 from tailkit.ingest import ingest_paths
 from tailkit.store import Store
 
@@ -244,63 +244,21 @@ def _alternate(plan: Plan, step: str) -> str | None:
     return None
 
 
-def with_candidates(plan: Plan, written: Plan) -> Plan:
+def with_candidates(written: Plan) -> Plan:
     """
-    ``plan`` with each model step's candidates: its route and its fallback in ``written``.
+    The ``written`` plan with each model step's candidates: its route and its fallback.
 
     The fallback is the route a peer falls back to (`_alternate`); a step without one keeps
     its one route.
     """
     steps = {}
-    for name, s in plan.steps.items():
+    for name, s in written.steps.items():
         other = _alternate(written, name)
         if s.tool or other is None or other == s.route:
             steps[name] = s
         else:
             steps[name] = dataclasses.replace(s, candidates=(s.route, other))
-    return dataclasses.replace(plan, steps=steps)
-
-
-def order_statistic(values: Sequence[float], q: float) -> float:
-    """
-    The ``q`` quantile of ``values`` as the live mode takes it: index ceil(q k) - 1 of k sorted.
-    """
-    x = sorted(values)
-    return float(x[min(max(math.ceil(q * len(x)) - 1, 0), len(x) - 1)])
-
-
-def stand_in_live(
-    plan: Plan, written: Plan, samples: Mapping[str, Mapping[str, Sequence[float]]]
-) -> Plan:
-    """
-    The calibrated ``plan`` with candidates and a live block made from the before run.
-
-    Stands in for ``tailkit calibrate --live`` where it is not there: each step with candidates
-    follows, at its cutoff's quantile (``basis.quantile``; 0.95 for a step without a cutoff),
-    each candidate's before-run quantile (``prior_s``), within half and twice its cutoff (a step
-    without one: its route's prior; never at or past the deadline).
-
-    Args:
-        plan: The calibrated plan.
-        written: The plan as written (the fallbacks come from it).
-        samples: Served model -> ``{"total": seconds, "ttft": seconds}`` of the before run.
-    """
-    plan = with_candidates(plan, written)
-    steps = {}
-    for name, s in plan.steps.items():
-        if not s.candidates:
-            steps[name] = s
-            continue
-        q = s.basis.quantile if s.basis is not None and s.basis.quantile is not None else 0.95
-        clock, cutoff = ("ttft", s.ttft_cutoff_s) if s.signal == "ttft" else ("total", s.cutoff_s)
-        prior = {
-            r: order_statistic(samples[plan.routes[r].model][clock], q) for r in s.first_routes()
-        }
-        ref = cutoff if cutoff is not None else prior[s.route]
-        high = min(2.0 * ref, 0.95 * plan.deadline_s)
-        live = LiveRouting(quantile=q, cutoff_bounds_s=(min(0.5 * ref, high), high), prior_s=prior)
-        steps[name] = dataclasses.replace(s, live=live)
-    return dataclasses.replace(plan, steps=steps)
+    return dataclasses.replace(written, steps=steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +328,6 @@ class Calibrated:
     p95_s: dict[str, float]  # served before-run model -> p95 of its calls' total seconds
     time_scale: float
     live: dict[str, Plan]  # case -> the tailkit-live variant's plan (candidates, live blocks)
-    live_source: str  # "calibrate --live", or "stand-in" (`stand_in_live`)
 
     def deadline_s(self, case: str) -> float:
         """
@@ -461,7 +418,7 @@ class Calibrated:
                     "explore_every": live.explore_every,
                 },
             }  # fmt: skip
-        return {"source": self.live_source, "steps": steps}
+        return {"steps": steps}
 
 
 def calibrate_all(
@@ -473,7 +430,6 @@ def calibrate_all(
     ledger = work / "before.jsonl"
     totals: dict[str, list[float]] = {}
     ttfts: dict[str, list[float]] = {}
-    samples = {"total": totals, "ttft": ttfts}
     for line in ledger.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if row["status"] == "ok":
@@ -484,8 +440,7 @@ def calibrate_all(
     bases: dict[str, Plan] = {}
     live: dict[str, Plan] = {}
     found: dict[str, Plan] = {}  # the written plan (YAML) -> its calibrated plan
-    found_live: dict[str, Plan] = {}  # the same, calibrated for tailkit-live
-    by_model = {m: {clock: samples[clock][m] for clock in samples} for m in totals}
+    found_live: dict[str, Plan] = {}  # the same with candidates, calibrated --live
     with Store.open(work / "before.duckdb") as store:
         report = ingest_paths(store, [ledger], format="trace")
         if not report.ok:
@@ -508,9 +463,11 @@ def calibrate_all(
             if text not in found:
                 found[text] = calibrate(store, base, runs=20_000, check_runs=50_000,
                                         min_calls=100, seed=seed).plan  # fmt: skip
-                found_live[text] = stand_in_live(found[text], base, by_model)
+                found_live[text] = calibrate(store, with_candidates(base), live=True,
+                                             runs=20_000, check_runs=50_000, min_calls=100,
+                                             seed=seed).plan  # fmt: skip
             plans[case], bases[case], live[case] = found[text], base, found_live[text]
     if math.isnan(sum(p95.values())):
         msg = "the before run has a route without answers"
         raise SystemExit(msg)
-    return Calibrated(plans, bases, p95, time_scale, live, "stand-in")
+    return Calibrated(plans, bases, p95, time_scale, live)
