@@ -10,6 +10,7 @@ from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.simulation._build import POLICIES, SampleKey, policy_model, workflow_model
 from tailkit.simulation._engine import Draws, WorkflowModel, live_steps, simulate_runs
+from tailkit.simulation._live import DEFAULT_CONCURRENCY, LiveState
 from tailkit.simulation._result import SimResult, Tally
 from tailkit.simulation._sample import RouteSample
 
@@ -85,7 +86,14 @@ def with_overrides(plan: Plan, *, deadline_s: float | None, budget: float | None
     )
 
 
-def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) -> SimResult:
+def simulate_model(
+    model: WorkflowModel,
+    *,
+    runs: int = 100_000,
+    seed: int = 0,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    live: bool = True,
+) -> SimResult:
     """
     Simulate ``runs`` runs of a workflow model, 32,768 runs at a time.
 
@@ -96,15 +104,21 @@ def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) 
         model: The workflow, as `workflow_model` or `policy_model` built it.
         runs: Number of runs.
         seed: Seed; the same seed gives the same result.
+        concurrency: Runs in flight at once, for the steps that route live: each batch of
+            that many runs decides from what the runs before it observed (1: one after
+            another). Fixed routing does not depend on it.
+        live: Route the steps that have a ``live`` block live; ``False``: every step on its
+            own route at its plan's cutoff (fixed routing), as if it had none.
 
     Raises:
-        ValueError: ``runs`` is below 1.
+        ValueError: ``runs`` or ``concurrency`` is below 1.
         ConfigError: ``runs`` is above `MAX_RUNS`.
     """
     if runs < 1:
         msg = f"runs must be at least 1, got {runs}"
         raise ValueError(msg)
     check_run_count(runs)
+    state = live_state(model, concurrency=concurrency, live=live)
     tally = Tally(model)
     chunk = chunk_runs(live_steps(model))
     draws = Draws(min(chunk, runs), seed=seed)
@@ -112,8 +126,30 @@ def simulate_model(model: WorkflowModel, *, runs: int = 100_000, seed: int = 0) 
         draws.runs = min(chunk, runs - first)  # each slot's stream goes on where it was
         # each step is counted as it is played and let go: memory follows the steps that
         # run side by side, not the plan
-        tally.add_runs(simulate_runs(model, draws, on_step=tally.add_step))
+        tally.add_runs(simulate_runs(model, draws, on_step=tally.add_step, live=state))
     return tally.result()
+
+
+def live_state(
+    model: WorkflowModel, *, concurrency: int = DEFAULT_CONCURRENCY, live: bool = True
+) -> LiveState | None:
+    """
+    A fresh live-routing state for simulating ``model`` (``None``: nothing routes live).
+
+    Pass it to every block of one simulation (`simulate_runs`'s ``live``).
+
+    Args:
+        model: The workflow.
+        concurrency: Runs in flight at once (see `simulate_model`).
+        live: ``False``: fixed routing (``None`` whatever the model).
+
+    Raises:
+        ValueError: ``concurrency`` is below 1.
+    """
+    state = LiveState(concurrency)  # checks the concurrency even for a fixed plan
+    if not live or all(step.live is None for step in model.steps):
+        return None
+    return state
 
 
 def chunk_runs(steps: int) -> int:
@@ -135,6 +171,8 @@ def simulate(
     seed: int = 0,
     policy: str = "plan",
     error_retries: int = 1,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    live: bool = True,
 ) -> SimResult:
     """
     Simulate a plan (or a reference policy on its workflow) against measured route samples.
@@ -146,6 +184,9 @@ def simulate(
         seed: Seed; the same seed gives the same numbers.
         policy: ``plan`` or a reference policy (see `policy_model`).
         error_retries: Immediate retries of an attempt that fails before its cutoff.
+        concurrency: Runs in flight at once, for the steps that route live (see
+            `simulate_model`).
+        live: Route the steps that have a ``live`` block live (``False``: fixed routing).
 
     Returns:
         Miss rate, end-to-end quantiles, extra attempts and tokens, per step and in total.
@@ -155,7 +196,7 @@ def simulate(
     """
     check_run_count(runs)
     model = policy_model(workflow_model(plan, samples, error_retries=error_retries), policy)
-    return simulate_model(model, runs=runs, seed=seed)
+    return simulate_model(model, runs=runs, seed=seed, concurrency=concurrency, live=live)
 
 
 def compare_policies(
@@ -165,13 +206,23 @@ def compare_policies(
     runs: int = 100_000,
     seed: int = 0,
     policies: Sequence[str] = POLICIES,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    live: bool = True,
 ) -> dict[str, SimResult]:
     """
     The plan next to the reference policies, on the same random numbers.
+
+    The plan's live steps route live (``live``, by batches of ``concurrency`` runs, see
+    `simulate_model`); the reference policies route fixed.
 
     Raises:
         ConfigError: ``runs`` is above `MAX_RUNS`.
     """
     check_run_count(runs)
     base = workflow_model(plan, samples)
-    return {p: simulate_model(policy_model(base, p), runs=runs, seed=seed) for p in policies}
+    return {
+        p: simulate_model(
+            policy_model(base, p), runs=runs, seed=seed, concurrency=concurrency, live=live
+        )
+        for p in policies
+    }

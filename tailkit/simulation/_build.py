@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from tailkit.config import Plan, Shared, Step
 from tailkit.errors import ConfigError
-from tailkit.simulation._model import ACTING, StepModel, WorkflowModel
+from tailkit.simulation._model import ACTING, LiveModel, StepModel, WorkflowModel
 from tailkit.simulation._sample import RouteSample
 
 
@@ -28,9 +28,13 @@ POLICY_TITLES = {
 def step_routes(step: Step) -> tuple[str, ...]:
     """
     Every route a step may send an attempt to, its own first.
+
+    A step that routes live (``live``) may send its first attempt to any of its candidates:
+    they come last.
     """
     routes = [step.route]
-    for name in (step.hedge_route, step.downgrade_route, step.upgrade_route):
+    later = step.first_routes() if step.live is not None else ()
+    for name in (step.hedge_route, step.downgrade_route, step.upgrade_route, *later):
         if name is not None and name not in routes:
             routes.append(name)
     return tuple(routes)
@@ -103,8 +107,105 @@ def workflow_model(
             shares=_shares(plan, name, by_step.get(name, ()), sharing),
             failover=_sample(samples, name, failover_route(plan, step)),
         )
+        if step.live is not None:
+            model = dataclasses.replace(
+                model,
+                live=live_model(
+                    plan,
+                    step,
+                    model=model,
+                    samples=samples,
+                    pairs=by_step.get(name, ()),
+                    sharing=sharing,
+                ),
+            )
         steps.append(model)
     return WorkflowModel(tuple(steps), deadline_s=plan.deadline_s, error_retries=error_retries)
+
+
+def hedge_target(step: Step, first: str) -> str | None:
+    """
+    Where the hedge of an attempt on ``first`` goes, as the executor sends it.
+
+    The step's hedge route, unless ``first`` is that route: then the step's route, or, when
+    that is ``first`` too, the first other candidate (``None``: the step names no hedge).
+    """
+    other = step.hedge_route
+    if other is None or first != other:
+        return other
+    others = [r for r in (step.route, *step.first_routes()) if r != first]
+    return others[0] if others else first
+
+
+def live_model(
+    plan: Plan,
+    step: Step,
+    *,
+    model: StepModel,
+    samples: Mapping[SampleKey, RouteSample],
+    pairs: Iterable[tuple[str, RouteSample]],
+    sharing: Mapping[str, Shared] | None,
+) -> LiveModel:
+    """
+    The simulator's model of a step's live routing: the step once per candidate route.
+
+    Each variant sends its first attempt to one candidate, its hedge where the executor
+    sends the hedge of an attempt there (`hedge_target`), an error's retry to the hedge
+    route when that is on another provider than the candidate's (a failover), and couples its
+    repeats by what they share with a first attempt on that candidate's provider. The
+    variant of the step's own route is ``model`` itself: fixed routing's model.
+
+    Args:
+        plan: The plan.
+        step: The step (its ``live`` set).
+        model: The step's model on its own route.
+        samples: The route samples (every candidate's included).
+        pairs: The step's (route, sample) pairs.
+        sharing: What each step's repeats share, as `workflow_model` takes it.
+
+    Raises:
+        ConfigError: A candidate has no sample.
+    """
+    live = step.live
+    assert live is not None  # noqa: S101 - only asked for a live step
+    pairs = tuple(pairs)
+    variants = []
+    for route in step.first_routes():
+        if route == step.route:
+            variants.append(model)
+            continue
+        primary = _sample(samples, step.name, route)
+        assert primary is not None  # noqa: S101 - a route name always gives a sample or raises
+        target = hedge_target(step, route)
+        second = {"hedge": target, "downgrade": step.downgrade_route}.get(model.action)
+        other = step.hedge_route
+        moves = other is not None and other != route
+        failover = other if moves and _provider(plan, other) != _provider(plan, route) else None
+        back = hedge_target(step, other) if other is not None and second == other else None
+        variants.append(
+            dataclasses.replace(
+                model,
+                primary=primary,
+                second=_sample(samples, step.name, second),
+                failover=_sample(samples, step.name, failover),
+                back=None if back == route else _sample(samples, step.name, back),
+                shares=_shares(plan, step.name, pairs, sharing, own=route),
+            )
+        )
+    low, high = live.cutoff_bounds_s
+    signal_cutoff = step.ttft_cutoff_s if step.signal == "ttft" else step.cutoff_s
+    return LiveModel(
+        routes=step.first_routes(),
+        variants=tuple(variants),
+        prior_s=tuple(live.prior_s[r] for r in step.first_routes()),
+        quantile=live.quantile,
+        low_s=low,
+        high_s=high,
+        window=live.window,
+        min_calls=live.min_calls,
+        explore_every=live.explore_every,
+        sets_cutoff=signal_cutoff is not None,
+    )
 
 
 def failover_route(plan: Plan, step: Step) -> str | None:
@@ -125,6 +226,8 @@ def _shares(
     name: str,
     samples: Iterable[tuple[str, RouteSample]],
     sharing: Mapping[str, Shared] | None,
+    *,
+    own: str | None = None,
 ) -> tuple[tuple[RouteSample, float], ...]:
     """
     The correlation of a repeat on each route the step may use (candidates included).
@@ -134,11 +237,13 @@ def _shares(
         name: The step.
         samples: The step's (route, sample) pairs.
         sharing: What each step's repeats share, as `workflow_model` takes it.
+        own: The first attempt's route (``None``: the step's route): a repeat on its
+            provider shares the moment too.
     """
     shared = shared_of(plan, name, sharing)
     if shared is None:
         return ()
-    own = plan.routes[plan.steps[name].route].provider
+    own = plan.routes[own or plan.steps[name].route].provider
     return tuple(
         (
             sample,
@@ -157,6 +262,10 @@ def shared_of(plan: Plan, name: str, sharing: Mapping[str, Shared] | None) -> Sh
         return sharing[name]
     basis = plan.steps[name].basis
     return None if basis is None else basis.shared
+
+
+def _provider(plan: Plan, route: str | None) -> str | None:
+    return None if route is None else plan.routes[route].provider
 
 
 def _or_inf(seconds: float | None) -> float:
@@ -207,7 +316,7 @@ def _one_clock(
     """
     return dataclasses.replace(
         step, signal=signal or step.signal, cutoff_s=cutoff_s, action=action, second=second,
-        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, stall_cutoff_s=math.inf,
+        ttft_cutoff_s=math.inf, total_cutoff_s=math.inf, stall_cutoff_s=math.inf, live=None,
     )  # fmt: skip
 
 
@@ -219,7 +328,8 @@ def policy_model(model: WorkflowModel, policy: str, *, quantile: float = 0.95) -
         model: The workflow (as planned).
         policy: ``none`` (no cutoffs), ``retry_p95`` (sequential retry on the same route at
             each step's p95), ``hedge_p95`` (hedge at each step's p95, on its hedge route or
-            else its own), ``plan`` (as given).
+            else its own), ``plan`` (as given). The reference policies route fixed: each
+            step's first attempt on its own route (a live step's too).
         quantile: The cutoff quantile of the two fixed policies.
     """
     if policy == "plan":

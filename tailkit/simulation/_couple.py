@@ -24,18 +24,18 @@ from __future__ import annotations
 import math
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.simulation._draws import Draws
 from tailkit.simulation._model import StepModel
 from tailkit.simulation._sample import TABLE, Index, RouteSample
 
 
 __all__ = [
-    "AFTER_RETRY", "RETRY", "StepSlots", "action_route", "after_retry_index", "couple",
-    "repeat_route", "retry_index", "step_indexes",
+    "AFTER_RETRY", "RETRY", "SlotSource", "StepSlots", "action_route", "after_retry_index",
+    "couple", "repeat_route", "retry_index", "step_indexes",
 ]  # fmt: skip
 
 AFTER_RETRY = 3
@@ -43,6 +43,18 @@ AFTER_RETRY = 3
 
 RETRY = 4
 """The virtual slot of an error's retry: slot 1's draw, coupled for the retry's route."""
+
+
+class SlotSource(Protocol):
+    """
+    Where a step's raw draws come from: `Draws`, or the rows of a block live routing plays.
+    """
+
+    def slot(self, name: str, k: int) -> Index:
+        """
+        The next block of draws of slot ``k`` of step ``name``, one per run.
+        """
+        ...
 
 
 def _scores(index: Index, route: RouteSample) -> np.ndarray:
@@ -116,13 +128,13 @@ def action_route(step: StepModel, head: RouteSample) -> RouteSample:
     A retry goes to ``head`` itself; a downgrade to the step's second route; a hedge to the
     step's second route, or to its own route when ``head`` is that second route (an attempt
     that failed over to the hedge route is hedged back on the step's route, as the executor's
-    ``hedge_target`` does).
+    ``hedge_target`` does; `StepModel.back` where live routing chose another first route).
     """
     second = step.second or step.primary
     if step.action == "retry":
         return head
     if step.action == "hedge" and head is second and second is not step.primary:
-        return step.primary
+        return step.back or step.primary
     return second
 
 
@@ -175,7 +187,7 @@ class StepSlots:
 
     __slots__ = ("_draws", "_raw", "_step")
 
-    def __init__(self, step: StepModel, draws: Draws) -> None:
+    def __init__(self, step: StepModel, draws: SlotSource) -> None:
         self._step, self._draws = step, draws
         self._raw: dict[int, Index] = {}
 

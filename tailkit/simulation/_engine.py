@@ -66,9 +66,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.simulation._couple import AFTER_RETRY, StepSlots
+from tailkit.simulation._couple import AFTER_RETRY, SlotSource, StepSlots
 from tailkit.simulation._draws import Draws
 from tailkit.simulation._general import general_step
+from tailkit.simulation._live import LiveState
 from tailkit.simulation._model import (
     ACTING,
     NO_TIME_S,
@@ -102,7 +103,9 @@ __all__ = [
 ]
 
 
-def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel) -> StepOutcome:
+def run_step(
+    step: StepModel, start_s: Array, draws: SlotSource, model: WorkflowModel
+) -> StepOutcome:
     """
     Play one step in every run, starting at ``start_s`` (seconds into each run).
 
@@ -151,7 +154,12 @@ def run_step(step: StepModel, start_s: Array, draws: Draws, model: WorkflowModel
     if special is not None:
         rows = np.flatnonzero(special)
         if rows.size:
-            sub = general_step(step, start_s[rows], lambda k: slot.at(k, rows), model)
+            some = (
+                step
+                if step.cutoffs_s is None
+                else dataclasses.replace(step, cutoffs_s=step.cutoffs_s[rows])
+            )  # each run's own live cutoff
+            sub = general_step(some, start_s[rows], lambda k: slot.at(k, rows), model)
             duration[rows], failed[rows], recovery[rows] = sub.duration_s, sub.failed, sub.recovery
             fired[rows] = sub.fired  # a retry or an upgrade may fire where the first did not
     extra = fired if step.action in ACTING else np.zeros(start_s.size, dtype=np.bool_)
@@ -247,6 +255,7 @@ def simulate_runs(
     reuse: RunOutcome | None = None,
     changed: int = 0,
     on_step: Callable[[int, StepOutcome], None] | None = None,
+    live: LiveState | None = None,
 ) -> RunOutcome:
     """
     Play every run of the workflow.
@@ -261,6 +270,10 @@ def simulate_runs(
             then keeps no step (``starts`` and ``steps`` empty), and a step's arrays are let
             go once no step still waits on them: memory follows the steps running side by
             side (`live_steps`), not the plan. The runs are the same.
+        live: Live routing's state (`LiveState`): the steps with a ``live`` block route
+            each run by it, in batches of its ``concurrency`` runs, and the state carries
+            on to the next block played with it. ``None``: every step on its own route
+            (fixed routing, as the plan's ``route`` says).
     """
     if on_step is not None and reuse is not None:
         msg = "on_step keeps no steps to reuse"
@@ -280,7 +293,7 @@ def simulate_runs(
         if reuse is not None and i < changed:
             start, outcome = reuse.starts[i], reuse.steps[i]
         else:
-            start, outcome = _play(step, ends, dead, zero, draws, model=model)
+            start, outcome = _play(step, ends, dead, zero, draws, model=model, live=live)
         finish = start + outcome.duration_s
         ends.append(finish)
         gone = outcome.failed if step.required and outcome.failed.any() else None
@@ -330,15 +343,21 @@ def _play(
     draws: Draws,
     *,
     model: WorkflowModel,
+    live: LiveState | None,
 ) -> tuple[Array, StepOutcome]:
     """
     A step's start in every run (the last of its dependencies' ends) and its outcome.
+
+    A live step is routed by ``live`` (`LiveState.play`); without it, on its own route.
     """
     start = _end(ends, step.deps[0]) if step.deps else zero
     for d in step.deps[1:]:
         start = np.maximum(start, _end(ends, d))
-    outcome = run_step(step, start, draws, model)
     skipped = _any(dead[d] for d in step.deps)
+    if live is not None and step.live is not None:
+        outcome = live.play(step, start, skipped=skipped, draws=draws, model=model, run=run_step)
+    else:
+        outcome = run_step(step, start, draws, model)
     if skipped is not None:
         outcome = _skip(outcome, skipped)
     return start, outcome

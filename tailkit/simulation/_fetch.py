@@ -13,22 +13,52 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
 
+from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.store import Store
 from tailkit.store.lowlevel import calls_with_buckets_sql, group_sample_sql
 
 
-__all__ = ["Counts", "Need", "RouteData", "fetch"]
+__all__ = ["Counts", "Need", "RouteData", "fetch", "since_sql"]
 
 CUT = "coalesce(isfinite(censored_at_s) AND censored_at_s > 0, FALSE)"
 OK = f"coalesce(status = 'ok' AND isfinite(total_s) AND total_s > 0, FALSE) AND NOT {CUT}"
 FAILED = "coalesce(status IN ('error', 'rate_limited'), FALSE)"
 UNSIZED = "?"  # the bucket of a call without a token count (`tailkit.record.bucket_label`)
 _Array = npt.NDArray[np.float64]
+
+
+def since_sql(since: datetime | None) -> str | None:
+    """
+    SQL true for the calls started at or after ``since`` (``None``: no limit, every call).
+
+    A call without a start time (``started_at`` NULL) is left out when a limit is given.
+
+    Raises:
+        ConfigError: ``since`` has no time zone.
+    """
+    if since is None:
+        return None
+    if since.tzinfo is None or since.utcoffset() is None:
+        msg = f"{{field}} must be a time-zone-aware datetime (UTC), got {since.isoformat()}"
+        raise ConfigError(
+            msg, field="since", value=since.isoformat(),
+            fix="Pass datetime(..., tzinfo=timezone.utc), or an ISO time with its offset.",
+        )  # fmt: skip
+    moment = since.astimezone(UTC).isoformat()
+    return f"started_at >= TIMESTAMPTZ {lit(moment)}"
+
+
+def within(where: str, scope: str | None) -> str:
+    """
+    ``where``, and ``scope`` when there is one (`since_sql`).
+    """
+    return where if scope is None else f"({where}) AND {scope}"
 
 
 def lit(text: str) -> str:
@@ -119,28 +149,35 @@ class RouteData:
 
 
 def fetch(
-    store: Store, needs: Sequence[Need], *, buckets: Buckets, size: int, seed: int
+    store: Store,
+    needs: Sequence[Need],
+    *,
+    buckets: Buckets,
+    size: int,
+    seed: int,
+    scope: str | None = None,
 ) -> dict[Need, RouteData]:
     """
     Every need's data (needs with fewer than two finished calls are left out).
 
     At most ``size`` finished calls and failures each; cut ages in the input bucket's
-    proportion to the finished calls, evenly over their ranks.
+    proportion to the finished calls, evenly over their ranks. ``scope``: SQL that every
+    call read must pass too (`since_sql`; ``None``: every call).
     """
     needs = list(dict.fromkeys(needs))
     # the routes filter the calls before their buckets are computed: twice as fast on a
     # large store as filtering the labelled calls
     routes = " OR ".join(dict.fromkeys(n.route_sql() for n in needs)) or "FALSE"
-    base = calls_with_buckets_sql(buckets, where=routes)
+    base = calls_with_buckets_sql(buckets, where=within(routes, scope))
     counts = _counts(store, base, needs)
     live = [n for n in needs if counts[n].bucket >= 2]
     finished = _rows(
         store, buckets, live, counts, columns=("total_s", "ttft_s", "output_tokens"), where=OK,
-        size=size, seed=seed, output=True,
+        size=size, seed=seed, output=True, scope=scope,
     )  # fmt: skip
     failed = _rows(
         store, buckets, live, counts, columns=("total_s",), where=FAILED, size=size, seed=seed,
-        output=False,
+        output=False, scope=scope,
     )  # fmt: skip
     keep = {n: counts[n].keep_cut(finished[n][0].size) for n in live}
     cuts = _cut_ages(store, base, live, {n: (counts[n].cut, keep[n]) for n in live})
@@ -200,6 +237,7 @@ def _rows(
     size: int,
     seed: int,
     output: bool,
+    scope: str | None = None,
 ) -> dict[Need, list[_Array]]:
     """
     ``columns`` of each need's rows passing ``where``: all of them, or a sample of ``size``.
@@ -215,7 +253,7 @@ def _rows(
         units.setdefault(need.sql(output=output), []).append(need)
     for unit, sharing in units.items():
         first = sharing[0]
-        base = calls_with_buckets_sql(buckets, where=first.route_sql())
+        base = calls_with_buckets_sql(buckets, where=within(first.route_sql(), scope))
         chosen = f"{where} AND {unit}"
         if (counts[first].bucket if output else counts[first].failed) <= size:
             sql = f"SELECT {names} FROM ({base}) WHERE {chosen}"

@@ -11,6 +11,7 @@ sample of them on a large store).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ import numpy.typing as npt
 from tailkit.config import Plan
 from tailkit.fit import TailKind, tail_kind
 from tailkit.fit.lowlevel import hedge_evidence
+from tailkit.simulation._fetch import since_sql, within
 from tailkit.store import Store
 from tailkit.store.lowlevel import OK_CALL, group_sample_sql, paired_calls_sql, repeat_attempts_sql
 
@@ -39,7 +41,12 @@ def _lit(text: str) -> str:
 
 
 def route_tail_kinds(
-    store: Store, plan: Plan, routes: Iterable[str], *, sample_size: int = MAX_CALLS
+    store: Store,
+    plan: Plan,
+    routes: Iterable[str],
+    *,
+    sample_size: int = MAX_CALLS,
+    since: datetime | None = None,
 ) -> dict[str, TailKind]:
     """
     The tail kind of each named route of ``plan`` (see `tailkit.fit.tail_kind`).
@@ -54,6 +61,9 @@ def route_tail_kinds(
         plan: The workflow whose routes are named.
         routes: Route names of ``plan``.
         sample_size: Most calls a route's verdict reads.
+        since: Only calls started at or after this instant (a time-zone-aware datetime) are
+            judged; the repeat attempts and paired calls that back the verdict are read from
+            every call. ``None``: every call.
     """
     repeats = {
         (str(r[0]), str(r[1])): (int(r[2]), int(r[3]))
@@ -65,7 +75,8 @@ def route_tail_kinds(
     }
     names = list(dict.fromkeys(routes))
     pairs = list(dict.fromkeys((plan.routes[n].provider, plan.routes[n].model) for n in names))
-    columns = {pair: _columns(store, [pair], sample_size)[pair] for pair in pairs}
+    scope = since_sql(since)
+    columns = {pair: _columns(store, [pair], sample_size, scope)[pair] for pair in pairs}
     out: dict[str, TailKind] = {}
     for name in names:
         pair = (plan.routes[name].provider, plan.routes[name].model)
@@ -82,7 +93,7 @@ def route_tail_kinds(
 
 
 def _columns(
-    store: Store, pairs: list[tuple[str, str]], sample_size: int
+    store: Store, pairs: list[tuple[str, str]], sample_size: int, scope: str | None = None
 ) -> dict[tuple[str, str], dict[str, npt.NDArray[np.float64]]]:
     """
     Each route's calls as the verdict reads them: all of them, or a sample of ``sample_size``.
@@ -93,7 +104,7 @@ def _columns(
     once.
     """
     routes = [f"(provider = {_lit(p)} AND model = {_lit(m)})" for p, m in pairs]
-    where = f"({' OR '.join(routes) or 'FALSE'}) AND {_JUDGED}"
+    where = within(f"({' OR '.join(routes) or 'FALSE'}) AND {_JUDGED}", scope)
     sizes = {
         (str(r[0]), str(r[1])): int(r[2])
         for r in store.fetchall(
@@ -106,7 +117,7 @@ def _columns(
         if not group:
             continue
         which = " ".join(f"WHEN {routes[i]} THEN {i}" for i in group)
-        chosen = f"({' OR '.join(routes[i] for i in group)}) AND {_JUDGED}"
+        chosen = within(f"({' OR '.join(routes[i] for i in group)}) AND {_JUDGED}", scope)
         rows = f"SELECT * FROM calls WHERE {chosen}"
         order = ""
         if sampled:

@@ -8,6 +8,7 @@ import dataclasses
 import zlib
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from tailkit.config import Plan, Route, Step
 from tailkit.errors import ConfigError
 from tailkit.record import Buckets
 from tailkit.simulation._build import SampleKey, step_routes
-from tailkit.simulation._fetch import CUT, Need, RouteData, _counts, fetch
+from tailkit.simulation._fetch import CUT, Need, RouteData, _counts, fetch, since_sql, within
 from tailkit.simulation._sample import RouteSample
 from tailkit.store import Store
 from tailkit.store.lowlevel import calls_with_buckets_sql
@@ -90,6 +91,7 @@ def route_sample(
     buckets: Buckets | None = None,
     seed: int = 0,
     sample_size: int = SAMPLE_CALLS,
+    since: datetime | None = None,
 ) -> RouteSample | None:
     """
     The latency of ``route`` for calls like ``step``'s (``None`` when it has no finished call).
@@ -111,13 +113,18 @@ def route_sample(
         buckets: Bucket edges (the defaults of `tailkit.record.Buckets` when ``None``).
         seed: Seed of the sample and of the cut calls' drawn latencies.
         sample_size: Most finished calls (and failures) the sample holds.
+        since: Only calls started at or after this instant (a time-zone-aware datetime;
+            calls without a start time are left out); ``None``: every call.
 
     Raises:
-        ConfigError: ``sample_size`` is below 2.
+        ConfigError: ``sample_size`` is below 2, or ``since`` has no time zone.
     """
     buckets = buckets or Buckets()
     need = _need(route, step, buckets)
-    data = fetch(store, [need], buckets=buckets, size=_checked(sample_size), seed=seed)
+    data = fetch(
+        store, [need], buckets=buckets, size=_checked(sample_size), seed=seed,
+        scope=since_sql(since),
+    )  # fmt: skip
     found = data.get(need)
     return None if found is None else _built(found, _bucket_filter(buckets, step)[2], seed)
 
@@ -164,13 +171,20 @@ def load_samples(
     seed: int = 0,
     latency: str = "empirical",
     sample_size: int = SAMPLE_CALLS,
+    since: datetime | None = None,
 ) -> dict[SampleKey, RouteSample]:
     """
     A sample for every route every step uses (and for candidate routes, where data allow).
 
+    A step's candidate routes (``candidates`` in the plan, `tailkit.config.Step.first_routes`)
+    are loaded too: a step that routes live (``live``) may send its first attempt to any of
+    them, so each needs its sample like the step's route; for a step that does not, they are
+    the routes calibrate chooses among, and a thin one is left out (as ``candidates`` here).
+
     Steps that use one route in one token bucket share one `RouteSample` (the same object):
     memory follows the routes and buckets, not the steps. Its cut calls' latencies are drawn
-    with the seed of the first step (in file order) that uses it.
+    with the seed of the first step (in file order) that uses it, the routes steps use before
+    the candidates only calibrate may choose.
 
     Args:
         store: An open store.
@@ -182,9 +196,13 @@ def load_samples(
         latency: ``empirical`` (resample the measured calls) or ``lognormal`` (each route's
             censoring-aware lognormal fit).
         sample_size: Most finished calls each route's sample holds (see `route_sample`).
+        since: Only calls started at or after this instant (a time-zone-aware datetime, such
+            as ``datetime.now(timezone.utc) - timedelta(days=7)``: recalibrating on recent
+            calls); calls without a start time are left out. ``None``: every call.
 
     Raises:
         ThinSampleError: A route a step uses has fewer than ``min_calls`` calls in its bucket.
+        ConfigError: ``latency`` is not a latency source, or ``since`` has no time zone.
     """
     if latency not in LATENCY_SOURCES:
         msg = f"{{field}} must be one of {', '.join(LATENCY_SOURCES)}, got {latency!r}."
@@ -195,21 +213,29 @@ def load_samples(
             fix=f"Pass {' or '.join(repr(s) for s in LATENCY_SOURCES)}.",
         )
     buckets = buckets or Buckets()
-    pairs = {
-        (name, route): step
+    scope = since_sql(since)
+    optional = {  # left out when thin: calibrate's candidates, a fixed step's other routes
+        name: {
+            *(candidates or {}).get(name, ()),
+            *(set(step.first_routes()) - {*step_routes(step)}),
+        }
         for name, step in plan.steps.items()
-        for route in (*step_routes(step), *tuple((candidates or {}).get(name, ())))
     }
+    # the routes the steps use first (they seed the samples they share), then the others
+    pairs = {(name, r): step for name, step in plan.steps.items() for r in step_routes(step)}
+    for name, step in plan.steps.items():
+        for route in (*step.first_routes(), *tuple((candidates or {}).get(name, ()))):
+            pairs.setdefault((name, route), step)
     data = fetch(
         store, [_need(plan.routes[r], step, buckets) for (_, r), step in pairs.items()],
-        buckets=buckets, size=_checked(sample_size), seed=seed,
+        buckets=buckets, size=_checked(sample_size), seed=seed, scope=scope,
     )  # fmt: skip
     out: dict[SampleKey, RouteSample] = {}
     # one sample per route and bucket, however many steps use it: its tables are most of the
     # simulator's memory (`RouteSample`), and the steps draw from the same measured calls
     built: dict[tuple[str, str], RouteSample | None] = {}
     for (name, route), step in pairs.items():
-        extra = tuple((candidates or {}).get(name, ()))
+        extra = optional[name]
         label = _bucket_filter(buckets, step)[2]
         shared = (route, label)
         if shared not in built:
@@ -229,14 +255,23 @@ def load_samples(
             need = _need(plan.routes[route], step, buckets)
             thin = f"step {name!r}: route {route}"
             message, fix = _refusal(
-                store, buckets, need, step, thin=thin, label=label, min_calls=min_calls
-            )
+                store, buckets, need, step, thin=thin, label=label, min_calls=min_calls,
+                scope=scope,
+            )  # fmt: skip
             raise ThinSampleError(message, field="min_calls", value=min_calls, fix=fix)
     return out
 
 
 def _refusal(
-    store: Store, buckets: Buckets, need: Need, step: Step, *, thin: str, label: str, min_calls: int
+    store: Store,
+    buckets: Buckets,
+    need: Need,
+    step: Step,
+    *,
+    thin: str,
+    label: str,
+    min_calls: int,
+    scope: str | None = None,
 ) -> tuple[str, str]:
     """
     Why a step's route cannot be calibrated on, and the fixes that can help (its last part).
@@ -245,7 +280,7 @@ def _refusal(
     route has no sample, and "0 calls" would hide 300 cut or failed ones, for which lowering
     ``min_calls`` cannot help. The message names its parameters as ``{parameter}`` tokens.
     """
-    base = calls_with_buckets_sql(buckets, where=need.route_sql())
+    base = calls_with_buckets_sql(buckets, where=within(need.route_sql(), scope))
     counts = _counts(store, base, [need])[need]
     widen = widen_fixes([step])
     if counts.bucket >= 2:

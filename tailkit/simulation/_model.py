@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,15 @@ class StepModel:
         shares: Per route the step may repeat an attempt on (its own included), the
             correlation of a repeat's latency rank with the first attempt's
             (`tailkit.simulation._couple`); a route not listed: 0, an independent draw.
+        back: Where a hedge of an attempt on the ``second`` route goes (``None``: the
+            primary route): the executor's hedge target of an attempt on the hedge route,
+            which differs from the primary when live routing chose another candidate.
+        live: The step's live routing (``None``: its first attempt always goes to
+            ``primary``, cut at ``cutoff_s``); the simulator plays it by batches of runs
+            (`tailkit.simulation._live`).
+        cutoffs_s: Per run of the block being played, the cutoff on the ``signal`` clock
+            (live routing's), in place of ``cutoff_s``; ``None``: ``cutoff_s`` in every run.
+            ``cutoff_s`` then only says that the signal clock has a cutoff (it is finite).
     """
 
     name: str
@@ -77,6 +86,9 @@ class StepModel:
     total_cutoff_s: float = math.inf
     stall_cutoff_s: float = math.inf
     shares: tuple[tuple[RouteSample, float], ...] = ()
+    back: RouteSample | None = None
+    live: LiveModel | None = None
+    cutoffs_s: Array | None = field(default=None, repr=False)
 
     def rho(self, route: RouteSample | None) -> float:
         """
@@ -111,6 +123,39 @@ class StepModel:
         Each acts as the plan sets it, as in the executor.
         """
         return math.isfinite(self.other_cutoff_s) or math.isfinite(self.stall_cutoff_s)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LiveModel:
+    """
+    A step's live routing, as the simulator plays it (`tailkit.config.LiveRouting`).
+
+    Args:
+        routes: The candidate routes, in plan order (`tailkit.config.Step.first_routes`).
+        variants: Per candidate, the step with that route as its first route: its hedge
+            target, failover, sharing and hedge-back route as the executor picks them for a
+            first attempt there (`tailkit.simulation._build.live_model`).
+        prior_s: Per candidate, its value while its window is thin (seconds).
+        quantile: The quantile of a window that is the route's value, in (0, 1).
+        low_s: The live cutoff's lower bound (seconds).
+        high_s: Its upper bound (seconds).
+        window: Latest observations a route's value is taken over.
+        min_calls: Fewer observations: the prior stands.
+        explore_every: Every n-th first attempt goes to another candidate (0: never).
+        sets_cutoff: Whether the plan sets a cutoff on the step's signal clock (else live
+            routing only routes).
+    """
+
+    routes: tuple[str, ...]
+    variants: tuple[StepModel, ...]
+    prior_s: tuple[float, ...]
+    quantile: float
+    low_s: float
+    high_s: float
+    window: int
+    min_calls: int
+    explore_every: int
+    sets_cutoff: bool
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -158,12 +203,14 @@ def cut_at(step: StepModel, start_s: Array, model: WorkflowModel) -> Array | flo
     """
     The age at which the step acts on its signal clock: its cutoff, earlier when the run is late.
 
-    ``min(cutoff, max(deadline - reserve - start, 0))``, as the executor computes it.
+    ``min(cutoff, max(deadline - reserve - start, 0))``, as the executor computes it; the
+    cutoff is each run's own where live routing set one (``step.cutoffs_s``).
     """
+    cutoff = step.cutoff_s if step.cutoffs_s is None else step.cutoffs_s
     if not math.isfinite(model.deadline_s):
-        return step.cutoff_s
+        return cutoff
     room = np.subtract(model.deadline_s - step.reserve_s, start_s)
-    return np.clip(room, 0.0, step.cutoff_s, out=room)
+    return np.clip(room, 0.0, cutoff, out=room)
 
 
 def acts_at(
@@ -230,6 +277,7 @@ class StepOutcome:
         recovery: Attempts started to recover from an error or invalid output.
         skipped: It never started, as a required step it waits for failed (``None``: none
             skipped).
+        live: What live routing decided in each run (``None``: the step routes fixed).
     """
 
     duration_s: Array
@@ -238,6 +286,25 @@ class StepOutcome:
     extra: Bools
     recovery: npt.NDArray[np.int8]
     skipped: Bools | None = None
+    live: LiveOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOutcome:
+    """
+    Live routing's decisions for one step, in every run.
+
+    Args:
+        route: Index of the chosen candidate (`LiveModel.routes`); -1 where the step never
+            started.
+        cutoff_s: The live cutoff on the signal clock; NaN where the step never started or
+            sets no cutoff on it.
+        explored: The decision was an explore turn (not the best route).
+    """
+
+    route: npt.NDArray[np.int8]
+    cutoff_s: Array
+    explored: Bools
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,6 +275,9 @@ class RunTrace:
         denials: Extra attempts refused by the budget (at cutoffs, retries, upgrades).
         ends: Each step's end, seconds into the run (``nan`` where skipped).
         recoveries: Attempts started after errors or invalid output (granted).
+        starts: Each step's start, seconds into the run.
+        skipped: Per step, whether it never started (a required step it waits on failed).
+        durations: Each step's seconds from its start to its result (or to giving up).
     """
 
     end_s: float
@@ -284,6 +287,9 @@ class RunTrace:
     denials: int
     ends: tuple[float, ...]
     recoveries: int = 0
+    starts: tuple[float, ...] = ()
+    skipped: tuple[bool, ...] = ()
+    durations: tuple[float, ...] = ()
 
 
 def reference_trace(
@@ -308,7 +314,10 @@ def reference_trace(
     end = _run_end(model, run.ends)
     ok = not any(bad and s.required for s, bad in zip(model.steps, run.failed, strict=True))
     missed = not ok or end > model.deadline_s
-    return RunTrace(end, ok, missed, run.extras, run.denials, tuple(run.ends), run.recoveries)
+    return RunTrace(
+        end, ok, missed, run.extras, run.denials, tuple(run.ends), run.recoveries,
+        starts=tuple(run.starts), skipped=tuple(run.skipped), durations=tuple(run.durations),
+    )  # fmt: skip
 
 
 class _Run:
@@ -326,6 +335,8 @@ class _Run:
         self.starts = [math.nan] * len(steps)
         self.failed = [False] * len(steps)
         self.dead = [False] * len(steps)  # a required step failed, or the step was skipped
+        self.skipped = [False] * len(steps)
+        self.durations = [0.0] * len(steps)
         self.waiting = [len(s.deps) for s in steps]
         self.dependents: list[list[int]] = [[] for _ in steps]
         for i, step in enumerate(steps):
@@ -377,6 +388,7 @@ class _Run:
                     break
         except StopIteration as done:
             duration, bad, extra, recovery = done.value
+            self.durations[i] = duration
             self.extras += extra
             self.recoveries += recovery
             return self._finish(i, start + duration, bad)
@@ -386,6 +398,7 @@ class _Run:
 
     def _finish(self, i: int, end: float, bad: bool, *, skipped: bool = False) -> list[int]:
         self.ends[i], self.failed[i] = end, bad
+        self.skipped[i] = skipped
         self.dead[i] = skipped or (bad and self.steps[i].required)
         ready = []
         for child in self.dependents[i]:

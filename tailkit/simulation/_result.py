@@ -13,6 +13,7 @@ import numpy as np
 
 from tailkit.fit import quantile
 from tailkit.simulation._engine import RunOutcome, StepOutcome, WorkflowModel
+from tailkit.simulation._model import LiveOutcome
 
 
 STEP_QUANTILE_RUNS = 65_536
@@ -63,6 +64,37 @@ class StepSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveSummary:
+    """
+    One live step over every run: where its first attempts went, and the cutoffs they got.
+
+    Args:
+        name: Step name.
+        first_attempts: Runs in which the step started (one live decision each).
+        route_share: Candidate route -> share of those first attempts sent to it.
+        explore_rate: Share of them that were explore turns (not the best route).
+        cutoff_mean_s: Mean live cutoff on the step's signal clock, in seconds (``None``:
+            the step sets no cutoff on it, or never started).
+        cutoff_min_s: The smallest live cutoff.
+        cutoff_max_s: The largest.
+    """
+
+    name: str
+    first_attempts: int
+    route_share: dict[str, float]
+    explore_rate: float
+    cutoff_mean_s: float | None
+    cutoff_min_s: float | None
+    cutoff_max_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """
+        Plain data for JSON.
+        """
+        return {k: getattr(self, k) for k in LiveSummary.__slots__ if k != "name"}
+
+
+@dataclass(frozen=True, slots=True)
 class SimResult:
     """
     A workflow over many simulated runs.
@@ -81,6 +113,7 @@ class SimResult:
         extra_tokens: Tokens per run billed to extra attempts.
         steps: Per step.
         end_s: End-to-end seconds of every run (for plots and tests).
+        live: Per step that routed live, in plan order (empty: none did).
     """
 
     runs: int
@@ -95,10 +128,13 @@ class SimResult:
     extra_tokens: float
     steps: tuple[StepSummary, ...]
     end_s: np.ndarray[Any, np.dtype[np.float64]]
+    live: tuple[LiveSummary, ...] = ()
 
     def as_dict(self, *, runs: bool = False) -> dict[str, Any]:
         """
         Plain data for JSON (``runs``: include every run's end-to-end seconds).
+
+        A simulation that routed live adds ``live``: per live step, its `LiveSummary`.
         """
         out: dict[str, Any] = {
             "runs": self.runs,
@@ -113,6 +149,8 @@ class SimResult:
             "extra_tokens": self.extra_tokens,
             "steps": [{k: getattr(s, k) for k in StepSummary.__slots__} for s in self.steps],
         }
+        if self.live:
+            out["live"] = {s.name: s.as_dict() for s in self.live}
         if runs:
             out["end_s"] = self.end_s.tolist()
         return out
@@ -135,6 +173,7 @@ class Tally:
         ]
         self._counts = np.zeros((len(model.steps), 4))  # fired, extra, recovery, failed
         self._runs = self._missed = 0
+        self._live: dict[int, _LiveCount] = {}
 
     def add(self, outcome: RunOutcome) -> Tally:
         """
@@ -155,6 +194,8 @@ class Tally:
             int(step.recovery.sum()),
             np.count_nonzero(step.failed),
         )
+        if step.live is not None:
+            self._live.setdefault(i, _LiveCount()).add(step.live)
         room = self._room - self._runs
         if room > 0:
             kept = step.duration_s[:room]
@@ -199,7 +240,13 @@ class Tally:
         p50, p90, p99 = (quantile(end, q) for q in (0.5, 0.9, 0.99))
         first = max(len(steps), 1)
         miss = self._missed / runs
+        live = []
+        for i, count in sorted(self._live.items()):
+            step = self._model.steps[i]
+            assert step.live is not None  # noqa: S101 - only live steps are counted
+            live.append(count.summary(step.name, step.live.routes))
         return SimResult(
+            live=tuple(live),
             runs=runs,
             deadline_s=self._model.deadline_s,
             miss_rate=miss,
@@ -220,3 +267,48 @@ def sim_result(model: WorkflowModel, outcome: RunOutcome) -> SimResult:
     Reduce the runs of one `simulate_runs` to the numbers a plan is judged by.
     """
     return Tally(model).add(outcome).result()
+
+
+class _LiveCount:
+    """
+    Strictly private: a live step's decisions, added up block by block.
+    """
+
+    __slots__ = ("cut_max", "cut_min", "cut_runs", "cut_sum", "explored", "routes")
+
+    def __init__(self) -> None:
+        self.routes = np.zeros(0, dtype=np.int64)
+        self.explored = self.cut_runs = 0
+        self.cut_sum = 0.0
+        self.cut_min, self.cut_max = math.inf, -math.inf
+
+    def add(self, live: LiveOutcome) -> None:
+        chosen = live.route[live.route >= 0]
+        counts = np.bincount(chosen, minlength=self.routes.size)
+        if counts.size > self.routes.size:
+            counts[: self.routes.size] += self.routes
+            self.routes = counts
+        else:
+            self.routes = self.routes + counts
+        self.explored += int(np.count_nonzero(live.explored))
+        cuts = live.cutoff_s[np.isfinite(live.cutoff_s)]
+        if cuts.size:
+            self.cut_runs += cuts.size
+            self.cut_sum += float(cuts.sum())
+            self.cut_min = min(self.cut_min, float(cuts.min()))
+            self.cut_max = max(self.cut_max, float(cuts.max()))
+
+    def summary(self, name: str, routes: tuple[str, ...]) -> LiveSummary:
+        firsts = int(self.routes.sum())
+        counts = np.zeros(len(routes), dtype=np.int64)
+        counts[: self.routes.size] = self.routes
+        some = self.cut_runs > 0
+        return LiveSummary(
+            name=name,
+            first_attempts=firsts,
+            route_share={r: float(c) / max(firsts, 1) for r, c in zip(routes, counts, strict=True)},
+            explore_rate=self.explored / max(firsts, 1),
+            cutoff_mean_s=self.cut_sum / self.cut_runs if some else None,
+            cutoff_min_s=self.cut_min if some else None,
+            cutoff_max_s=self.cut_max if some else None,
+        )

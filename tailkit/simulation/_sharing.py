@@ -45,13 +45,14 @@ import math
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
 from tailkit.config import Plan, Shared
 from tailkit.record import Buckets
 from tailkit.simulation._build import shared_of
-from tailkit.simulation._fetch import OK, Need, lit
+from tailkit.simulation._fetch import OK, Need, lit, since_sql
 from tailkit.simulation._load import _need
 from tailkit.store import Store
 from tailkit.store.lowlevel import (
@@ -128,7 +129,11 @@ def default_as_independent(plan: Plan) -> dict[str, Shared] | None:
 
 
 def estimate_sharing(
-    store: Store, plan: Plan, *, buckets: Buckets | None = None
+    store: Store,
+    plan: Plan,
+    *,
+    buckets: Buckets | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Shared]:
     """
     Per step, what a repeat shares with its first attempt, and the evidence (module doc).
@@ -137,13 +142,16 @@ def estimate_sharing(
         store: An open store with the plan's calls.
         plan: The workflow; each step's route and expected tokens pick the calls.
         buckets: Bucket edges (the defaults when ``None``).
+        since: Only calls started at or after this instant (a time-zone-aware datetime);
+            ``None``: every call.
 
     Returns:
         Per step name, the correlations of a repeat on another provider and on the same
         provider, with the source and a sentence of evidence.
     """
     buckets = buckets or Buckets()
-    base = f"({calls_with_buckets_sql(buckets)}) AS c"
+    scope = since_sql(since)
+    base = f"({calls_with_buckets_sql(buckets, where=scope)}) AS c"
     out: dict[str, Shared] = {}
     moments: dict[Need, _Part] = {}
     for name, step in plan.steps.items():
