@@ -67,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tailkit.cli._check:check",
         "Check a calibrated plan's predictions against the ledgers of its production runs.",
     ),
+    "refresh": (
+        "tailkit.cli._refresh:refresh",
+        "Check the running plan against its ledgers; if it drifted, recalibrate and replace it.",
+    ),
     "docs": ("tailkit.cli._docs:docs", "List the reference pages, or print one (Markdown)."),
 }
 """Each command, in the order ``--help`` lists them: ``module:function`` and its summary."""
