@@ -43,13 +43,15 @@ def write_calls(
     seed: int = 0,
     hours: float = 24.0,
     same: bool = False,
+    tag: str = "",
 ) -> None:
     """
     A JSONL log of ``n`` calls per route: a lognormal latency and a share of slow calls.
 
     ``routes`` maps ``provider/model`` to ``median`` seconds, ``tail`` (share of calls that
     take ``slow`` times longer) and ``from_h`` / ``to_h`` (hours of the log it covers, default
-    all); ``same``: every route draws the same latencies (equal routes).
+    all); ``same``: every route draws the same latencies (equal routes); ``tag`` starts every
+    call id (two logs of one route).
     """
     rows = []
     for k, (name, shape) in enumerate(routes.items()):
@@ -63,7 +65,7 @@ def write_calls(
         started = START_S + start + np.sort(rng.uniform(0.0, span, n))
         tokens = rng.integers(300, 400, n)
         rows += [
-            {"call_id": f"{name}-{i}", "provider": provider, "model": model,
+            {"call_id": f"{tag}{name}-{i}", "provider": provider, "model": model,
              "started_at": _iso(float(started[i])), "input_tokens": 2000,
              "output_tokens": int(tokens[i]), "status": "ok",
              "total_s": round(float(latency[i]), 4)}

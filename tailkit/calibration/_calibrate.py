@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from tailkit.calibration._live import with_live
 from tailkit.calibration._notes import cutoff_note
@@ -36,6 +35,7 @@ from tailkit.config import Basis, Plan, Shared, Step
 from tailkit.fit import TailKind
 from tailkit.record import Buckets
 from tailkit.simulation import (
+    DEFAULT_CONCURRENCY,
     DEFAULT_MIN_CALLS,
     RouteSample,
     SimResult,
@@ -130,6 +130,7 @@ def calibrate(
     sharing: Mapping[str, Shared] | None = None,
     live: bool = False,
     since: datetime | timedelta | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Calibration:
     """
     Choose each step's signal, cutoffs and action; fill in the plan's predictions.
@@ -161,6 +162,9 @@ def calibrate(
             lets the cutoff follow it; ``predicted`` is then the simulator's live model.
         since: Calibrate on calls that started at or after this instant (UTC when naive),
             or within this duration back from the newest call in the store (``None``: all).
+            The route samples, tail kinds and sharing are all read from those calls.
+        concurrency: Runs in flight at once when a live plan is predicted (the simulator's
+            live model decides a batch of runs from what the runs before it observed).
 
     Raises:
         ThinSampleError: A step's route has too few calls in its bucket (with ``live``, a
@@ -173,7 +177,6 @@ def calibrate(
     check_run_count(replicate_runs, name="replicate_runs")
     plan = with_overrides(workflow_of(plan), deadline_s=deadline_s, budget=budget)
     start = None if since is None else since_instant(store, since)
-    recent: dict[str, Any] = {} if start is None else {"since": start}
     firsts = {name: first_candidates(step) for name, step in plan.steps.items()}
     hedges = {
         name: {r: hedge_routes(plan, step, r) for r in firsts[name] or (step.route,)}
@@ -185,13 +188,13 @@ def calibrate(
     }
     samples = load_samples(
         store, plan, buckets=buckets, min_calls=min_calls, candidates=extra, seed=seed,
-        latency=latency, **recent,
+        latency=latency, since=start,
     )  # fmt: skip
     firsts = {n: tuple(r for r in rs if (n, r) in samples) for n, rs in firsts.items()}
     if live:
         _check_live_samples(plan, samples, min_calls)
     routes = dict.fromkeys(r for n, s in plan.steps.items() for r in (s.route, *firsts[n]))
-    kinds = route_tail_kinds(store, plan, routes)
+    kinds = route_tail_kinds(store, plan, routes, since=start)
 
     def options_for(name: str, first: str) -> StepOptions:
         step = plan.steps[name]
@@ -205,8 +208,8 @@ def calibrate(
 
     options = {name: options_for(name, step.route) for name, step in plan.steps.items()}
     if sharing is None:
-        sharing = estimate_sharing(store, plan, buckets=buckets)
-        sharing_by = _sharing_by_route(store, plan, firsts, buckets)
+        sharing = estimate_sharing(store, plan, buckets=buckets, since=start)
+        sharing_by = _sharing_by_route(store, plan, firsts, buckets, since=start)
     else:
         sharing_by = {}
     waiting = WaitingModels(plan, samples, sharing, sharing_by)
@@ -243,7 +246,7 @@ def calibrate(
         chosen = with_live(chosen, samples)
     prediction = predict(
         None, chosen, samples=samples, runs=check_runs, seed=seed + 1, replicates=replicates,
-        replicate_runs=replicate_runs, sharing=sharing,
+        replicate_runs=replicate_runs, sharing=sharing, concurrency=concurrency,
     )  # fmt: skip
     final = _predicted(chosen, prediction)
     return Calibration(
@@ -274,7 +277,12 @@ def calibrate(
 
 
 def _sharing_by_route(
-    store: Store, plan: Plan, firsts: Mapping[str, tuple[str, ...]], buckets: Buckets | None
+    store: Store,
+    plan: Plan,
+    firsts: Mapping[str, tuple[str, ...]],
+    buckets: Buckets | None,
+    *,
+    since: datetime | None,
 ) -> dict[str, dict[str, Shared]]:
     """
     Per step with candidates, per candidate other than its route, what a repeat shares there.
@@ -286,7 +294,8 @@ def _sharing_by_route(
                 continue
             step = dataclasses.replace(plan.steps[name], route=route, depends_on=())
             alone = dataclasses.replace(plan, steps={name: step})
-            out.setdefault(name, {})[route] = estimate_sharing(store, alone, buckets=buckets)[name]
+            found = estimate_sharing(store, alone, buckets=buckets, since=since)
+            out.setdefault(name, {})[route] = found[name]
     return out
 
 

@@ -42,6 +42,7 @@ from tailkit.errors import ConfigError
 from tailkit.estimate import LEVEL, Estimate
 from tailkit.fit import quantile
 from tailkit.simulation import (
+    DEFAULT_CONCURRENCY,
     DEFAULT_MIN_CALLS,
     RouteSample,
     SimResult,
@@ -56,6 +57,7 @@ from tailkit.simulation.lowlevel import (
     Draws,
     RunOutcome,
     SampleKey,
+    live_state,
     resample_sharing,
     sim_result,
     simulate_runs,
@@ -197,6 +199,7 @@ def predict(
     samples: dict[SampleKey, RouteSample] | None = None,
     policy: str = "plan",
     sharing: Mapping[str, Shared] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Prediction:
     """
     Predict a plan's miss rate, latency and extra attempts, each with its interval.
@@ -222,6 +225,9 @@ def predict(
         sharing: Per step, what a repeat attempt shares with the first; ``None``: the plan's
             ``basis.shared``, and for a step without one, estimated from ``store``
             (`tailkit.simulation.estimate_sharing`), else independent.
+        concurrency: Runs in flight at once, for the steps that route live (their ``live``
+            block; see `tailkit.simulation.simulate_model`): the point estimates and every
+            replicate are simulated so.
 
     Raises:
         ThinSampleError: A step's route has too few calls in its bucket.
@@ -240,11 +246,12 @@ def predict(
         if unstated:
             sharing = estimate_sharing(store, plan, buckets=buckets)
     model = policy_model(workflow_model(plan, samples, sharing=sharing), policy)
-    result = simulate_model(model, runs=runs, seed=seed)
+    result = simulate_model(model, runs=runs, seed=seed, concurrency=concurrency)
     spread = _Spread(result, level)
     if replicates:
         spread.bootstrap(plan, samples, model, policy=policy, replicates=replicates,
-                         replicate_runs=replicate_runs, seed=seed, sharing=sharing)  # fmt: skip
+                         replicate_runs=replicate_runs, seed=seed, sharing=sharing,
+                         concurrency=concurrency)  # fmt: skip
     steps = {
         step.name: StepEstimate(
             step.name,
@@ -300,9 +307,12 @@ class _Spread:
         replicate_runs: int,
         seed: int,
         sharing: Mapping[str, Shared] | None,
+        concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
         """
         Simulate ``replicates`` bootstrap replicates, and the samples as measured.
+
+        Live steps route live in each (a fresh state per replicate, as a fresh simulation).
         """
         used = {(n, r) for n, step in plan.steps.items() for r in step_routes(step)}
         used_samples = {k: v for k, v in samples.items() if k in used}
@@ -310,14 +320,22 @@ class _Spread:
         for name in plan.steps:
             self.thin[name] = thinnest({k: v for k, v in used_samples.items() if k[0] == name})
         draws_seed = zlib.crc32(f"replicates {seed}".encode())
-        self.base = simulate_runs(model, Draws(replicate_runs, seed=draws_seed))
+        self.base = simulate_runs(
+            model,
+            Draws(replicate_runs, seed=draws_seed),
+            live=live_state(model, concurrency=concurrency),
+        )
         self.base_result = sim_result(model, self.base)
         for r in range(replicates):
             rng = np.random.default_rng([seed, r, zlib.crc32(b"bootstrap")])
             shares = resample_sharing(plan, sharing, rng)  # the sharing's own sampling error
             again = workflow_model(plan, replicate(used_samples, rng), sharing=shares)
             again = policy_model(again, policy)
-            outcome = simulate_runs(again, Draws(replicate_runs, seed=draws_seed))
+            outcome = simulate_runs(
+                again,
+                Draws(replicate_runs, seed=draws_seed),
+                live=live_state(again, concurrency=concurrency),
+            )
             self.replicas.append(sim_result(again, outcome))
 
     def estimate(self, key: str, *, step: int | None = None) -> Estimate:
