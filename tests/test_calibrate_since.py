@@ -98,8 +98,11 @@ def test_cli_since_errors_name_the_flag(drift: Path, tmp_path: Path) -> None:
     source.write_text(workflow(ONE_STEP.format(route="a/m", candidates="a/m, b/n")))
     out = tmp_path / "plan.yaml"
     runner = CliRunner()
-    for since, needle in [("soon", "--since must be a duration or an ISO-8601 instant"),
-                          ("2030-01-01", "no calls since 2030-01-01T00:00:00Z for --since")]:  # fmt: skip
+    cases = [
+        ("soon", "--since must be a duration or an ISO-8601 instant"),
+        ("2030-01-01", "no calls since 2030-01-01T00:00:00Z for --since"),
+    ]
+    for since, needle in cases:
         result = runner.invoke(
             app, ["calibrate", str(source), "--out", str(out), "--db", str(drift),
                   "--since", since],
