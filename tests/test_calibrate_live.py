@@ -139,3 +139,18 @@ def test_cli_live_writes_the_blocks(db: Path, tmp_path: Path) -> None:
         "live routing and cutoffs (the executor follows recent latency): ask, after"
         in result.stdout
     )
+
+
+def test_the_prediction_is_the_live_models(live: Calibration) -> None:
+    """The plan's predicted fields come from simulating it with its live blocks in force."""
+    from tailkit.simulation import simulate
+
+    plan = live.plan
+    assert [s.name for s in live.result.live] == ["ask", "after"]
+    ask = live.result.live[0]
+    assert set(ask.route_share) == {"a/m", "b/n"}
+    assert ask.explore_rate == pytest.approx(1 / 50, abs=0.005)
+    again = simulate(plan, live.samples, runs=6000, seed=2)  # run's check_runs, seed + 1
+    assert plan.predicted is not None
+    assert plan.predicted.miss_rate == round(again.miss_rate, 5)
+    assert plan.predicted.p99_s == round(again.p99_s, 3)
