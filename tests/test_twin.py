@@ -41,7 +41,7 @@ from tailkit.executor import (
 )
 from tailkit.simulation import RouteSample, WorkflowModel, simulate_model, workflow_model
 from tailkit.simulation._reference import RunTrace, reference_trace
-from tailkit.simulation.lowlevel import Draws
+from tailkit.simulation.lowlevel import Draws, LiveState, reference_live
 from tailkit.simulation.lowlevel import simulate_runs as run_workflow
 from tests._fakeloop import run
 
@@ -118,10 +118,9 @@ steps:
 
 def _route(
     rng: np.random.Generator, median_s: float, sigma: float, *, error_rate: float = 0.0,
-    invalid_rate: float = 0.0,
+    invalid_rate: float = 0.0, n: int = 4000,
 ) -> RouteSample:  # fmt: skip
     """A streamed route: lognormal totals, first tokens at 5-40 % of them, 4 % stuck starts."""
-    n = 4000
     total = median_s * np.exp(sigma * rng.standard_normal(n))
     share = np.where(rng.random(n) < 0.04, rng.uniform(0.8, 1.0, n), rng.uniform(0.05, 0.4, n))
     return RouteSample.from_latencies(
@@ -543,3 +542,156 @@ def test_a_stall_cut_plays_as_the_simulator_plays_it() -> None:
     assert {r.step for r in stalled} == {"ask", "read", "cut", "tag"}
     assert {r.role for r in stalled} == {"primary", "retry", "upgrade"}
     assert sum(not t.ok for t in traces) > 0
+
+
+LIVE_PLAN = """\
+tailkit_plan: 1
+workflow: twin-live
+deadline_s: 15.0
+hedge_budget: 0.5
+routes:
+  a/m: {provider: a, model: m}
+  b/m: {provider: b, model: m}
+  c/m: {provider: c, model: m}
+  f/m: {provider: f, model: m}
+  d/small: {provider: d, model: small}
+steps:
+  draft:
+    route: a/m
+    candidates: [a/m, f/m, c/m]
+    cutoff_s: 5.0
+    on_cutoff: hedge
+    hedge_route: b/m
+    upgrade_route: a/m
+    live:
+      quantile: 0.8
+      cutoff_bounds_s: [2.0, 6.0]
+      prior_s: {a/m: 4.0, f/m: 3.5, c/m: 5.0}
+      window: 12
+      min_calls: 4
+      explore_every: 5
+    predicted: {p50_s: 2.8, p99_s: 9.0, hedge_rate: 0.1}
+  check:
+    route: c/m
+    depends_on: [draft]
+    candidates: [c/m, a/m]
+    cutoff_s: 6.0
+    on_cutoff: retry
+    live:
+      quantile: 0.9
+      cutoff_bounds_s: [2.5, 7.0]
+      prior_s: {c/m: 6.0, a/m: 5.0}
+      window: 10
+      min_calls: 3
+      explore_every: 4
+    predicted: {p50_s: 3.0, p99_s: 9.0, hedge_rate: 0.1}
+  polish:
+    route: a/m
+    depends_on: [check]
+    candidates: [a/m, b/m]
+    signal: ttft
+    ttft_cutoff_s: 1.0
+    cutoff_s: 7.0
+    on_cutoff: hedge
+    hedge_route: b/m
+    live:
+      quantile: 0.7
+      cutoff_bounds_s: [0.4, 2.0]
+      prior_s: {a/m: 1.0, b/m: 1.2}
+      window: 10
+      min_calls: 3
+      explore_every: 4
+    predicted: {p50_s: 2.5, p99_s: 8.0, hedge_rate: 0.1}
+  tag:
+    route: d/small
+    depends_on: [draft]
+    required: false
+    cutoff_s: 2.0
+    on_cutoff: fail
+    predicted: {p50_s: 1.2, p99_s: 2.0, hedge_rate: 0.0}
+"""
+
+
+def _live_samples() -> dict[tuple[str, str], RouteSample]:
+    """
+    Distinct tails: f/m fast but heavy-tailed, c/m slow with errors, a/m and b/m between.
+
+    65,536 calls a route, one per table entry: a live cutoff is a latency seen before, and
+    a run that draws that very latency again ties with it, which float rounding decides (the
+    executor measures an age as a difference of loop times, an ulp off the drawn value). With
+    a call per entry such a tie is a repeat of one entry in 65,536; these runs have none.
+    """
+    rng = np.random.default_rng(17)
+    n = 1 << 16
+    routes = {
+        "a/m": _route(rng, 2.6, 0.5, invalid_rate=0.03, n=n),
+        "b/m": _route(rng, 2.4, 0.45, invalid_rate=0.05, n=n),
+        "c/m": _route(rng, 3.2, 0.6, error_rate=0.08, invalid_rate=0.05, n=n),
+        "f/m": _route(rng, 1.6, 1.1, n=n),
+        "d/small": _route(rng, 1.2, 0.4, n=n),
+    }
+    steps = ("draft", "check", "polish", "tag")
+    return {(step, name): sample for step in steps for name, sample in routes.items()}
+
+
+def test_live_routing_plays_as_the_simulator_plays_it() -> None:
+    """
+    A plan that routes live, runs one after another: the executor decides as the simulator.
+
+    Every run of every live step goes to the same candidate, for the same reason (best or an
+    explore turn), with the same live cutoff, in the executor, in the one-run reference and
+    in the engine (``concurrency=1``); every run ends at the same instant with the same
+    verdict and extra attempts.
+    """
+    runs = 300
+    samples = _live_samples()
+    twin = Twin(parse_plan(LIVE_PLAN), runs, seed=13, samples=samples)
+    reference = reference_live(twin.model, [twin.per_run(r) for r in range(runs)])
+    engine = run_workflow(twin.model, twin.draws, live=LiveState(1))
+    executor, sink = twin.executor()
+    results = _sequential(twin, executor, sink)
+    extras = _extras(sink)
+    firsts = {
+        (rec.run_id, rec.step): rec
+        for rec in sink.records
+        if rec.role == "primary" and "live" in rec.attrs
+    }
+    live = [(i, s) for i, s in enumerate(twin.model.steps) if s.live is not None]
+    for r, (result, (trace, decided)) in enumerate(zip(results, reference, strict=True)):
+        _same(result, trace, extras.get(f"r{r}", 0), 15.0)
+        assert engine.end_s[r] == pytest.approx(trace.end_s, rel=1e-12, abs=1e-12)
+        assert bool(engine.ok[r]) == trace.ok
+        for i, step in live:
+            assert step.live is not None
+            chosen = engine.steps[i].live
+            assert chosen is not None
+            decision = decided.get(step.name)
+            line = firsts.get((f"r{r}", step.name))
+            where = f"run {r}, step {step.name}"
+            if decision is None:  # the step never started
+                assert chosen.route[r] == -1 and line is None, where
+                continue
+            assert step.live.routes[chosen.route[r]] == decision.route, where
+            assert bool(chosen.explored[r]) == (decision.why == "explore"), where
+            assert chosen.cutoff_s[r] == decision.cutoff_s, where
+            assert line is not None, where
+            assert f"{line.provider}/{line.model}" == decision.route, where
+            assert line.attrs["live"] == decision.why, where
+            assert line.attrs["live_calls"] == decision.calls, where
+            assert line.attrs["live_cutoff_s"] == pytest.approx(decision.cutoff_s, abs=1e-9)
+            value = line.attrs["live_value_s"]
+            assert (value is None) == math.isinf(decision.value_s), where
+            if value is not None:
+                assert value == pytest.approx(decision.value_s, abs=1e-9), where
+    # the plan exercised what it is meant to: decisions that change as the windows fill
+    for _, step in live:
+        made = [d[step.name] for _, d in reference if step.name in d]
+        assert {d.why for d in made} == {"best", "explore"}, step.name
+        best = {d.route for d in made if d.why == "best"}
+        assert len(best) > 1, step.name  # the best route changed during the runs
+        assert len({d.cutoff_s for d in made}) > 5, step.name
+        told = [d.seen_s for d in made if d.seen_s is not None]
+        assert any(math.isinf(t) for t in told) and any(math.isfinite(t) for t in told)
+    assert sum(t.missed for t, _ in reference) > 5
+    roles = {r.role for r in sink.records}
+    assert {"hedge", "retry", "upgrade"} <= roles

@@ -151,8 +151,9 @@ def live_model(
 
     Each variant sends its first attempt to one candidate, its hedge where the executor
     sends the hedge of an attempt there (`hedge_target`), an error's retry to the hedge
-    route when that is on another provider than the candidate's (a failover), and couples its
-    repeats by what they share with a first attempt on that candidate's provider. The
+    route when that is on another provider than the candidate's (a failover), the redo of
+    invalid output to the upgrade route or else the step's own route (as the executor), and
+    couples its repeats by what they share with a first attempt on that candidate's provider. The
     variant of the step's own route is ``model`` itself: fixed routing's model.
 
     Args:
@@ -188,6 +189,8 @@ def live_model(
                 primary=primary,
                 second=_sample(samples, step.name, second),
                 failover=_sample(samples, step.name, failover),
+                # invalid output is redone on the upgrade route, else the step's own route
+                upgrade=_sample(samples, step.name, step.upgrade_route or step.route),
                 back=None if back == route else _sample(samples, step.name, back),
                 shares=_shares(plan, step.name, pairs, sharing, own=route),
             )

@@ -310,7 +310,9 @@ class LiveState:
         Args:
             step: The step (its ``live`` set).
             start_s: Each run's start of the step.
-            skipped: Runs in which it never starts (``None``: none).
+            skipped: Runs in which it never starts (``None``: none). Nor does it start, and
+                decide, in a run that reaches it at or after the deadline (the executor has
+                cut the run by then).
             draws: The block's draws.
             model: The workflow.
             run: The engine's step (`tailkit.simulation._engine.run_step`).
@@ -326,7 +328,10 @@ class LiveState:
             one, two, three = needs_slots(variant, model)
             used |= {k for k, u in ((1, one), (2, two), (3, three)) if u}
         raw = {k: draws.slot(step.name, k) for k in range(SLOTS) if k in used}
-        started = np.ones(n, dtype=np.bool_) if skipped is None else ~skipped
+        # a step due at or after the deadline never starts in the executor: no decision
+        started = start_s < model.deadline_s
+        if skipped is not None:
+            started &= ~skipped
         tells = [
             _Told(*told(v, start_s, raw[0], raw, model, sets_cutoff=live.sets_cutoff))
             for v in live.variants

@@ -140,12 +140,17 @@ def reference_live(
                 variant = dataclasses.replace(variant, cutoff_s=cutoff)
             steps[i] = variant
             chosen[i] = (r, why, value, calls, cutoff)
-        played = dataclasses.replace(model, steps=tuple(steps))
-        trace = reference_trace(played, run_draws)
+        trace = reference_trace(dataclasses.replace(model, steps=tuple(steps)), run_draws)
+        # a step that never starts before the deadline takes no decision: it is played on
+        # its own route, as the engine plays it (what it does then changes no verdict)
+        late = {i for i in chosen if trace.skipped[i] or trace.starts[i] >= model.deadline_s}
+        if late:
+            steps = [model.steps[i] if i in late else s for i, s in enumerate(steps)]
+            trace = reference_trace(dataclasses.replace(model, steps=tuple(steps)), run_draws)
         decisions = {}
         for i, (r, why, value, calls, cutoff) in chosen.items():
-            if trace.skipped[i]:
-                continue  # never started: no decision taken
+            if i in late:
+                continue  # never started (or not before the run was cut): no decision taken
             state = states[i]
             state.turn += 1
             told = seen(steps[i], trace.starts[i], trace.durations[i], model, run_draws[i])
