@@ -322,7 +322,6 @@ class LiveState:
         state = self._steps.get(step.name)
         if state is None or state.live is not live:
             state = self._steps[step.name] = _Routes(live)
-        n = start_s.size
         used = {0}
         for variant in live.variants:
             one, two, three = needs_slots(variant, model)
