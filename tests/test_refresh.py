@@ -324,7 +324,8 @@ def test_cli_prints_the_drift_the_plans_side_by_side_and_what_it_wrote(loop: Loo
     assert 1 == result.exit_code, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("check: drifted: ")
-    assert any(line.startswith("  step ask p50: observed ") for line in lines)
+    assert any(line.startswith("  step ask p50: predicted ") for line in lines)
+    assert any(line.startswith("first route of ask: ") for line in lines)
     assert any("first route" in line and "a/m" in line and "b/m" in line for line in lines)
     assert lines[-1].endswith(
         f"recalibrated (drifted): wrote {loop.plan} (the old one kept as {loop.plan}.prev)"

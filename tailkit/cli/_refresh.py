@@ -73,6 +73,25 @@ def _value(figure: str, value: Any) -> str:
     return f"{value:.1%}" if figure == "extra_attempts" else text.number(value, 3)
 
 
+def _step_rows(figures: dict[str, Any] | None) -> dict[str, str]:
+    """
+    A step's figures as the table's rows: its first route, cutoff, action, then predictions.
+    """
+    if figures is None:
+        return {}
+    cutoff = figures["cutoff_s"]
+    action = figures["on_cutoff"]
+    if figures["hedge_route"] is not None:
+        action = f"{action} on {figures['hedge_route']}"
+    return {
+        "first route": _value("route", figures["route"]),
+        "cutoff": "-" if cutoff is None else f"{figures['signal']} at {_value('cutoff_s', cutoff)}",
+        "action": shown(action),
+        "live routing": _value("live", figures["live"]),
+        **{_FIGURES[f]: _value(f, figures[f]) for f in ("p50_s", "p99_s", "hedge_rate")},
+    }
+
+
 def _name(field: str) -> str:
     return flag_of(field, "refresh")
 
@@ -84,21 +103,10 @@ def render(result: Refresh, console: Console) -> None:
     Names from the plan and the ledgers are data: markup in them is escaped and control
     characters spelt out (`shown`, `printable`).
     """
-    from rich.table import Table
-
-    from tailkit.check import WORKFLOW
     from tailkit.refresh import NOT_RECALIBRATED
     from tailkit.text import printable
 
-    report = result.check
-    console.print(f"check: {report.summary()}", highlight=False, markup=False)
-    for line in report.drifted:
-        where = "workflow" if line.scope == WORKFLOW else f"step {line.scope}"
-        figure = _FIGURES.get(line.figure, line.figure)
-        cause = f" ({line.cause})" if line.cause else ""
-        console.print(
-            printable(f"  {where} {figure}: {line.reason}{cause}"), highlight=False, markup=False
-        )
+    _drift_lines(result, console)
     if result.ingested is not None:
         t = result.ingested.totals()
         where = " into a copy of the store in memory (dry run)" if result.dry_run else ""
@@ -115,31 +123,7 @@ def render(result: Refresh, console: Console) -> None:
             highlight=False,
         )
     if result.new is not None:
-        table = Table(title="the running plan beside the recalibrated one", title_justify="left")
-        for column in ("", "figure", "running", "recalibrated"):
-            table.add_column(column, overflow="fold")
-        old = result.as_dict()["workflow"]
-        for figure in old["old"]:
-            table.add_row(
-                "workflow" if figure == "p50_s" else "",
-                _FIGURES[figure],
-                _value(figure, old["old"][figure]),
-                _value(figure, (old["new"] or {}).get(figure)),
-            )
-        for row in result.steps():
-            table.add_section()
-            first = True
-            for figure, before in row["old"].items():
-                after = None if row["new"] is None else row["new"][figure]
-                table.add_row(
-                    shown(row["step"]) if first else "",
-                    _FIGURES[figure],
-                    _value(figure, before),
-                    _value(figure, after),
-                    style="bold" if figure in row["changed"] else None,
-                )
-                first = False
-        console.print(table)
+        _plans_table(result, console)
     for warning in result.warnings(_name):
         console.print(printable(f"warning {warning}"), highlight=False, markup=False)
     if result.outcome == NOT_RECALIBRATED:
@@ -149,6 +133,75 @@ def render(result: Refresh, console: Console) -> None:
             markup=False,
         )
     console.print(printable(result.summary(_name)), highlight=False, markup=False)
+
+
+def _drift_lines(result: Refresh, console: Console) -> None:
+    """
+    The check's verdict, then each drifted line: predicted, observed, the kinds of cause.
+    """
+    from tailkit.check import WORKFLOW
+    from tailkit.check.lowlevel import figure_text, observed_text
+    from tailkit.text import printable
+
+    report = result.check
+    console.print(f"check: {report.summary()}", highlight=False, markup=False)
+    for line in report.drifted:
+        where = "workflow" if line.scope == WORKFLOW else f"step {line.scope}"
+        figure = _FIGURES.get(line.figure, line.figure)
+        kinds = ", ".join(dict.fromkeys(c.kind for c in line.causes))
+        console.print(
+            printable(
+                f"  {where} {figure}: predicted {figure_text(line.figure, line.predicted)}, "
+                f"observed {observed_text(line.figure, line.observed)}"
+                + (f" ({kinds})" if kinds else "")
+            ),
+            highlight=False,
+            markup=False,
+        )
+
+
+def _plans_table(result: Refresh, console: Console) -> None:
+    """
+    The running plan's figures beside the recalibrated one's, then why a first route moved.
+    """
+    from rich.table import Table
+
+    from tailkit.text import printable
+
+    table = Table(title="the running plan beside the recalibrated one", title_justify="left")
+    for column in ("", "figure", "running", "recalibrated"):
+        table.add_column(column, overflow="fold")
+    plans = result.as_dict()["workflow"]
+    for figure in plans["old"]:
+        table.add_row(
+            "workflow" if figure == "p50_s" else "",
+            _FIGURES[figure],
+            _value(figure, plans["old"][figure]),
+            _value(figure, (plans["new"] or {}).get(figure)),
+        )
+    rows = result.steps()
+    live = any(row["old"]["live"] or (row["new"] or {}).get("live") for row in rows)
+    for row in rows:
+        table.add_section()
+        before, after = _step_rows(row["old"]), _step_rows(row["new"])
+        for i, label in enumerate(before):
+            if label == "live routing" and not live:
+                continue
+            table.add_row(
+                shown(row["step"]) if i == 0 else "",
+                label,
+                before[label],
+                after.get(label, "-"),
+                style="bold" if after and after.get(label) != before[label] else None,
+            )
+    console.print(table)
+    choices = {} if result.calibration is None else result.calibration.route_choices
+    for row in rows:
+        if "route" in row["changed"] and row["step"] in choices:
+            why = choices[row["step"]].sentence()
+            console.print(
+                printable(f"first route of {row['step']}: {why}"), highlight=False, markup=False
+            )
 
 
 def refresh(
