@@ -69,7 +69,7 @@ import numpy.typing as npt
 from tailkit.simulation._couple import AFTER_RETRY, SlotSource, StepSlots
 from tailkit.simulation._draws import Draws
 from tailkit.simulation._general import general_step
-from tailkit.simulation._live import LiveState
+from tailkit.simulation._live import DEFAULT_CONCURRENCY, LiveState
 from tailkit.simulation._model import (
     ACTING,
     NO_TIME_S,
@@ -255,7 +255,7 @@ def simulate_runs(
     reuse: RunOutcome | None = None,
     changed: int = 0,
     on_step: Callable[[int, StepOutcome], None] | None = None,
-    live: LiveState | None = None,
+    live: LiveState | bool = True,
 ) -> RunOutcome:
     """
     Play every run of the workflow.
@@ -270,15 +270,17 @@ def simulate_runs(
             then keeps no step (``starts`` and ``steps`` empty), and a step's arrays are let
             go once no step still waits on them: memory follows the steps running side by
             side (`live_steps`), not the plan. The runs are the same.
-        live: Live routing's state (`LiveState`): the steps with a ``live`` block route
-            each run by it, in batches of its ``concurrency`` runs, and the state carries
-            on to the next block played with it. ``None``: every step on its own route
-            (fixed routing, as the plan's ``route`` says).
+        live: How the steps with a ``live`` block route: ``True``, live, from a fresh
+            `LiveState` (16 runs in flight, `DEFAULT_CONCURRENCY`); a `LiveState`, live,
+            from that state, in batches of its ``concurrency`` runs (pass the same state to
+            every block of one simulation: it carries on); ``False``: every step on its own
+            route at its plan's cutoff (fixed routing).
     """
     if on_step is not None and reuse is not None:
         msg = "on_step keeps no steps to reuse"
         raise ValueError(msg)
     keep = on_step is None
+    state = _live_state(model, live)
     runs = draws.runs
     starts: list[Array] = []
     outcomes: list[StepOutcome] = []
@@ -293,7 +295,7 @@ def simulate_runs(
         if reuse is not None and i < changed:
             start, outcome = reuse.starts[i], reuse.steps[i]
         else:
-            start, outcome = _play(step, ends, dead, zero, draws, model=model, live=live)
+            start, outcome = _play(step, ends, dead, zero, draws, model=model, live=state)
         finish = start + outcome.duration_s
         ends.append(finish)
         gone = outcome.failed if step.required and outcome.failed.any() else None
@@ -318,6 +320,17 @@ def simulate_runs(
         end = np.maximum.reduce(sinks) if len(sinks) > 1 else sinks[0]
     assert end is not None  # noqa: S101 - a workflow has a required step or a sink
     return RunOutcome(end, ~bad, tuple(starts), tuple(outcomes))
+
+
+def _live_state(model: WorkflowModel, live: LiveState | bool) -> LiveState | None:
+    """
+    The state a simulation routes its live steps by (``None``: fixed routing, or none live).
+    """
+    if isinstance(live, LiveState):
+        return live
+    if not live or all(step.live is None for step in model.steps):
+        return None
+    return LiveState(DEFAULT_CONCURRENCY)
 
 
 def _sink(step: StepModel, finish: Array, *, waited: bool, deadline_s: float) -> Array | None:
