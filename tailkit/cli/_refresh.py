@@ -103,7 +103,6 @@ def render(result: Refresh, console: Console) -> None:
     Names from the plan and the ledgers are data: markup in them is escaped and control
     characters spelt out (`shown`, `printable`).
     """
-    from tailkit.refresh import NOT_RECALIBRATED
     from tailkit.text import printable
 
     _drift_lines(result, console)
@@ -126,12 +125,6 @@ def render(result: Refresh, console: Console) -> None:
         _plans_table(result, console)
     for warning in result.warnings(_name):
         console.print(printable(f"warning {warning}"), highlight=False, markup=False)
-    if result.outcome == NOT_RECALIBRATED:
-        console.print(
-            printable(f"not recalibrated: {result.problem_text(_name)}"),
-            highlight=False,
-            markup=False,
-        )
     console.print(printable(result.summary(_name)), highlight=False, markup=False)
 
 

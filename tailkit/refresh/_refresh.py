@@ -391,8 +391,19 @@ def _window(store: Store, since: datetime | timedelta) -> str:
     row = store.fetchone("SELECT max(started_at) FROM calls")
     newest: datetime | None = None if row is None else row[0]
     if newest is None:
-        return f"calls within {since} of the newest call"
-    return f"calls since {_iso(newest - since)}, {since} before the newest call"
+        return f"calls within {_duration(since)} of the newest call"
+    return f"calls since {_iso(newest - since)}, {_duration(since)} before the newest call"
+
+
+def _duration(span: timedelta) -> str:
+    """
+    ``6h``, ``90m``, ``2d``, ``45s``: a duration as ``since`` is written on a command line.
+    """
+    seconds = span.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _iso(instant: datetime) -> str:
