@@ -73,13 +73,21 @@ def render_replay(result: ReplayResult, console: Console) -> None:
                 mark = "[yellow]borderline[/yellow]"
             table.add_row(shown(side.label) if i == 0 else "", title, show(side.predicted[key]),
                           observed, mark)  # fmt: skip
+        for line in side.shares:
+            seen = line.observed
+            mark = "agrees" if line.agrees else "[red]differs[/red]"
+            if line.borderline:
+                mark = "[yellow]borderline[/yellow]"
+            observed = f"{_pct(seen.value)} ({_pct(seen.low)}–{_pct(seen.high)})"
+            title = shown(f"{line.step}: first to {line.route}")
+            table.add_row("", title, _pct(line.predicted), observed, mark)
         table.add_section()
     console.print(table)
     verdict = {"agrees": "[green]agrees[/green]", "differs": "[red]differs[/red]",
                "can't tell": "[yellow]can't tell[/yellow]"}[result.verdict]  # fmt: skip
-    if any(side.borderline for side in result.sides):
+    if any(side.borderline or any(x.borderline for x in side.shares) for side in result.sides):
         console.print(
-            "borderline: outside its own 95% interval, inside the one that holds for all eight "
+            "borderline: outside its own 95% interval, inside the one that holds for all the "
             "figures together (one replay in three shows such a figure by chance)"
         )
     console.print(verdict_line(result, verdict))
@@ -155,7 +163,9 @@ def replay(
     (what calibrate simulated) on 127.0.0.1, in a process of its own, and runs the workflow
     --runs times without cutoffs and --runs times with the plan through the executor and the
     OpenAI adapter. Each side's miss rate, p50, p99 and extra attempts are shown predicted
-    and observed (with a 95% interval). The replay measures its own timing error and slows
+    and observed (with a 95% interval); for a plan that routes live, also each live step's
+    share of first attempts per candidate route, the simulation played in batches of the
+    rehearsal's runs in flight. The replay measures its own timing error and slows
     down, or says "can't tell", when the machine is too busy. Exit 0 when both sides agree
     with their predictions, 1 when they differ or it can't tell.
 

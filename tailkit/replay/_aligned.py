@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tailkit.config import Plan
+from tailkit.config import Plan, Step
 from tailkit.record import Buckets
 from tailkit.replay._pool import Calls, job_calls, pool
 from tailkit.simulation import RouteSample
@@ -48,7 +48,15 @@ from tailkit.store import Store
 from tailkit.text import percent
 
 
-__all__ = ["MAX_ROWS", "MIN_JOBS", "MOMENT_WINDOW_S", "Aligned", "StepAlignment", "align_step"]
+__all__ = [
+    "MAX_ROWS",
+    "MIN_JOBS",
+    "MOMENT_WINDOW_S",
+    "Aligned",
+    "StepAlignment",
+    "align_step",
+    "served_routes",
+]
 
 MAX_ROWS = 20_000
 """Rows (jobs, or finished calls of the first route) per step: 200 beyond its p99."""
@@ -58,6 +66,17 @@ MOMENT_WINDOW_S = 300.0
 """A retry's call started at most this far from the call it repeats shares its moment."""
 _NEIGHBOURS = 8  # calls either side in time order a retry's call is chosen among
 Index = npt.NDArray[np.intp]
+
+
+def served_routes(step: Step) -> tuple[str, ...]:
+    """
+    Every route a step may send an attempt to, its own route first: the replay serves each.
+
+    Its route, its candidates (where a live step's first attempt may go, and a live step's
+    hedge when it would go to the first attempt's own route), then its hedge, downgrade and
+    upgrade routes.
+    """
+    return tuple(dict.fromkeys((step.route, *step.first_routes(), *step_routes(step))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +136,7 @@ def align_step(
     """
     buckets = buckets or Buckets()
     step = plan.steps[name]
-    routes = list(dict.fromkeys(step_routes(step)))
+    routes = list(served_routes(step))
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     pools = {
         r: pool(store, plan.routes[r], step, buckets=buckets, seed=seed, max_rows=MAX_ROWS)

@@ -30,18 +30,28 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from tailkit.calibration import workflow_of
-from tailkit.check import observe
+from tailkit.check import Observation, observe
 from tailkit.check.lowlevel import rate
 from tailkit.config import Plan
 from tailkit.errors import ConfigError
 from tailkit.estimate import LEVEL, Estimate
 from tailkit.record import Buckets
+from tailkit.replay._aligned import served_routes
 from tailkit.replay._compare import FIGURES, verdicts
 from tailkit.replay._effect import PlanEffect, plan_effect
 from tailkit.replay._fidelity import MAX_ERROR_SHARE, Fidelity, LagMonitor, fidelity, timing_errors
+from tailkit.replay._live import (
+    MAX_REPLICATES,
+    RouteShareLine,
+    live_steps,
+    replicated,
+    runs_in_flight,
+    share_lines,
+)
 from tailkit.replay._process import ServerProcess
 from tailkit.replay._sides import SideRun, run_side
 from tailkit.replay._tables import ServedModels, served_models
@@ -50,6 +60,7 @@ from tailkit.simulation import (
     DEFAULT_MIN_CALLS,
     RouteSample,
     SimResult,
+    ThinSampleError,
     load_samples,
     simulate,
     simulate_model,
@@ -66,7 +77,17 @@ LABELS = ("without plan", "with plan")
 FAMILY_LEVEL = 1.0 - (1.0 - LEVEL) / (len(LABELS) * len(FIGURES))
 """Each figure's interval level for the verdict: the eight comparisons of a replay together
 miss a true prediction with at most 5 % probability (Bonferroni), where eight separate 95 %
-intervals would flag about one replay in three by chance alone."""
+intervals would flag about one replay in three by chance alone. A plan that routes live adds
+one comparison per live step and candidate route (`family_level`)."""
+
+
+def family_level(comparisons: int) -> float:
+    """
+    The level each of ``comparisons`` comparisons is judged at, for 95 % over all of them.
+    """
+    return 1.0 - (1.0 - LEVEL) / max(comparisons, 1)
+
+
 DEFAULT_RUNS = 400
 PREDICT_RUNS = 100_000
 _PROBE_SCALE = 0.1
@@ -95,6 +116,10 @@ class ReplaySide:
         denials: Cutoffs whose hedge the executor's budget or throttle denied.
         ledger: The side's ledger (profile seconds).
         errors: Runs that ended in an exception instead of a result (counted as misses).
+        shares: For a plan that routes live, per live step and candidate route, the share of
+            first attempts that went there, simulated against observed.
+        concurrency: For a plan that routes live, the runs per batch the simulation decided
+            in: the rehearsal's runs in flight (``None``: no live step).
     """
 
     label: str
@@ -107,13 +132,16 @@ class ReplaySide:
     denials: int
     ledger: Path
     errors: int = 0
+    shares: tuple[RouteShareLine, ...] = ()
+    concurrency: int | None = None
 
     @property
     def verdict(self) -> str:
         """
-        ``agrees`` when every figure does, else ``differs``.
+        ``agrees`` when every figure (and every live route's share) does, else ``differs``.
         """
-        return "agrees" if all(self.agrees.values()) else "differs"
+        every = all(self.agrees.values()) and all(line.agrees for line in self.shares)
+        return "agrees" if every else "differs"
 
     def to_json(self) -> dict[str, Any]:
         """
@@ -138,6 +166,8 @@ class ReplaySide:
             "budget_denials": self.denials,
             "runs_ended_in_error": self.errors,
             "ledger": str(self.ledger),
+            "route_shares": [line.to_json() for line in self.shares],
+            "concurrency": self.concurrency,
         }
 
 
@@ -233,9 +263,20 @@ def _stated(baseline: Plan, plan: Plan) -> Plan:
     return dataclasses.replace(baseline, steps=steps)
 
 
-def _prediction(
-    plan: Plan, samples: Mapping[SampleKey, RouteSample], *, seed: int
-) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+class _Predicted(NamedTuple):
+    """
+    A side's prediction: its figures, their intervals, and a live plan's route shares.
+
+    A tuple, so that ``(point, intervals)`` alone is a fixed plan's prediction too.
+    """
+
+    point: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    shares: Mapping[str, Mapping[str, float]] = MappingProxyType({})
+    spread: Mapping[str, Mapping[str, tuple[float, float]]] = MappingProxyType({})
+
+
+def _prediction(plan: Plan, samples: Mapping[SampleKey, RouteSample], *, seed: int) -> _Predicted:
     """
     The side's predicted figures and their intervals (Monte Carlo error for the miss rate).
 
@@ -251,14 +292,67 @@ def _prediction(
     intervals = {"miss_rate": (max(result.miss_rate - spread, 0.0), result.miss_rate + spread)}
     low_end = default_as_independent(plan)
     if low_end is None:
-        return predicted, intervals
+        return _Predicted(predicted, intervals)
     model = workflow_model(plan, samples, sharing=low_end)
-    other = simulate_model(model, runs=PREDICT_RUNS, seed=seed)
-    for name, value in _predicted(other).items():
+    _widen(intervals, predicted, simulate_model(model, runs=PREDICT_RUNS, seed=seed))
+    return _Predicted(predicted, intervals)
+
+
+def _live_prediction(
+    plan: Plan,
+    samples: Mapping[SampleKey, RouteSample],
+    *,
+    seed: int,
+    runs: int,
+    concurrency: int,
+) -> _Predicted:
+    """
+    A live plan's prediction: rehearsals of ``runs`` runs simulated, each from a fresh start.
+
+    In batches of ``concurrency`` runs (the rehearsal's runs in flight), as many rehearsals as
+    make `PREDICT_RUNS` runs (at most `MAX_REPLICATES`, `replicated`): the figures pool them,
+    each route's share has its spread over them. The default sharing widens every interval as
+    for a fixed plan (`_prediction`).
+    """
+    reps = max(1, min(PREDICT_RUNS // runs, MAX_REPLICATES))
+    found = replicated(
+        workflow_model(plan, samples), runs=runs, replicates=reps, seed=seed,
+        concurrency=concurrency,
+    )  # fmt: skip
+    predicted = dict(found.figures)
+    spread = 1.96 * found.miss_rate_se
+    miss = predicted["miss_rate"]
+    intervals = {"miss_rate": (max(miss - spread, 0.0), miss + spread)}
+    shares = {s: dict(by) for s, by in found.spread.items()}
+    low_end = default_as_independent(plan)
+    if low_end is not None:
+        other = replicated(
+            workflow_model(plan, samples, sharing=low_end), runs=runs, replicates=reps,
+            seed=seed, concurrency=concurrency,
+        )  # fmt: skip
+        _widen(intervals, predicted, other.figures, other.miss_rate_se)
+        for step, by in other.spread.items():
+            for route, (low, high) in by.items():
+                was = shares.setdefault(step, {}).get(route, (low, high))
+                shares[step][route] = (min(was[0], low), max(was[1], high))
+    return _Predicted(predicted, intervals, found.shares, shares)
+
+
+def _widen(
+    intervals: dict[str, tuple[float, float]],
+    predicted: Mapping[str, float],
+    other: SimResult | Mapping[str, float],
+    miss_rate_se: float | None = None,
+) -> None:
+    """
+    Each figure's interval stretched to span ``other``'s prediction too (and its MC error).
+    """
+    figures = _predicted(other) if isinstance(other, SimResult) else other
+    se = other.miss_rate_se if isinstance(other, SimResult) else (miss_rate_se or 0.0)
+    for name, value in figures.items():
         low, high = intervals.get(name, (predicted[name], predicted[name]))
-        reach = 1.96 * other.miss_rate_se if name == "miss_rate" else 0.0
+        reach = 1.96 * se if name == "miss_rate" else 0.0
         intervals[name] = (min(low, max(value - reach, 0.0)), max(high, value + reach))
-    return predicted, intervals
 
 
 def _predicted(result: SimResult) -> dict[str, float]:
@@ -270,7 +364,9 @@ def _predicted(result: SimResult) -> dict[str, float]:
     }
 
 
-def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict[str, Estimate]:
+def _figures(
+    plan: Plan, ledger: Path, level: float, *, unseen: int = 0
+) -> tuple[dict[str, Estimate], Observation]:
     # read exactly as `tailkit check` reads a production ledger: one definition of a run's
     # end, a miss and an extra attempt (one a cutoff started) for both; ``unseen`` runs that
     # ended in an error without a ledger line are misses too
@@ -281,17 +377,28 @@ def _figures(plan: Plan, ledger: Path, level: float, *, unseen: int = 0) -> dict
         "p50_s": seen.p50_s,
         "p99_s": seen.p99_s,
         "extra_attempts": seen.cutoff_attempts,
-    }
+    }, seen
 
 
 def _side(
-    plan: Plan, run: SideRun, predicted: tuple[dict[str, float], dict[str, Any]]
+    plan: Plan,
+    run: SideRun,
+    predicted: _Predicted | tuple[dict[str, float], dict[str, tuple[float, float]]],
+    *,
+    level: float = FAMILY_LEVEL,
+    concurrency: int | None = None,
 ) -> ReplaySide:
-    point, intervals = predicted
+    point, intervals = predicted[0], predicted[1]
+    live = predicted if isinstance(predicted, _Predicted) else _Predicted(point, intervals)
     unseen = _unseen_runs(run)
-    observed = _figures(plan, run.ledger, LEVEL, unseen=unseen)
+    observed, seen = _figures(plan, run.ledger, LEVEL, unseen=unseen)
     strict = verdicts(point, observed, intervals)
-    family = verdicts(point, _figures(plan, run.ledger, FAMILY_LEVEL, unseen=unseen), intervals)
+    family = verdicts(point, _figures(plan, run.ledger, level, unseen=unseen)[0], intervals)
+    shares = (
+        share_lines(plan, seen, live.shares, live.spread, family_level=level)
+        if concurrency
+        else ()
+    )
     return ReplaySide(
         label=run.label,
         runs=run.runs,
@@ -303,6 +410,8 @@ def _side(
         denials=run.denials,
         ledger=run.ledger,
         errors=len(run.errors),
+        shares=shares,
+        concurrency=concurrency,
     )
 
 
@@ -395,7 +504,8 @@ def replay(
         progress: Called with (phase, done, total): ``probe``, ``without plan``, ``with plan``.
 
     Raises:
-        ConfigError: The plan has no cutoffs, or an argument is out of range.
+        ConfigError: The plan has no cutoffs (and routes nothing live), or an argument is out
+            of range.
         ThinSampleError: A step's route has too few calls in its bucket.
         TailkitError: The replay server did not start.
     """
@@ -410,15 +520,21 @@ def replay(
             value=time_scale,
             fix="Pass 1 for real time, less to rehearse faster; leave it out to have it chosen.",
         )
-    if all(step.on_cutoff == "wait" for step in plan.steps.values()):
+    if all(step.on_cutoff == "wait" and step.live is None for step in plan.steps.values()):
         msg = "the plan has no cutoffs to rehearse: calibrate it first (tailkit calibrate)."
         fix = "Calibrating the workflow writes a plan with cutoffs (tailkit.calibrate)."
         raise ConfigError(msg, field="plan", value=plan.workflow, fix=fix)
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="tailkit-replay-"))
     out.mkdir(parents=True, exist_ok=True)
-    samples = load_samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
+    samples = _samples(store, plan, buckets=buckets, min_calls=min_calls, seed=seed)
     baseline = _stated(workflow_of(plan), plan)
-    predictions = (_prediction(baseline, samples, seed=seed), _prediction(plan, samples, seed=seed))
+    live = live_steps(plan)
+    # a live plan's prediction waits for the rehearsal: it is simulated in batches of the
+    # rehearsal's own runs in flight
+    predictions = (
+        _prediction(baseline, samples, seed=seed),
+        None if live else _prediction(plan, samples, seed=seed),
+    )
     # every attempt of one call does one job: served from the data's own pairs (job keys, or
     # the same size and moment), not the simulator's copula, so the two can disagree
     served = served_models(plan, samples, store=store, buckets=buckets, seed=seed)
@@ -442,7 +558,23 @@ def replay(
             f"{', '.join(map(repr, guessed))}: each predicted interval spans independent repeats "
             "up to the default"
         )
-    result_sides = (_side(plan, sides[0], predictions[0]), _side(plan, sides[1], predictions[1]))
+    concurrency, level, with_plan = None, FAMILY_LEVEL, predictions[1]
+    if with_plan is None:
+        flying = runs_in_flight(sides[1].ledger)
+        concurrency = max(1, round(flying))
+        with_plan = _live_prediction(plan, samples, seed=seed, runs=runs, concurrency=concurrency)
+        level = family_level(
+            len(LABELS) * len(FIGURES) + sum(len(plan.steps[n].first_routes()) for n in live)
+        )
+        notes.append(
+            f"live routing of step(s) {', '.join(map(repr, live))}: predicted by rehearsals of "
+            f"{runs} runs simulated from a fresh start, in batches of {concurrency} run(s), "
+            f"the rehearsal's runs in flight ({flying:.1f} on average when a run started)"
+        )
+    result_sides = (
+        _side(plan, sides[0], predictions[0], level=level),
+        _side(plan, sides[1], with_plan, level=level, concurrency=concurrency),
+    )
     for side, run in zip(result_sides, sides, strict=True):
         if run.errors:
             notes.append(
@@ -455,6 +587,35 @@ def replay(
             f"the executor's hedge budget or throttle denied {denied} hedge(s) the plan called for"
         )
     return ReplayResult(plan, result_sides, found, tuple(tried), out, tuple(notes))
+
+
+def _samples(
+    store: Store, plan: Plan, *, buckets: Buckets | None, min_calls: int, seed: int
+) -> dict[SampleKey, RouteSample]:
+    """
+    The route samples of every route the replay serves, candidates included.
+
+    Raises:
+        ThinSampleError: A route a step may send an attempt to has too few calls.
+    """
+    candidates = {name: step.first_routes() for name, step in plan.steps.items()}
+    samples = load_samples(
+        store, plan, buckets=buckets, min_calls=min_calls, seed=seed, candidates=candidates
+    )
+    for name, step in plan.steps.items():
+        for route in served_routes(step):
+            if (name, route) not in samples:
+                msg = (
+                    f"step {name!r}: candidate route {route} has fewer than {{field}} "
+                    f"({min_calls}) calls in the step's bucket: the replay cannot serve it."
+                )
+                raise ThinSampleError(
+                    msg,
+                    field="min_calls",
+                    value=min_calls,
+                    fix="Ingest more calls of the route, or drop it from the step's candidates.",
+                )
+    return samples
 
 
 @dataclass(slots=True)

@@ -28,10 +28,10 @@ import numpy as np
 from tailkit.config import Plan
 from tailkit.fit import quantile
 from tailkit.record import Buckets
-from tailkit.replay._aligned import align_step
+from tailkit.replay._aligned import align_step, served_routes
 from tailkit.serve.lowlevel import Outcomes
 from tailkit.simulation import RouteSample
-from tailkit.simulation.lowlevel import SampleKey, step_routes
+from tailkit.simulation.lowlevel import SampleKey
 from tailkit.store import Store
 
 
@@ -159,10 +159,10 @@ def served_models(
     seed: int = 0,
 ) -> ServedModels:
     """
-    One served model per (step, route) the plan may send an attempt to.
+    One served model per (step, route) the plan may send an attempt to (`served_routes`).
 
     Args:
-        plan: The plan (its steps' routes, hedge, downgrade and upgrade routes).
+        plan: The plan (its steps' routes, candidates, hedge, downgrade and upgrade routes).
         samples: The route samples the plan was (or is) simulated with.
         store: The store the samples come from: each step's routes are then served aligned
             by job (or by size), so a repeat attempt does the same job as the attempt it
@@ -183,7 +183,7 @@ def served_models(
         if store is not None:
             aligned = align_step(store, plan, name, samples, buckets=buckets, seed=seed)
             basis[name] = aligned.basis
-        for route in step_routes(step):
+        for route in served_routes(step):
             model = f"{route} @{name}"
             ids[(name, route)] = model
             if aligned is None:
