@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from tailkit.calibration import calibrate
 from tailkit.cli import app
