@@ -32,9 +32,8 @@ from tailkit.cli._replay import render_replay
 from tailkit.config import LiveRouting, Plan, parse_plan
 from tailkit.ingest import ingest_paths
 from tailkit.replay import ReplayResult, replay
-from tailkit.replay._live import runs_in_flight
 from tailkit.replay._tables import ServedModels, served_models
-from tailkit.replay.lowlevel import MAX_ERROR_SHARE
+from tailkit.replay.lowlevel import MAX_ERROR_SHARE, runs_in_flight
 from tailkit.simulation import RouteSample
 from tailkit.store import Store
 

@@ -33,7 +33,8 @@ from tailkit.store import DEFAULT_DB
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tailkit.replay import ReplayResult
+    from tailkit.replay import ReplayResult, ReplaySide
+    from tailkit.replay.lowlevel import RouteShareLine
 
 
 def _pct(value: float) -> str:
@@ -43,6 +44,11 @@ def _pct(value: float) -> str:
 
 def _secs(value: float) -> str:
     return text.number(value, 1)
+
+
+def _shares(side: ReplaySide) -> tuple[RouteShareLine, ...]:
+    # a side as a report reads it back from JSON may predate live plans: no shares
+    return tuple(getattr(side, "shares", ()))
 
 
 def render_replay(result: ReplayResult, console: Console) -> None:
@@ -73,7 +79,7 @@ def render_replay(result: ReplayResult, console: Console) -> None:
                 mark = "[yellow]borderline[/yellow]"
             table.add_row(shown(side.label) if i == 0 else "", title, show(side.predicted[key]),
                           observed, mark)  # fmt: skip
-        for line in side.shares:
+        for line in _shares(side):
             seen = line.observed
             mark = "agrees" if line.agrees else "[red]differs[/red]"
             if line.borderline:
@@ -85,7 +91,7 @@ def render_replay(result: ReplayResult, console: Console) -> None:
     console.print(table)
     verdict = {"agrees": "[green]agrees[/green]", "differs": "[red]differs[/red]",
                "can't tell": "[yellow]can't tell[/yellow]"}[result.verdict]  # fmt: skip
-    if any(side.borderline or any(x.borderline for x in side.shares) for side in result.sides):
+    if any(side.borderline or any(x.borderline for x in _shares(side)) for side in result.sides):
         console.print(
             "borderline: outside its own 95% interval, inside the one that holds for all the "
             "figures together (one replay in three shows such a figure by chance)"

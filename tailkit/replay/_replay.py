@@ -395,9 +395,7 @@ def _side(
     strict = verdicts(point, observed, intervals)
     family = verdicts(point, _figures(plan, run.ledger, level, unseen=unseen)[0], intervals)
     shares = (
-        share_lines(plan, seen, live.shares, live.spread, family_level=level)
-        if concurrency
-        else ()
+        share_lines(plan, seen, live.shares, live.spread, family_level=level) if concurrency else ()
     )
     return ReplaySide(
         label=run.label,
