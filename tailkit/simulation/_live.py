@@ -38,7 +38,6 @@ not modelled, as for fixed routing.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import itertools
 import math
@@ -195,66 +194,81 @@ class _Routes:
     """
     Strictly private: one live step's state: a window per candidate, the decision counter.
 
-    A window is a ring of the route's latest ``window`` observations (which one goes next)
-    beside the same values sorted (the order statistic), as the executor keeps it: an
-    observation costs a binary search and a list insert and delete, a value one index.
+    A window is a ring of the route's latest ``window`` observations (their order does not
+    matter to an order statistic, only which are the latest); a batch's observations go in
+    at once, and the value of a window that changed is taken again (one partial sort).
     """
 
-    __slots__ = ("_next", "_ranked", "_rings", "batch", "live", "pending", "seen", "turn")
+    __slots__ = (
+        "_held", "_next", "_rings", "batch", "cuts", "live", "pending", "seen", "turn", "values",
+    )  # fmt: skip
 
     def __init__(self, live: LiveModel) -> None:
         self.live = live
         count = len(live.routes)
-        self._rings: list[list[float]] = [[] for _ in range(count)]
-        self._ranked: list[list[float]] = [[] for _ in range(count)]
-        self._next = [0] * count  # where each full ring's next observation goes
+        self._rings = [np.empty(live.window) for _ in range(count)]
+        self._held = [0] * count  # observations in each ring
+        self._next = [0] * count  # where each ring's next observation goes
         self.pending: list[list[float]] = [[] for _ in range(count)]
+        self.values = list(live.prior_s)
+        low, high = live.low_s, live.high_s
+        self.cuts = [min(max(v, low), high) for v in self.values]
         self.turn = 0  # decisions taken (the counter n of the rule)
         self.seen = 0  # runs played (batches are counted in runs, started or not)
-        self.batch: tuple[int, list[float]] | None = None  # the best candidate, the cutoffs
+        self.batch: int | None = None  # the best candidate of the batch in flight
 
     def window(self, r: int) -> Array:
         """
         Candidate ``r``'s window, oldest first.
         """
-        ring, at = self._rings[r], self._next[r]
-        return np.array(ring[at:] + ring[:at], dtype=np.float64)
-
-    def value(self, r: int) -> float:
-        """
-        Candidate ``r``'s value: its window's quantile, or its prior while the window is thin.
-        """
-        ranked = self._ranked[r]
-        held = len(ranked)
-        if held < self.live.min_calls:
-            return self.live.prior_s[r]
-        return ranked[order_index(self.live.quantile, held)]
+        ring, held, at = self._rings[r], self._held[r], self._next[r]
+        if held < ring.size:
+            return ring[:held].copy()
+        return np.concatenate([ring[at:], ring[:at]])
 
     def _let_in(self, r: int, new: list[float]) -> None:
-        ring, ranked, size = self._rings[r], self._ranked[r], self.live.window
-        at = self._next[r]
-        for value in new:
-            if len(ring) < size:
-                ring.append(value)
-            else:
-                del ranked[bisect.bisect_left(ranked, ring[at])]
-                ring[at] = value
-                at = at + 1 if at + 1 < size else 0
-            bisect.insort(ranked, value)
-        self._next[r] = at
-        new.clear()
-
-    def start_batch(self) -> tuple[int, list[float]]:
         """
-        Let the last batch's observations in; the best candidate and the cutoffs it decides by.
+        Candidate ``r``'s new observations join its window; its value is taken again.
+        """
+        ring = self._rings[r]
+        size, m, at = ring.size, len(new), self._next[r]
+        if at + m <= size:  # most batches: one slice
+            ring[at : at + m] = new
+            self._next[r] = at + m if at + m < size else 0
+        elif m >= size:
+            ring[:] = new[m - size :]
+            self._next[r] = 0
+        else:
+            first = size - at
+            ring[at:] = new[:first]
+            ring[: m - first] = new[first:]
+            self._next[r] = m - first
+        held = self._held[r]
+        if held < size:
+            held = self._held[r] = min(held + m, size)
+        new.clear()
+        live = self.live
+        if held < live.min_calls:
+            return  # the prior stands
+        ranked = ring.copy() if held == size else ring[:held].copy()
+        i = order_index(live.quantile, held)
+        ranked.partition(i)
+        value = self.values[r] = float(ranked[i])
+        self.cuts[r] = (
+            value
+            if live.low_s <= value <= live.high_s
+            else min(max(value, live.low_s), live.high_s)
+        )
+
+    def start_batch(self) -> int:
+        """
+        Let the last batch's observations in; the best candidate the next batch decides by.
         """
         for r, new in enumerate(self.pending):
             if new:
                 self._let_in(r, new)
-        values = [self.value(r) for r in range(len(self.pending))]
-        best = values.index(min(values))  # ties: the first candidate
-        low, high = self.live.low_s, self.live.high_s
-        self.batch = (best, [min(max(v, low), high) for v in values])
+        values = self.values
+        self.batch = values.index(min(values))  # ties: the first candidate
         return self.batch
 
 
@@ -374,17 +388,18 @@ class LiveState:
         for lo, hi in itertools.pairwise(edges):
             if state.batch is None or (state.seen + lo) % size == 0:
                 state.start_batch()
-            assert state.batch is not None  # noqa: S101 - set just above
-            best, cuts = state.batch
+            best = state.batch
+            assert best is not None  # noqa: S101 - set just above
+            cuts = state.cuts
             c = cuts[best]
             bests.append(best)
             cuts_of.append(c)
-            told = [
-                v if c >= t else inf
-                for v, t in zip(values[best][lo:hi], thresholds[best][lo:hi], strict=True)
-            ]
             # NaN: the run did not decide here, or failed by itself, telling nothing
-            pending[best].extend([x for x in told if x == x])  # noqa: PLR0124 - NaN test
+            pending[best].extend([
+                v if c >= t else inf
+                for v, t in zip(values[best][lo:hi], thresholds[best][lo:hi])  # noqa: B905 - slices of one block, equal lengths
+                if c < t or v == v  # noqa: PLR0124 - NaN test
+            ])  # fmt: skip
             while e < len(explores) and explores[e] < hi:
                 j = explores[e]
                 others = [k for k in range(count) if k != best]
