@@ -118,7 +118,7 @@ def simulate_model(
         msg = f"runs must be at least 1, got {runs}"
         raise ValueError(msg)
     check_run_count(runs)
-    state = live_state(model, concurrency=concurrency, live=live) or False
+    state = live_state(model, concurrency=concurrency, live=live)
     tally = Tally(model)
     chunk = chunk_runs(live_steps(model))
     draws = Draws(min(chunk, runs), seed=seed)
@@ -136,8 +136,7 @@ def live_state(
     """
     A fresh live-routing state for simulating ``model`` (``None``: nothing routes live).
 
-    Pass it to every block of one simulation (`simulate_runs`'s ``live``; ``None``:
-    pass ``False``).
+    Pass it to every block of one simulation (`simulate_runs`'s ``live``).
 
     Args:
         model: The workflow.

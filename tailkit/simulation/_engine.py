@@ -255,7 +255,7 @@ def simulate_runs(
     reuse: RunOutcome | None = None,
     changed: int = 0,
     on_step: Callable[[int, StepOutcome], None] | None = None,
-    live: LiveState | bool = True,
+    live: LiveState | bool | None = True,
 ) -> RunOutcome:
     """
     Play every run of the workflow.
@@ -273,7 +273,8 @@ def simulate_runs(
         live: How the steps with a ``live`` block route: ``True``, live, from a fresh
             `LiveState` (16 runs in flight, `DEFAULT_CONCURRENCY`); a `LiveState`, live,
             from that state, in batches of its ``concurrency`` runs (pass the same state to
-            every block of one simulation: it carries on); ``False``: every step on its own
+            every block of one simulation: it carries on); ``False`` or ``None`` (what
+            `live_state` gives for a model that routes nothing live): every step on its own
             route at its plan's cutoff (fixed routing).
     """
     if on_step is not None and reuse is not None:
@@ -322,7 +323,7 @@ def simulate_runs(
     return RunOutcome(end, ~bad, tuple(starts), tuple(outcomes))
 
 
-def _live_state(model: WorkflowModel, live: LiveState | bool) -> LiveState | None:
+def _live_state(model: WorkflowModel, live: LiveState | bool | None) -> LiveState | None:
     """
     The state a simulation routes its live steps by (``None``: fixed routing, or none live).
     """
