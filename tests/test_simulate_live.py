@@ -397,3 +397,48 @@ def test_load_samples_loads_candidates_and_calls_since(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="time-zone-aware") as naive:
             load_samples(store, plan, min_calls=100, since=datetime(2026, 12, 2))
         assert naive.value.field == "since"
+
+
+def _variant_plan() -> Plan:
+    """LIVE_PLAN with a downgrade on check and a draft that only routes (no cutoff)."""
+    plan = parse_plan(LIVE_PLAN)
+    steps = dict(plan.steps)
+    steps["check"] = dataclasses.replace(
+        steps["check"], on_cutoff="downgrade", downgrade_route="d/small"
+    )
+    steps["draft"] = dataclasses.replace(
+        steps["draft"], cutoff_s=None, on_cutoff="wait", hedge_route=None, upgrade_route=None
+    )
+    return dataclasses.replace(plan, steps=steps)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_downgrades_routing_only_and_shared_repeats_as_the_reference(shared: bool) -> None:
+    """A downgrade, a live step without a cutoff, repeats that share the job: as the reference."""
+    from tailkit.config import Shared
+
+    plan = _variant_plan()
+    sharing = None
+    if shared:
+        both = Shared(other_provider=0.5, same_provider=0.8, source="test", evidence="given")
+        sharing = dict.fromkeys(plan.steps, both)
+    model = workflow_model(plan, _live_samples(), sharing=sharing)
+    runs = 300
+    draws = Draws(runs, seed=8, keep=True)
+    stacks = {s.name: draws.stack(s.name) for s in model.steps}
+    per_run = [[[int(x) for x in stacks[s.name][:, r]] for s in model.steps] for r in range(runs)]
+    reference = reference_live(model, per_run, concurrency=3)
+    engine = simulate_runs(model, draws, live=LiveState(3))
+    draft = engine.steps[0].live
+    assert draft is not None
+    assert np.isnan(draft.cutoff_s).all()  # it only routes
+    assert {d["draft"].route for _, d in reference} == {"a/m", "f/m", "c/m"}
+    for i, step in enumerate(model.steps):
+        if step.live is None:
+            continue
+        chosen = engine.steps[i].live
+        assert chosen is not None
+        got = [step.live.routes[r] if r >= 0 else None for r in chosen.route.tolist()]
+        assert got == [d[step.name].route if step.name in d else None for _, d in reference]
+    np.testing.assert_allclose(engine.end_s, [t.end_s for t, _ in reference], rtol=1e-12)
+    np.testing.assert_array_equal(engine.ok, [t.ok for t, _ in reference])

@@ -19,6 +19,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from tailkit.simulation._couple import step_indexes
 from tailkit.simulation._model import LiveModel, StepModel, WorkflowModel
 from tailkit.simulation._reference import RunTrace, _attempt, acts_at, reference_trace
 
@@ -111,6 +114,22 @@ def seen(step: StepModel, start_s: float, duration_s: float, model: WorkflowMode
     return value if value <= stop else math.inf
 
 
+def _trace(
+    model: WorkflowModel, steps: Sequence[StepModel], draws: Sequence[Sequence[int]]
+) -> RunTrace:
+    """
+    One run of ``model`` with ``steps`` played.
+
+    Each step's repeats are coupled to its first attempt on the route it went to
+    (`step_indexes`), as the engine couples them.
+    """
+    indexes = [
+        step_indexes(step, np.asarray(d, dtype=np.uint16).reshape(-1, 1))[:, 0].tolist()
+        for step, d in zip(steps, draws, strict=True)
+    ]
+    return reference_trace(dataclasses.replace(model, steps=tuple(steps)), indexes)
+
+
 def reference_live(
     model: WorkflowModel, draws: Sequence[Sequence[Sequence[int]]], *, concurrency: int = 1
 ) -> list[tuple[RunTrace, dict[str, LiveDecision]]]:
@@ -119,7 +138,8 @@ def reference_live(
 
     Args:
         model: The workflow (its live steps' ``live`` set).
-        draws: Per run, per step, the step's raw slot draws (as `reference_trace` takes).
+        draws: Per run, per step, the step's four raw slot draws; each run's repeats are
+            coupled for the routes its steps chose (`step_indexes`).
         concurrency: Runs per batch: each decides from the state at its batch's start.
     """
     states = {i: _Step(s.live) for i, s in enumerate(model.steps) if s.live is not None}
@@ -140,13 +160,13 @@ def reference_live(
                 variant = dataclasses.replace(variant, cutoff_s=cutoff)
             steps[i] = variant
             chosen[i] = (r, why, value, calls, cutoff)
-        trace = reference_trace(dataclasses.replace(model, steps=tuple(steps)), run_draws)
+        trace = _trace(model, steps, run_draws)
         # a step that never starts before the deadline takes no decision: it is played on
         # its own route, as the engine plays it (what it does then changes no verdict)
         late = {i for i in chosen if trace.skipped[i] or trace.starts[i] >= model.deadline_s}
         if late:
             steps = [model.steps[i] if i in late else s for i, s in enumerate(steps)]
-            trace = reference_trace(dataclasses.replace(model, steps=tuple(steps)), run_draws)
+            trace = _trace(model, steps, run_draws)
         decisions = {}
         for i, (r, why, value, calls, cutoff) in chosen.items():
             if i in late:
