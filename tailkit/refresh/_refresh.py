@@ -53,7 +53,7 @@ SINCE = timedelta(hours=6)
 """What "recent" means by default: the six hours before the newest call in the store."""
 
 DEFAULT_DB = Path("tailkit.duckdb")
-"""The store file, as every command's ``--db`` defaults to (``tailkit.store.DEFAULT_DB``)."""
+"""The store file every command uses by default (``tailkit.store.DEFAULT_DB``)."""
 
 BACKUP_SUFFIX = ".prev"
 """The old plan is kept as the plan file's name plus this, unless told where."""
