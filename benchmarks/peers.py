@@ -320,6 +320,8 @@ def _not_more_load(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
         return True
     a = max(ours["requests"] - ours["step_calls"], 0)
     b = max(theirs["requests"] - theirs["step_calls"], 0)
+    if a == 0:  # no extra request at all (the peer's calls that sent none made it negative)
+        return True
     share = ours["step_calls"] / (ours["step_calls"] + theirs["step_calls"])
     return bool(st.binomtest(a, a + b, share, alternative="greater").pvalue >= 0.05)
 
@@ -461,6 +463,15 @@ def _switched_rows(
         row["drift_p99_s"] = p99 if math.isfinite(p99) else None
 
 
+def _run_and_keep(case: str, variants: Sequence[str], *, work: Path, **kw: Any) -> dict[str, Any]:
+    """
+    `run_case`, its figures also written to the workdir (``CASE.result.json``) as it ends.
+    """
+    out = run_case(case, variants, work=work, **kw)
+    (work / f"{case}.result.json").write_text(json.dumps(out, indent=2), encoding="utf-8")
+    return out
+
+
 def ledger_notes(path: Path) -> dict[str, int]:
     """
     What the executor's ledger says it did: failovers, refused retries, its breaker's events.
@@ -523,6 +534,7 @@ def print_tables(result: Mapping[str, Any]) -> None:
     """
     print(f"time scale {result['time_scale']}; seconds are profile seconds; "
           f"{result['wall_s']:.0f} s wall")  # fmt: skip
+    _print_live_plans(result["plans"])
     for case in result["cases"]:
         print(f"\n### {case['case']} ({case['calls']:,} calls per variant, "
               f"deadline {case['deadline_s']:.0f} s)\n")  # fmt: skip
@@ -560,6 +572,34 @@ def print_tables(result: Mapping[str, Any]) -> None:
         for key, mark in (("sdk_verdicts", "(SDK) "), ("live_verdicts", "(live) ")):
             for v in case.get(key, []):
                 print(_verdict_text(v, mark))
+
+
+def _print_live_plans(plans: Mapping[str, Any]) -> None:
+    """
+    What tailkit-live was told, per distinct plan: each step's first route, candidates, live.
+    """
+    seen: dict[str, list[str]] = {}
+    for case, plan in plans.items():
+        text = json.dumps(plan.get("live"), sort_keys=True)
+        seen.setdefault(text, []).append(case)
+    if not seen:
+        return
+    print("\ntailkit-live's plans (calibrate --live):")
+    for text, cases in seen.items():
+        steps = (json.loads(text) or {}).get("steps", {})
+        for name, s in steps.items():
+            live = s.get("live")
+            cut = "none" if s["cutoff_s"] is None else f"{s['cutoff_s']:.1f} s"
+            among = ", ".join(s["candidates"]) or s["route"]
+            line = f"- {', '.join(cases)}: {name}: {s['route']} of [{among}], "
+            line += f"{s['on_cutoff']} at {cut}"
+            if live is not None:
+                prior = ", ".join(f"{r} {v:.1f}" for r, v in live["prior_s"].items())
+                low, high = live["cutoff_bounds_s"]
+                line += (f"; live: q {live['quantile']:g}, prior {prior}, bounds {low:.1f}–"
+                         f"{high:.1f} s, window {live['window']}, min {live['min_calls']}, "
+                         f"explore every {live['explore_every']}")  # fmt: skip
+            print(line)
 
 
 def _verdict_text(v: Mapping[str, Any], mark: str) -> str:
@@ -638,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                 clients.ask({"none": probe.spec(server.url, work / "before.jsonl", args.rate)})
             plans = calibrate_all(work, probe, cases, args.time_scale, seed=args.seed)
             results = [
-                run_case(c, variants, clients=clients, plans=plans, args=args, work=work)
+                _run_and_keep(c, variants, clients=clients, plans=plans, args=args, work=work)
                 for c in cases
             ]
         finally:
