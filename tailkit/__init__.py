@@ -18,9 +18,9 @@ contracts in ``pyproject.toml`` check this):
   `tailkit.store`; `tailkit.fit` fits latency distributions and `tailkit.tails` the tail table
   (`stats`); `tailkit.simulation` plays a plan against the fits (`simulate`) and
   `tailkit.calibration` searches for the best one (`calibrate`); `tailkit.check` judges a plan
-  against a ledger, `tailkit.refresh` recalibrates it when it drifted, `tailkit.replay` rehearses it against `tailkit.serve`, `tailkit.races`
-  finds races between two logs, `tailkit.report` draws the figures, `tailkit.engines` reads
-  files in place or with Dask.
+  against a ledger, `tailkit.refresh` recalibrates it when it drifted, `tailkit.replay`
+  rehearses it against `tailkit.serve`, `tailkit.races` finds races between two logs,
+  `tailkit.report` draws the figures, `tailkit.engines` reads files in place or with Dask.
 - **The workflows and commands** -- `tailkit.demo` (the whole loop on sample data) and
   `tailkit.cli` (the ``tailkit`` command: parse, call one library function, render).
 

@@ -66,8 +66,8 @@ def test_docs_unknown_page_names_the_pages() -> None:
     assert 1 == result.exit_code
     assert (
         "no reference page 'nope': the pages are ingest, summary, rejects, stats, calibrate, "
-        "simulate, demo, serve, report, races, replay, check, refresh, docs, executor, call-record, plan, "
-        "deadline, ledger, formats, sdk, operations, package (tailkit docs lists them)"
+        "simulate, demo, serve, report, races, replay, check, refresh, docs, executor, "
+        "call-record, plan, deadline, ledger, formats, sdk, operations, package (tailkit docs lists them)"
     ) in result.output
 
 
