@@ -67,7 +67,8 @@ def test_docs_unknown_page_names_the_pages() -> None:
     assert (
         "no reference page 'nope': the pages are ingest, summary, rejects, stats, calibrate, "
         "simulate, demo, serve, report, races, replay, check, refresh, docs, executor, "
-        "call-record, plan, deadline, ledger, formats, sdk, operations, package (tailkit docs lists them)"
+        "call-record, plan, deadline, ledger, formats, sdk, operations, package "
+        "(tailkit docs lists them)"
     ) in result.output
 
 
