@@ -442,3 +442,34 @@ def test_downgrades_routing_only_and_shared_repeats_as_the_reference(shared: boo
         assert got == [d[step.name].route if step.name in d else None for _, d in reference]
     np.testing.assert_allclose(engine.end_s, [t.end_s for t, _ in reference], rtol=1e-12)
     np.testing.assert_array_equal(engine.ok, [t.ok for t, _ in reference])
+
+
+def test_the_command_plays_live_and_fixed(tmp_path: Path) -> None:
+    """The simulate command: the live block in --json; --fixed has none; --concurrency 0 refused."""
+    from typer.testing import CliRunner
+
+    from tailkit.cli import app
+    from tailkit.config import dump_plan
+
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        assert ingest_paths(store, [_ledger(tmp_path)]).ok
+    live = _rule(prior_s={"p/m": 2.0, "q/m": 2.0}, cutoff_bounds_s=(1.0, 8.0))
+    text = STORE_PLAN.replace("[p/m, q/m, r/m]", "[p/m, q/m]")
+    plan = parse_plan(text)
+    routed = dataclasses.replace(plan, steps={"s": dataclasses.replace(plan.steps["s"], live=live)})
+    path = tmp_path / "plan.yaml"
+    path.write_text(dump_plan(routed))
+    base = ["simulate", str(path), "--db", str(db), "--runs", "2000", "--min-calls", "100"]
+    runner = CliRunner()
+    played = runner.invoke(app, [*base, "--json", "--concurrency", "4"])
+    assert played.exit_code == 0, played.output
+    shares = json.loads(played.output)["policies"]["plan"]["live"]["s"]["route_share"]
+    assert set(shares) == {"p/m", "q/m"}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    fixed = runner.invoke(app, [*base, "--json", "--fixed"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "live" not in json.loads(fixed.output)["policies"]["plan"]
+    refused = runner.invoke(app, [*base, "--concurrency", "0"])
+    assert refused.exit_code == 2
+    assert "--concurrency" in refused.output

@@ -219,6 +219,24 @@ def simulate(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print the plan's line only, no table.")
     ] = False,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            metavar="N",
+            min=1,
+            help="Runs in flight at once, for steps that route live: each batch of N runs "
+            "decides from what the runs before it observed (1: one after another).",
+        ),
+    ] = 16,
+    fixed: Annotated[
+        bool,
+        typer.Option(
+            "--fixed",
+            help="Ignore the plan's live blocks: every step on its own route at its plan's "
+            "cutoff, as Executor(live=False) runs it.",
+        ),
+    ] = False,
 ) -> None:
     """
     Simulate a plan next to no cutoffs, sequential retry at p95 and hedging at p95 everywhere.
@@ -243,7 +261,9 @@ def simulate(
             samples = load_samples(
                 store, plan, buckets=buckets, min_calls=min_calls, seed=seed, latency=latency
             )
-        policies = compare_policies(plan, samples, runs=runs, seed=seed)
+        policies = compare_policies(
+            plan, samples, runs=runs, seed=seed, concurrency=concurrency, live=not fixed
+        )
     if as_json:
         payload = {"plan": str(plan_file), "workflow": plan.workflow,
                    "policies": {k: v.as_dict() for k, v in policies.items()}}  # fmt: skip
