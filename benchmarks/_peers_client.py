@@ -36,7 +36,15 @@ from typing import Any
 from tailkit.adapters.openai import chat_attempt
 from tailkit.config import Plan, parse_plan
 from tailkit.errors import StepTimeout, TailkitError
-from tailkit.executor import Attempt, AttemptError, Executor, JsonlSink, Ledger, now
+from tailkit.executor import (
+    Attempt,
+    AttemptError,
+    Executor,
+    HedgeBudget,
+    JsonlSink,
+    Ledger,
+    now,
+)
 
 
 MESSAGES = [{"role": "user", "content": "Write the account brief."}]
@@ -252,7 +260,10 @@ class Client:
         executor: Executor | None = None
         ledger = Ledger(JsonlSink(spec["ledger"])) if spec.get("ledger") else Ledger()
         if self.variant.startswith("tailkit"):
-            executor = Executor(plan, ledger=ledger, seed=spec.get("seed", 0))
+            # the race hedges every call: no share of its budget kept for recovery
+            race = HedgeBudget(plan.hedge_budget, reserve=0.0)
+            budget = race if self.variant == "tailkit-race" else None
+            executor = Executor(plan, ledger=ledger, seed=spec.get("seed", 0), budget=budget)
             attempt, closer = _tailkit_attempt(spec, self.variant)
         else:
             call, count, closer = await self._caller(spec)

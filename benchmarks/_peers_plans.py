@@ -226,9 +226,9 @@ def _race(written: Plan) -> Plan:
             step, hedge_route=other, signal="total", cutoff_s=0.001, ttft_cutoff_s=None,
             stall_cutoff_s=None, on_cutoff="hedge",
         )  # fmt: skip
-    # the executor keeps a fifth of the budget for recovery (HedgeBudget's reserve): a budget
-    # of 1.25 leaves the hedges the whole 1.0 the race spends
-    return parse_plan(dump_plan(dataclasses.replace(written, steps=steps, hedge_budget=1.25)))
+    # (its client gives the executor a budget with no reserve for recovery: HedgeBudget keeps
+    # a fifth of it by default, and the race hedges every call)
+    return parse_plan(dump_plan(dataclasses.replace(written, steps=steps, hedge_budget=1.0)))
 
 
 def _alternate(plan: Plan, step: str) -> str | None:
