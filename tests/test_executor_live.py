@@ -437,3 +437,26 @@ def test_a_workflow_run_routes_live_too() -> None:
     assert run(main()) is True
     [line] = [json.loads(text) for text in sink.lines]
     assert (line["provider"], line["attrs"]["live"]) == ("b", "best")
+
+
+def test_a_first_attempt_whose_action_was_denied_counts_as_cut() -> None:
+    """The budget spent, a retry not sent: the attempt outlives its cutoff, and counts as inf."""
+    from tailkit.executor import HedgeBudget
+
+    live = _live(prior_s={"a/m": 1.0}, min_calls=1, cutoff_bounds_s=(0.5, 2.0))
+    fn = Routes({"a/m": 3.0, "b/m": 3.0})
+    sink = MemorySink()
+    plan = _plan(live, candidates=(), on_cutoff="retry")
+    budget = HedgeBudget(0.01, allowance=0)  # no extra attempt at all
+    executor = Executor(plan, ledger=Ledger(sink), budget=budget, seed=0)
+
+    async def main() -> None:
+        await executor.run_step("s", fn)
+        await executor.aclose()
+
+    run(main())
+    (line,) = [json.loads(text) for text in sink.lines]
+    assert line["status"] == "ok"
+    assert line["total_s"] == pytest.approx(3.0)  # answered, past its cutoff of 1 s
+    assert line["attrs"]["hedge_denied"] == "budget"
+    assert executor.live_state()["s"]["a/m"] == LiveValue(1, math.inf, "window")

@@ -285,8 +285,12 @@ class StepRun(ExtraAttempts):
 
         On the total clock: its age when it completed with a result (``ok`` or ``invalid``),
         ``math.inf`` when it was cut, cancelled, beaten or ran out of deadline first; on the
-        TTFT clock: its time to first token, else ``math.inf`` when cut. A provider's error
-        tells nothing (nor does a stream that ended without a content token).
+        TTFT clock: its time to first token, else ``math.inf`` when cut. An attempt whose
+        action at the cutoff was denied (the budget spent, the provider throttled) counts as
+        cut too: it outlived its cutoff only for that, and a window that kept its value would
+        read a route that slowed down as merely slower, never as cut (the simulator, which
+        denies nothing, cuts or races it). A provider's error tells nothing (nor does a
+        stream that ended without a content token).
         """
         step, router = self.step, self.s.router
         route = first.attempt.route
@@ -305,6 +309,8 @@ class StepRun(ExtraAttempts):
             value = first.age(first.ended if first.ended is not None else at)
         else:
             return
+        if "hedge_denied" in first.extra:  # its action was denied: it was due to be cut
+            value = math.inf
         router.observe(step.name, route, value, step.live.window)
 
     def _first_route(self, route: str) -> tuple[str, str | None, str | None]:
