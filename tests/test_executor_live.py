@@ -180,6 +180,23 @@ def test_the_lowest_value_wins_and_a_tie_goes_to_the_first_candidate() -> None:
     assert router.decide(_step(low_c, ABC), low_c).route == "c/m"
 
 
+def test_when_every_value_is_a_cut_call_the_least_cut_window_wins() -> None:
+    """Both values inf: the route whose window was cut least often, whatever the plan order."""
+    live = _live(quantile=0.75, min_calls=4, window=10)
+    router, step = LiveRouter(), _step(live, AB)
+    for value in (1.0, math.inf, math.inf, math.inf):  # a/m: three cuts in four
+        router.observe("s", "a/m", value, live.window)
+    for value in (1.0, 1.0, math.inf, math.inf):  # b/m: two in four
+        router.observe("s", "b/m", value, live.window)
+    choice = router.decide(step, live)
+    assert (choice.route, choice.value_s) == ("b/m", math.inf)
+    for _ in range(4):  # b/m: six cuts in eight, as a/m's three in four: plan order
+        router.observe("s", "b/m", math.inf, live.window)
+    assert router.decide(step, live).route == "a/m"
+    router.observe("s", "b/m", math.inf, live.window)  # seven in nine: a/m is cut less
+    assert router.decide(step, live).route == "a/m"
+
+
 def test_every_nth_call_explores_the_others_in_turn() -> None:
     """explore_every=3: calls 3, 6, 9, ... go to the other candidates in turn."""
     live = _live(prior_s={"a/m": 2.0, "b/m": 3.0, "c/m": 4.0}, explore_every=3)

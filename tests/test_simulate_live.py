@@ -473,3 +473,30 @@ def test_the_command_plays_live_and_fixed(tmp_path: Path) -> None:
     refused = runner.invoke(app, [*base, "--concurrency", "0"])
     assert refused.exit_code == 2
     assert "--concurrency" in refused.output
+
+
+@pytest.mark.parametrize("concurrency", [1, 16])
+def test_when_every_value_is_a_cut_call_the_least_cut_route_goes_first(concurrency: int) -> None:
+    """a/m cut on half its calls, b/m on a tenth: both inf at p95; b/m wins, as the reference."""
+    rule = _rule(
+        quantile=0.95, cutoff_bounds_s=(1.0, 3.0), prior_s={"a/m": 2.0, "b/m": 2.5},
+        window=100, min_calls=20, explore_every=50,
+    )  # fmt: skip
+    samples = {
+        ("s", "a/m"): RouteSample.lognormal(3.0, 0.5),  # half past the cutoff of 3 s
+        ("s", "b/m"): RouteSample.lognormal(3.0 / math.exp(1.2816 * 0.5), 0.5),  # a tenth
+        ("s", "h/m"): _flat(1.0),
+    }
+    model = workflow_model(_two(rule, cutoff_s=3.0, on_cutoff="retry"), samples)
+    runs = 600
+    draws = Draws(runs, seed=4, keep=True)
+    stack = draws.stack("s")
+    per_run = [[[int(x) for x in stack[:, r]]] for r in range(runs)]
+    reference = reference_live(model, per_run, concurrency=concurrency)
+    engine = simulate_runs(model, draws, live=LiveState(concurrency))
+    live = engine.steps[0].live
+    assert live is not None
+    routes = model.steps[0].live.routes  # type: ignore[union-attr]
+    assert [routes[r] for r in live.route.tolist()] == [d["s"].route for _, d in reference]
+    late = live.route[200:][~live.explored[200:]]
+    assert np.mean(late == routes.index("b/m")) > 0.95

@@ -161,9 +161,10 @@ class LiveRouting:
     latency on the step's ``signal`` clock; an attempt cut before it ended counts as slower
     than any value). A route's value is the ``quantile`` of its window, or its ``prior_s``
     while the window holds fewer than ``min_calls``. The first attempt goes to the candidate
-    with the lowest value (ties in candidate order), except that every ``explore_every``-th
-    first attempt goes to another candidate in turn; its cutoff on the step's signal clock is
-    the chosen route's value, clamped into ``cutoff_bounds_s``.
+    with the lowest value (all ``inf``: the window cut least often; ties in candidate order),
+    except that every ``explore_every``-th first attempt goes to another candidate in turn;
+    its cutoff on the step's signal clock is the chosen route's value, clamped into
+    ``cutoff_bounds_s``.
 
     Args:
         quantile: The percentile of recent latency the cutoff follows and routes are compared

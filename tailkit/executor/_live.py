@@ -9,7 +9,8 @@ there counts as ``math.inf``: slower than any value, which is what it told us. A
 ``ceil(quantile * k) - 1`` of its ``k`` sorted values, numpy's ``inverted_cdf``; it may be
 ``math.inf``) once the window holds ``min_calls``; before that, the plan's prior for it.
 
-The decision, when a call of the step starts: the candidate with the lowest value (ties: the
+The decision, when a call of the step starts: the candidate with the lowest value (when every
+value is ``math.inf``, the one whose window holds the smallest share of cut calls; ties: the
 first in plan order), except every ``explore_every``-th call of the step, which goes to one of
 the others in turn (so a route that was slow is measured again once it recovers). The call's
 cutoff on the signal clock is the chosen route's value clamped into ``cutoff_bounds_s``. The
@@ -149,6 +150,16 @@ class LiveRouter:
             return live.prior_s.get(route, math.inf), k
         return ranked[order_index(live.quantile, k)], k
 
+    @staticmethod
+    def _cut_share(window: _Window | None, k: int, live: LiveRouting) -> float:
+        """
+        The share of a window's observations that were cut (``inf``); 0 while the prior stands.
+        """
+        if window is None or k < live.min_calls:
+            return 0.0
+        ranked = window.ranked
+        return (k - bisect.bisect_left(ranked, math.inf)) / k
+
     def decide(self, step: Step, live: LiveRouting) -> Decision:
         """
         The route and cutoff of the step's next first attempt (the turn counter advances).
@@ -161,6 +172,10 @@ class LiveRouter:
         for i in range(1, len(values)):
             if values[i][0] < lowest:
                 best, lowest = i, values[i][0]
+        if lowest == math.inf and len(values) > 1:  # every value a cut call: the least cut
+            share = self._cut_share
+            cut = [share(windows.get(r), k, live) for r, (_, k) in zip(candidates, values)]  # noqa: B905 - one per candidate
+            best = min(range(len(values)), key=lambda i: (cut[i], i))
         n = state.turn
         state.turn = n + 1
         every = live.explore_every

@@ -200,7 +200,8 @@ class _Routes:
     """
 
     __slots__ = (
-        "_held", "_next", "_rings", "batch", "cuts", "live", "pending", "seen", "turn", "values",
+        "_held", "_next", "_rings", "batch", "cuts", "live", "pending", "seen", "shares", "turn",
+        "values",
     )  # fmt: skip
 
     def __init__(self, live: LiveModel) -> None:
@@ -211,6 +212,7 @@ class _Routes:
         self._next = [0] * count  # where each ring's next observation goes
         self.pending: list[list[float]] = [[] for _ in range(count)]
         self.values = list(live.prior_s)
+        self.shares = [0.0] * count  # each window's share of inf (cut) observations
         low, high = live.low_s, live.high_s
         self.cuts = [min(max(v, low), high) for v in self.values]
         self.turn = 0  # decisions taken (the counter n of the rule)
@@ -251,6 +253,7 @@ class _Routes:
         if held < live.min_calls:
             return  # the prior stands
         ranked = ring.copy() if held == size else ring[:held].copy()
+        self.shares[r] = int(np.count_nonzero(np.isinf(ranked))) / held
         i = order_index(live.quantile, held)
         ranked.partition(i)
         value = self.values[r] = float(ranked[i])
@@ -267,8 +270,12 @@ class _Routes:
         for r, new in enumerate(self.pending):
             if new:
                 self._let_in(r, new)
-        values = self.values
-        self.batch = values.index(min(values))  # ties: the first candidate
+        values, shares = self.values, self.shares
+        # lowest value; between cut values, the window cut least often; then plan order
+        self.batch = min(
+            range(len(values)),
+            key=lambda r: (values[r], shares[r] if values[r] == math.inf else 0.0, r),
+        )
         return self.batch
 
 

@@ -62,24 +62,31 @@ class _Step:
         self.pending: list[tuple[int, float]] = []
         self.turn = 0
         self.values: list[tuple[float, int]] = []
+        self.shares: list[float] = []  # each window's share of inf (cut) observations
 
     def snapshot(self) -> None:
         for r, value in self.pending:
             self.windows[r].append(value)
         self.pending.clear()
         live = self.live
-        self.values = []
+        self.values, self.shares = [], []
         for r, window in enumerate(self.windows):
             k = len(window)
             if k < live.min_calls:
                 self.values.append((live.prior_s[r], k))
+                self.shares.append(0.0)
             else:
                 self.values.append((sorted(window)[math.ceil(live.quantile * k) - 1], k))
+                self.shares.append(sum(1 for v in window if v == math.inf) / k)
 
     def decide(self) -> tuple[int, str, float]:
         live = self.live
         values = [v for v, _ in self.values]
-        best = min(range(len(values)), key=lambda r: (values[r], r))
+        # lowest value; between cut values, the window cut least often; then plan order
+        best = min(
+            range(len(values)),
+            key=lambda r: (values[r], self.shares[r] if values[r] == math.inf else 0.0, r),
+        )
         n, every = self.turn, live.explore_every
         if every > 0 and len(values) > 1 and n % every == every - 1:
             others = [r for r in range(len(values)) if r != best]
