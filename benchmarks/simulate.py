@@ -9,7 +9,12 @@ hedge at p95 on every step so every code path runs), then times in the same proc
   what the log shows a repeat shares (each hedge's draw coupled to its first attempt's, as
   calibrate runs it), and again with independent repeats (``sharing_cost``: the ratio);
 - baseline: a plain-Python loop over the same model (``tailkit.simulation._reference``, one
-  run at a time with ``random.getrandbits(16)`` draws) over ``--loop-runs`` runs, scaled per sample.
+  run at a time with ``random.getrandbits(16)`` draws, one per draw slot) over
+  ``--loop-runs`` runs, scaled per sample;
+- live routing's cost: the plan ``calibrate --live`` finds for the workflow with candidates on
+  four steps (``plan``, ``review``, ``draft``, ``revise``: the route and the same model on the
+  other provider), simulated with its live blocks (batches of 16 runs in flight) and as fixed
+  routing (``live=False``), the same runs: ``live_cost`` is the ratio (target at most 3x).
 
 The process is pinned to one CPU first. Targets: at least 10M step-samples/s, and at least
 100x the loop. Exits 0 whatever the numbers, nonzero only on errors.
@@ -43,12 +48,39 @@ from tailkit.simulation import (
     simulate_model,
     workflow_model,
 )
-from tailkit.simulation.lowlevel import reference_step
+from tailkit.simulation.lowlevel import SLOTS, reference_step
 from tailkit.store import Store
 
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE, TARGET_RATIO = 10e6, 100.0
+TARGET_LIVE_COST = 3.0
+CANDIDATES = {  # step -> its route and the same model on the other provider
+    "plan": ("anthropic/claude-sonnet-4", "bedrock/claude-sonnet-4"),
+    "review": ("bedrock/claude-sonnet-4", "anthropic/claude-sonnet-4"),
+    "draft": ("openai/gpt-4.1", "azure/gpt-4.1"),
+    "revise": ("azure/gpt-4.1", "openai/gpt-4.1"),
+}
+
+
+def live_model(workdir: Path) -> WorkflowModel:
+    """
+    The plan ``calibrate --live`` finds for the sample workflow with `CANDIDATES` (not timed).
+    """
+    import dataclasses
+
+    from tailkit.calibration import calibrate
+
+    plan = load_plan(ROOT / "data_samples" / "workflow.yaml")
+    steps = {
+        name: dataclasses.replace(step, candidates=CANDIDATES.get(name, ()))
+        for name, step in plan.steps.items()
+    }
+    plan = dataclasses.replace(plan, steps=steps)
+    with Store.open(workdir / "bench.duckdb", read_only=True) as store:
+        found = calibrate(store, plan, live=True, runs=20_000, check_runs=20_000, replicates=0)
+        samples = load_samples(store, found.plan)
+    return workflow_model(found.plan, samples)
 
 
 def sample_model(workdir: Path) -> tuple[WorkflowModel, WorkflowModel]:
@@ -81,7 +113,8 @@ def loop(model: WorkflowModel, runs: int, seed: int) -> float:
         ends: list[float] = []
         for step in model.steps:
             start = max((ends[d] for d in step.deps), default=0.0)
-            duration = reference_step(step, start, (bits(16), bits(16), bits(16)), model)[0]
+            draws = tuple(bits(16) for _ in range(SLOTS))
+            duration = reference_step(step, start, draws, model)[0]
             ends.append(start + duration)
     return time.perf_counter() - t0
 
@@ -100,10 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     with tempfile.TemporaryDirectory() as tmp:
         model, free = sample_model(Path(tmp))
+        live = live_model(Path(tmp))
     steps = len(model.steps)
     simulate_model(model, runs=10_000)  # warm up imports and caches
-    fast, slow, independent = [], [], []
+    fast, slow, independent, routed, fixed = [], [], [], [], []
     for i in range(args.repeat):
+        t0 = time.perf_counter()
+        simulate_model(live, runs=args.runs, seed=i)
+        routed.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        simulate_model(live, runs=args.runs, seed=i, live=False)
+        fixed.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         simulate_model(model, runs=args.runs, seed=i)
         fast.append(time.perf_counter() - t0)
@@ -119,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": rate / loop_rate,
         "independent_step_samples_per_s": args.runs * steps / statistics.median(independent),
         "sharing_cost": statistics.median(fast) / statistics.median(independent),
+        "live_steps": sum(1 for s in live.steps if s.live is not None),
+        "live_seconds": statistics.median(routed), "fixed_seconds": statistics.median(fixed),
+        "live_cost": statistics.median(routed) / statistics.median(fixed),
         "pass": rate >= TARGET_RATE and rate / loop_rate >= TARGET_RATIO,
     }  # fmt: skip
     if args.json:
@@ -136,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| tailkit simulate_model | {rate / 1e6:.1f}M | {rate / loop_rate:.0f} | {verdict} "
         f"(targets >= {TARGET_RATE / 1e6:.0f}M/s and >= {TARGET_RATIO:.0f}x) |"
+    )
+    cost = result["live_cost"]
+    print(
+        f"live routing ({result['live_steps']} of {steps} steps live, 16 runs in flight): "
+        f"{result['live_seconds']:.2f} s against {result['fixed_seconds']:.2f} s fixed, "
+        f"{cost:.2f}x ({'PASS' if cost <= TARGET_LIVE_COST else 'FAIL'}: target <= "
+        f"{TARGET_LIVE_COST:g}x)"
     )
     return 0
 

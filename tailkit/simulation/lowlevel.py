@@ -18,7 +18,7 @@ from tailkit.simulation._fetch import CUT, FAILED, OK
 from tailkit.simulation._kinds import route_tail_kinds
 from tailkit.simulation._live import LiveState, order_index, told
 from tailkit.simulation._load import widen_fixes
-from tailkit.simulation._model import LiveModel, LiveOutcome
+from tailkit.simulation._model import SLOTS, LiveModel, LiveOutcome
 from tailkit.simulation._reference import RunTrace, reference_run, reference_step, reference_trace
 from tailkit.simulation._reference_live import LiveDecision, reference_live
 from tailkit.simulation._result import sim_result, step_quantile_runs
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_WORK",
     "FAILED",
     "OK",
+    "SLOTS",
     "Draws",
     "LiveDecision",
     "LiveModel",
