@@ -596,7 +596,12 @@ def _samples(
     Raises:
         ThinSampleError: A route a step may send an attempt to has too few calls.
     """
-    candidates = {name: step.first_routes() for name, step in plan.steps.items()}
+    # a step with one first route is refused by load_samples itself, naming its bucket
+    candidates = {
+        name: step.first_routes()
+        for name, step in plan.steps.items()
+        if len(step.first_routes()) > 1
+    }
     samples = load_samples(
         store, plan, buckets=buckets, min_calls=min_calls, seed=seed, candidates=candidates
     )
