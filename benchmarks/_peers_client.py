@@ -261,8 +261,8 @@ class Client:
         ledger = Ledger(JsonlSink(spec["ledger"])) if spec.get("ledger") else Ledger()
         if self.variant.startswith("tailkit"):
             # the race hedges every call: no share of its budget kept for recovery
-            race = HedgeBudget(plan.hedge_budget, reserve=0.0)
-            budget = race if self.variant == "tailkit-race" else None
+            race = self.variant == "tailkit-race"
+            budget = HedgeBudget(plan.hedge_budget, reserve=0.0) if race else None
             executor = Executor(plan, ledger=ledger, seed=spec.get("seed", 0), budget=budget)
             attempt, closer = _tailkit_attempt(spec, self.variant)
         else:
